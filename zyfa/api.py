@@ -1,0 +1,73 @@
+"""zyfa's public attention call, FlashAttention-compatible."""
+from __future__ import annotations
+
+from . import backends as _backends  # noqa: F401  (registers the backends)
+from . import dispatch
+from .fp8 import P_RULES, REF_RULES
+from .validation import validate
+
+DEFAULT_P_RULE = "lean_cubic"
+DEFAULT_REF_RULE = "block"
+
+
+def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8) -> dispatch.Problem:
+    from .triton_kernels.launch import device_arch
+    return dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
+                            head_dims=(q.shape[-1], v.shape[-1]), causal=causal,
+                            seqlen_q=q.shape[1], seqlen_k=k.shape[1], p_rule=p_rule, ref_rule=ref_rule)
+
+
+def _check_rules(p_rule, ref_rule):
+    if p_rule not in P_RULES:
+        raise ValueError(f"p_rule must be one of {P_RULES}, got {p_rule!r}")
+    if ref_rule not in REF_RULES:
+        raise ValueError(f"ref_rule must be one of {REF_RULES}, got {ref_rule!r}")
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
+                    v_descale=None, return_lse=False, backend="auto",
+                    p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE):
+    """Prefill attention, FlashAttention layout.
+
+    q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, kv_heads, head_dim[_v]).
+    dtypes: bfloat16, float16, or float8_e4m3fn (then q/k/v_descale are required;
+    see zyfa.scales for their shapes and zyfa.quantize_fp8 to make them).
+    GQA/MQA: query head h uses kv head h // (heads // kv_heads).
+    Head dims (qk, v): (64, 64), (128, 128), (256, 256), (192, 128).
+
+    causal=True aligns the mask bottom-right (needs seqlen_q <= seqlen_k):
+    query i sees keys j <= i + seqlen_k - seqlen_q. For seqlen_q=2, seqlen_k=5:
+
+        keys:  0 1 2 3 4
+        q0     1 1 1 1 0
+        q1     1 1 1 1 1
+
+    Returns out (batch, seqlen_q, heads, head_dim_v) in bfloat16 (float16 for float16
+    inputs) and, with return_lse, the float32 natural-log LSE (batch, heads, seqlen_q).
+    p_rule / ref_rule select the FP8 probability and reference rules (zyfa.fp8).
+    """
+    is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
+    _check_rules(p_rule, ref_rule)
+    b = dispatch.select(_problem(q, k, v, causal, p_rule, ref_rule, is_fp8), backend)
+    kw = dict(softmax_scale=softmax_scale, causal=causal)
+    if is_fp8:
+        kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_rule=p_rule, ref_rule=ref_rule)
+    out, lse = b.run(q, k, v, **kw)
+    return (out, lse) if return_lse else out
+
+
+def explain(q, k, v, causal=True, q_descale=None, k_descale=None, v_descale=None,
+            backend="auto", p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE, softmax_scale=None) -> str:
+    """Which backend flash_attn_func would use for these inputs, and why each other would not."""
+    is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
+    _check_rules(p_rule, ref_rule)
+    problem = _problem(q, k, v, causal, p_rule, ref_rule, is_fp8)
+    lines = []
+    try:
+        chosen = dispatch.select(problem, backend).name
+        lines.append(f"selected: {chosen}")
+    except (RuntimeError, ValueError) as e:
+        lines.append(f"selected: none ({e})")
+    for name, ok, why in dispatch.assess(problem):
+        lines.append(f"  {name:10s} {'can run' if ok else 'cannot'}: {why}")
+    return "\n".join(lines)

@@ -1,0 +1,44 @@
+"""The backends zyfa ships, registered fastest first."""
+from __future__ import annotations
+
+import torch
+
+from . import dispatch
+from .reference import attention_fp64, dequantize, fp8_attention_spec
+from .scales import normalize_descales
+
+
+def _triton_ok(p: dispatch.Problem):
+    from .triton_kernels.tuning import interpreter_active
+    if p.device.type == "cuda":
+        if torch.version.hip is None and torch.cuda.get_device_capability(p.device) < (8, 0):
+            return False, f"Triton kernels need sm_80 or newer, device is {p.arch}"
+        if p.is_fp8 and torch.version.hip is None and torch.cuda.get_device_capability(p.device) < (8, 9):
+            return False, f"FP8 needs sm_89 or newer, device is {p.arch}"
+        return True, "Triton kernel for this GPU"
+    if p.device.type == "cpu" and interpreter_active():
+        return True, "Triton interpreter (TRITON_INTERPRET=1), CPU tensors"
+    return False, f"tensors on {p.device.type} and the Triton interpreter is off (set TRITON_INTERPRET=1 before import)"
+
+
+def _triton_run(q, k, v, **kw):
+    from .triton_kernels.launch import triton_attention
+    return triton_attention(q, k, v, **kw)
+
+
+def _reference_run(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
+                   v_descale=None, p_rule="lean_cubic", ref_rule="block"):
+    """The spec for FP8, float64 attention for BF16/FP16 (slow: for checks and the CPU demo)."""
+    out_dtype = torch.float16 if q.dtype == torch.float16 else torch.bfloat16
+    if q.dtype == torch.float8_e4m3fn:
+        out, lse = fp8_attention_spec(q, k, v, q_descale, k_descale, v_descale, causal=causal,
+                                      softmax_scale=softmax_scale, p_rule=p_rule, ref_rule=ref_rule,
+                                      return_lse=True)
+    else:
+        out, lse = attention_fp64(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
+    return out.to(out_dtype), lse.float()
+
+
+dispatch.register(dispatch.Backend("triton", _triton_ok, _triton_run))
+dispatch.register(dispatch.Backend("reference", lambda p: (True, "float64 / bit-level spec in torch (slow)"),
+                                   _reference_run))

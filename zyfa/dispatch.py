@@ -1,0 +1,75 @@
+"""Backends as small frozen records, and the choice among them.
+
+`backend="auto"` takes the first registered backend that can run the call (fastest
+first); an explicitly named backend that cannot run raises; ZYFA_BACKEND overrides
+"auto". `zyfa.explain(...)` reports the decision and every backend's reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Callable
+
+import torch
+
+log = logging.getLogger("zyfa")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What a backend needs to know to say whether it can run a call."""
+    device: torch.device
+    arch: str
+    is_fp8: bool
+    head_dims: tuple
+    causal: bool
+    seqlen_q: int
+    seqlen_k: int
+    p_rule: str
+    ref_rule: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    name: str
+    can_implement: Callable[[Problem], tuple]     # -> (ok: bool, reason: str)
+    run: Callable                                 # run(q, k, v, **kw) -> (out, lse)
+
+
+_BACKENDS: list[Backend] = []
+
+
+def register(backend: Backend) -> None:
+    _BACKENDS[:] = [b for b in _BACKENDS if b.name != backend.name] + [backend]
+
+
+def backends() -> list[Backend]:
+    return list(_BACKENDS)
+
+
+def assess(problem: Problem) -> list[tuple[str, bool, str]]:
+    return [(b.name, *b.can_implement(problem)) for b in _BACKENDS]
+
+
+def select(problem: Problem, requested: str = "auto") -> Backend:
+    if requested == "auto":
+        requested = os.environ.get("ZYFA_BACKEND", "auto")
+    names = [b.name for b in _BACKENDS]
+    if requested != "auto":
+        if requested not in names:
+            raise ValueError(f"backend must be 'auto' or one of {names}, got {requested!r}")
+        b = _BACKENDS[names.index(requested)]
+        ok, why = b.can_implement(problem)
+        if not ok:
+            raise RuntimeError(f"backend {requested!r} cannot run this call: {why}")
+        return b
+    skipped = []
+    for b in _BACKENDS:
+        ok, why = b.can_implement(problem)
+        if ok:
+            if skipped:
+                log.info("zyfa: using %s (%s)", b.name, "; ".join(skipped))
+            return b
+        skipped.append(f"{b.name}: {why}")
+    raise RuntimeError("no zyfa backend can run this call: " + "; ".join(skipped))

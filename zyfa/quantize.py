@@ -1,0 +1,130 @@
+"""FP8 (E4M3) quantization of q, k, v in the layouts zyfa's kernels read.
+
+Options (error of each measured in README "Quantizer options"):
+  granularity="head"  one scale per (batch, kv_head) for q, k and v (FlashAttention-3's layout);
+  granularity="fine"  per block of ``block_size`` tokens for q (per head) and k, per channel for v;
+  smooth_k            subtract k's mean over tokens: q.(k - mean) differs from q.k by a
+                      constant per query row, so softmax is unchanged (LSE shifts by that constant);
+  hadamard            a randomized Hadamard rotation R of the head dim: (qR)(kR)^T = qk^T, and
+                      for v the output is rotated back (``FP8Inputs.restore_output``).
+
+V is written transposed, (B, Hkv, Dv, Sk) in memory, viewed as (B, Sk, Hkv, Dv):
+Hopper's FP8 wgmma reads both operands K-major, so P.V needs V^T in memory.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .fp8 import E4M3_MAX
+
+_TINY = 1e-12
+
+
+@dataclasses.dataclass
+class FP8Inputs:
+    """Quantized inputs ready for ``zyfa.flash_attn_func(**x.kwargs())``."""
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_descale: torch.Tensor
+    k_descale: torch.Tensor
+    v_descale: torch.Tensor
+    v_rotation: torch.Tensor | None = None     # (Dv, Dv) float32, when v was rotated
+
+    def kwargs(self) -> dict:
+        return dict(q=self.q, k=self.k, v=self.v, q_descale=self.q_descale,
+                    k_descale=self.k_descale, v_descale=self.v_descale)
+
+    def restore_output(self, out: torch.Tensor) -> torch.Tensor:
+        """Undo v's rotation on an attention output (identity when v was not rotated)."""
+        if self.v_rotation is None:
+            return out
+        return (out.float() @ self.v_rotation.T.to(out.device)).to(out.dtype)
+
+
+def hadamard_matrix(n: int, seed: int = 0, device="cpu") -> torch.Tensor:
+    """Orthonormal randomized Hadamard matrix of size n (float64).
+
+    Sylvester Hadamard blocks of the largest power of two dividing n (so 192 uses
+    three 64-blocks), with random signs on the rows.
+    """
+    block = n & -n
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < block:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    h = h / h.shape[0] ** 0.5
+    full = torch.block_diag(*([h] * (n // block)))
+    g = torch.Generator().manual_seed(seed)
+    signs = torch.randint(0, 2, (n,), generator=g).double() * 2 - 1
+    return (signs[:, None] * full).to(device)
+
+
+def _to_e4m3(x: torch.Tensor, amax: torch.Tensor):
+    """x / scale rounded to E4M3 with scale = amax / 448; returns (fp8, descale)."""
+    descale = torch.clamp(amax, min=_TINY) / E4M3_MAX
+    return (x / descale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), descale.float()
+
+
+def _per_token_blocks(x: torch.Tensor, block: int):
+    """(B, S, H, D) -> fp8 and per-token descale (B, H, S) with one scale per block of tokens."""
+    B, S, H, D = x.shape
+    pad = (-S) % block
+    xp = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad))
+    amax = xp.abs().reshape(B, (S + pad) // block, block, H, D).amax(dim=(2, 4))   # (B, nb, H)
+    amax = amax.repeat_interleave(block, dim=1)[:, :S]                            # (B, S, H)
+    x8, d = _to_e4m3(x, amax[..., None])
+    return x8, d[..., 0].permute(0, 2, 1).contiguous()
+
+
+def _transpose_v(v8: torch.Tensor) -> torch.Tensor:
+    """(B, Sk, Hkv, Dv) -> same shape, stored as (B, Hkv, Dv, Sk) with rows padded to 16 bytes (TMA)."""
+    B, Sk, Hkv, Dv = v8.shape
+    buf = torch.zeros(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=v8.device)
+    buf[..., :Sk] = v8.view(torch.uint8).permute(0, 2, 3, 1)
+    return buf.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
+
+
+def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
+                 smooth_k: bool = False, hadamard: bool = False, seed: int = 0) -> FP8Inputs:
+    """Quantize q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) to E4M3.
+
+    Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
+    """
+    if granularity not in ("head", "fine"):
+        raise ValueError(f"granularity must be 'head' or 'fine', got {granularity!r}")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("q, k, v must be 4-D (batch, seqlen, heads, head_dim)")
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    B, Sq, Hq, D = q.shape
+    Hkv, Dv = k.shape[2], v.shape[-1]
+    if Hq % Hkv:
+        raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv})")
+    qf, kf, vf = q.float(), k.float(), v.float()
+    if smooth_k:
+        kf = kf - kf.mean(dim=1, keepdim=True)
+    v_rot = None
+    if hadamard:
+        rq = hadamard_matrix(D, seed, q.device).float()
+        qf, kf = qf @ rq, kf @ rq
+        v_rot = hadamard_matrix(Dv, seed + 1, q.device).float()
+        vf = vf @ v_rot
+
+    group = Hq // Hkv
+    if granularity == "head":
+        # q's scale is shared by the query heads of a kv group (FlashAttention-3's descale layout)
+        q_amax = qf.abs().reshape(B, Sq, Hkv, group, D).amax(dim=(1, 3, 4))     # (B, Hkv)
+        q8, qd = _to_e4m3(qf, q_amax.repeat_interleave(group, 1)[:, None, :, None])
+        qd = qd[:, 0, ::group, 0].contiguous()
+        k8, kd = _to_e4m3(kf, kf.abs().amax(dim=(1, 3))[:, None, :, None])
+        kd = kd[:, 0, :, 0].contiguous()
+        v8, vd = _to_e4m3(vf, vf.abs().amax(dim=(1, 3))[:, None, :, None])
+        vd = vd[:, 0, :, 0].contiguous()
+    else:
+        q8, qd = _per_token_blocks(qf, block_size)
+        k8, kd = _per_token_blocks(kf, block_size)
+        v8, vd = _to_e4m3(vf, vf.abs().amax(dim=1, keepdim=True))               # (B, 1, Hkv, Dv)
+        vd = vd[:, 0].contiguous()
+    return FP8Inputs(q8, k8, _transpose_v(v8), qd, kd, vd, v_rot)

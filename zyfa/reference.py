@@ -1,0 +1,156 @@
+"""Reference attention: float64 ground truth and the bit-level blockwise FP8 spec.
+
+Layouts follow FlashAttention: q (batch, seqlen_q, heads, head_dim), k/v
+(batch, seqlen_k, kv_heads, head_dim[_v]); query heads are grouped
+consecutively onto kv heads (head h reads kv head h // (heads // kv_heads)).
+
+Causal masks are aligned bottom-right: query i sees keys j <= i + seqlen_k - seqlen_q.
+
+``fp8_attention_spec`` is the contract every FP8 kernel is held to. It runs the
+blockwise algorithm of DESIGN.md over key blocks of ``block_n`` in ascending
+order, for all query rows at once (the algorithm is row-wise, so query tiling
+does not change it):
+
+  t   = (q8 . k8) * dq * dk * softmax_scale * log2(e)        float32
+  m_j = rowmax of t over block j (masked entries are -inf)
+  A   = accumulator reference, updated lazily: A <- m_j where m_j > A + threshold
+  r_j = the block's P reference (ref_rule):
+          block      r_j = m_j
+          running    r_j = M (running max, updated every block; A follows it)
+          block_pow2 r_j = A - floor(A - m_j)   (factor 2^(r_j - A) is a power of two)
+  P_j = E4M3 bits of 2^(t - r_j + 8) under p_rule (zyfa.fp8.p_bits)
+  l  <- l * 2^(A_old - A) + sum(P_j)                * 2^(r_j - A)
+  O  <- O * 2^(A_old - A) + (P_j @ v8)              * 2^(r_j - A)
+  out = O * dv / l,   lse = ln(2) * (A + log2(l) - 8)
+
+The row sum is over the *rounded* P, so the output is a convex combination of
+the (dequantized) V rows. Sums of products are taken in float64; the kernels
+accumulate in float32 and differ from the spec by that ordering noise only.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .fp8 import P_OFFSET_LOG2, P_RULES, REF_RULES, e4m3_decode, p_bits
+from .scales import normalize_descales
+
+LOG2E = 1.4426950408889634
+NEG_FLOOR = -1.0e30          # finite stand-in for -inf in references, so 2^(a - b) never sees inf - inf
+RESCALE_THRESHOLD = 8.0      # log2 units the block max may exceed A before A moves
+
+
+def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, S, Hkv, D) -> (B, Hq, S, D) by consecutive grouping."""
+    group = heads // x.shape[2]
+    return x.permute(0, 2, 1, 3).repeat_interleave(group, dim=1)
+
+
+def causal_limit(seqlen_q: int, seqlen_k: int, device=None) -> torch.Tensor:
+    """Last key index each query row may see (bottom-right alignment), shape (Sq,)."""
+    return torch.arange(seqlen_q, device=device) + (seqlen_k - seqlen_q)
+
+
+def attention_fp64(q, k, v, causal: bool = True, softmax_scale: float | None = None,
+                   return_lse: bool = False, chunk: int = 1024):
+    """Exact attention in float64 on any-dtype inputs (FP8 inputs must be dequantized first).
+
+    Chunked over query rows so a 32K-token head fits in memory. Returns (B, Sq, Hq, Dv)
+    float64 and, with return_lse, the natural-log LSE (B, Hq, Sq).
+    """
+    B, Sq, Hq, D = q.shape
+    Sk = k.shape[1]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    qh = q.permute(0, 2, 1, 3).double()
+    kh = _expand_kv(k, Hq).double()
+    vh = _expand_kv(v, Hq).double()
+    out = torch.empty(B, Hq, Sq, v.shape[-1], dtype=torch.float64, device=q.device)
+    lse = torch.empty(B, Hq, Sq, dtype=torch.float64, device=q.device)
+    limit = causal_limit(Sq, Sk, q.device)
+    keys = torch.arange(Sk, device=q.device)
+    for i0 in range(0, Sq, chunk):
+        i1 = min(i0 + chunk, Sq)
+        s = torch.einsum("bhid,bhjd->bhij", qh[:, :, i0:i1], kh) * scale
+        if causal:
+            s = s.masked_fill(keys[None, :] > limit[i0:i1, None], float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        p = torch.exp(s - m)
+        denom = p.sum(-1, keepdim=True)
+        out[:, :, i0:i1] = torch.einsum("bhij,bhjd->bhid", p, vh) / denom
+        lse[:, :, i0:i1] = (m + torch.log(denom)).squeeze(-1)
+    out = out.permute(0, 2, 1, 3)
+    return (out, lse) if return_lse else out
+
+
+def dequantize(x8: torch.Tensor, descale: torch.Tensor, kind: str) -> torch.Tensor:
+    """float64 values of FP8 q/k/v given their normalized descales (see zyfa.scales)."""
+    x = x8.double() if x8.dtype != torch.float8_e4m3fn else e4m3_decode(x8.view(torch.uint8))
+    if kind in ("q", "k"):   # descale (B, H, S) per token
+        return x * descale.double().permute(0, 2, 1)[..., None]
+    return x * descale.double()[:, None, :, :]   # v: (B, Hkv, Dv) per channel
+
+
+def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
+                       causal: bool = True, softmax_scale: float | None = None,
+                       p_rule: str = "lean_cubic", ref_rule: str = "block",
+                       block_n: int = 128, rescale_threshold: float = RESCALE_THRESHOLD,
+                       fused_fma: bool = True, return_lse: bool = False):
+    """The blockwise FP8 algorithm (module docstring), bit for bit in the P bits.
+
+    q/k/v are float8_e4m3fn in FlashAttention layout (v may be a transposed view);
+    descales as flash_attn_func takes them. ``fused_fma=False`` mirrors hardware that
+    rounds a*b+c twice (Triton's interpreter). Returns float64 output (and LSE).
+    """
+    if p_rule not in P_RULES:
+        raise ValueError(f"p_rule must be one of {P_RULES}, got {p_rule!r}")
+    if ref_rule not in REF_RULES:
+        raise ValueError(f"ref_rule must be one of {REF_RULES}, got {ref_rule!r}")
+    q8, k8, v8 = q, k, v
+    B, Sq, Hq, D = q8.shape
+    Sk, Hkv, Dv = k8.shape[1], k8.shape[2], v8.shape[-1]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    qs, ks, vs = normalize_descales(q8, k8, v8, q_descale, k_descale, v_descale)
+
+    qv = e4m3_decode(q8.view(torch.uint8)).permute(0, 2, 1, 3)            # (B, Hq, Sq, D)
+    kv = _expand_kv(e4m3_decode(k8.contiguous().view(torch.uint8)), Hq)   # (B, Hq, Sk, D)
+    vv = _expand_kv(e4m3_decode(v8.contiguous().view(torch.uint8)), Hq)
+    group = Hq // Hkv
+    # per-row and per-column factors of t, in float32 as the kernels form them
+    row_fac = (qs * (scale * LOG2E)).float()                               # (B, Hq, Sq)
+    col_fac = ks.repeat_interleave(group, dim=1).float()                   # (B, Hq, Sk)
+    v_fac = vs.repeat_interleave(group, dim=1).double()                    # (B, Hq, Dv)
+
+    limit = causal_limit(Sq, Sk, q8.device)
+    A = torch.full((B, Hq, Sq), NEG_FLOOR, dtype=torch.float32, device=q8.device)
+    total = torch.zeros(B, Hq, Sq, Dv, dtype=torch.float64, device=q8.device)
+    l = torch.zeros(B, Hq, Sq, dtype=torch.float64, device=q8.device)
+    n_blocks = (Sk + block_n - 1) // block_n
+    for j in range(n_blocks):
+        k0, k1 = j * block_n, min((j + 1) * block_n, Sk)
+        acc = torch.einsum("bhid,bhjd->bhij", qv, kv[:, :, k0:k1]).float()
+        t = acc * row_fac[..., None] * col_fac[:, :, None, k0:k1]
+        keys = torch.arange(k0, k1, device=q8.device)
+        valid = torch.ones(Sq, k1 - k0, dtype=torch.bool, device=q8.device)
+        if causal:
+            valid = keys[None, :] <= limit[:, None]
+        t = t.masked_fill(~valid, float("-inf"))
+        m = torch.clamp(t.amax(-1), min=NEG_FLOOR)        # all-masked rows keep the floor
+        if ref_rule == "running":
+            A_new = torch.maximum(A, m)
+            r = A_new
+        else:
+            A_new = torch.where(m > A + rescale_threshold, m, A)
+            r = m if ref_rule == "block" else A_new - torch.floor(A_new - m)
+        alpha = torch.exp2((A - A_new).double())
+        beta = torch.exp2((r - A_new).double())
+        y = t - r[..., None]
+        p = e4m3_decode(p_bits(y, p_rule, fused_fma)).masked_fill(~valid, 0.0)
+        total = total * alpha[..., None] + torch.einsum("bhij,bhjd->bhid", p, vv[:, :, k0:k1]) * beta[..., None]
+        l = l * alpha + p.sum(-1) * beta
+        A = A_new
+    out = (total * v_fac[:, :, None, :] / l[..., None]).permute(0, 2, 1, 3)
+    if not return_lse:
+        return out
+    lse = math.log(2.0) * (A.double() + torch.log2(l) - P_OFFSET_LOG2)
+    return out, lse

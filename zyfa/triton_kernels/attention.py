@@ -1,0 +1,184 @@
+"""Causal/non-causal prefill attention in Triton, BF16/FP16 and FP8 (E4M3), one kernel.
+
+Pieces, named as on every zyfa path:
+  block bounds   which key blocks a query tile needs: the unmasked off-band part
+                 [0, band_start) and the masked diagonal band [band_start, band_end);
+  online step    one key block: scores, mask (band only), reference, P, P.V, rescale;
+  epilogue       out = total * dv / l, LSE = ln2 * (A + log2 l - P offset).
+
+FP8 follows zyfa.reference.fp8_attention_spec: per-block references, each block's
+P.V in a fresh accumulator added into the float32 total with its factor (two-level
+accumulation), row sum over the rounded P. BF16 is FlashAttention's running max.
+Query tiles are launched heaviest first (last tiles of the causal triangle).
+"""
+import triton
+import triton.language as tl
+
+from .p_rules import p_fp8
+
+REF_BLOCK: tl.constexpr = tl.constexpr(0)
+REF_RUNNING: tl.constexpr = tl.constexpr(1)
+REF_BLOCK_POW2: tl.constexpr = tl.constexpr(2)
+REF_RULE_IDS = {"block": 0, "running": 1, "block_pow2": 2}
+
+_NEG_FLOOR: tl.constexpr = tl.constexpr(-1.0e30)
+_RESCALE_THRESHOLD: tl.constexpr = tl.constexpr(8.0)
+_LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _dot(a, b, acc, UPCAST: tl.constexpr):
+    """a @ b + acc; UPCAST feeds float32 operands (Triton's interpreter multiplies bf16 as raw bits)."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc)
+    return tl.dot(a, b, acc=acc)
+
+
+@triton.jit
+def block_bounds(start_m, Sq, Sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """(band_start, band_end): keys [0, band_start) need no mask, [band_start, band_end) do.
+
+    Causal is bottom-right aligned: query i sees keys j <= i + Sk - Sq.
+    """
+    full_end = (Sk // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        first_row_limit = start_m + (Sk - Sq) + 1          # keys below this are seen by every row
+        band_start = tl.minimum((first_row_limit // BLOCK_N) * BLOCK_N, full_end)
+        band_end = tl.minimum(start_m + BLOCK_M + (Sk - Sq), Sk)
+    else:
+        band_start = full_end
+        band_end = Sk
+    return band_start, band_end
+
+
+@triton.jit
+def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc, kd_ptrs,
+                 b, kvh, start_n, offs_m, offs_n, Sq, Sk,
+                 IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
+                 REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                 D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+                 UPCAST_DOT: tl.constexpr):
+    """One key block of the online softmax; returns the updated (total, l_sum, A).
+
+    Loads go through tensor descriptors (TMA on Hopper): rows past Sk read as zeros.
+    """
+    cols = start_n + offs_n
+    k = k_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, D)
+    s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
+    if D_TAIL > 0:
+        k_tail = k_tail_desc.load([b, start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
+        s = _dot(q_tail, k_tail.T, s, UPCAST_DOT)
+    t = s * row_fac[:, None]                    # log2 domain
+    if PER_TOKEN_QK:
+        kd = tl.load(kd_ptrs + cols, mask=cols < Sk, other=0.0)
+        t = t * kd[None, :]
+    if MASKED:
+        valid = cols[None, :] < Sk
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= offs_m[:, None] + (Sk - Sq))
+        t = tl.where(valid, t, float("-inf"))
+    m = _max_nan(tl.reduce(t, 1, _max_nan), _NEG_FLOOR)
+
+    if IS_FP8:
+        # V is stored transposed (Dv x Sk): FP8 wgmma wants both operands K-major
+        v = v_desc.load([b, kvh, 0, start_n]).reshape(DV, BLOCK_N).T
+        if REF_RULE == REF_RUNNING:
+            A_new = _max_nan(A, m)
+            r = A_new
+        else:
+            A_new = tl.where(m > A + _RESCALE_THRESHOLD, m, A)
+            if REF_RULE == REF_BLOCK:
+                r = m
+            else:
+                r = A_new - tl.floor(A_new - m)
+        alpha = tl.exp2(A - A_new)
+        beta = tl.exp2(r - A_new)
+        p = p_fp8(t - r[:, None], P_RULE)
+        l_blk = tl.sum(p.to(tl.float32), 1)
+        pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
+        total = total * alpha[:, None] + pv * beta[:, None]
+        l_sum = l_sum * alpha + l_blk * beta
+    else:
+        v = v_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, DV)
+        A_new = _max_nan(A, m)
+        alpha = tl.exp2(A - A_new)
+        p = tl.exp2(t - A_new[:, None])
+        l_sum = l_sum * alpha + tl.sum(p, 1)
+        total = _dot(p.to(v.dtype), v, total * alpha[:, None], UPCAST_DOT)
+    return total, l_sum, A_new
+
+
+@triton.jit
+def attention_fwd_kernel(
+        q_desc, q_tail_desc, k_desc, k_tail_desc, v_desc, o_desc, LSE, QD, KD, VD,
+        Sq, Sk, Hq, Hkv, qk_scale_log2,
+        IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
+        REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
+        D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """Grid (batch * heads, query tiles). q/k/o descriptors are 4-D (B, S, H, D) with
+    blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8."""
+    bh = tl.program_id(0)                       # heads vary fastest: one tile row of all heads together
+    num_m = tl.cdiv(Sq, BLOCK_M)
+    m_block = num_m - 1 - tl.program_id(1)      # heaviest (last) query tiles first
+    b = bh // Hq
+    h = bh % Hq
+    kvh = h // (Hq // Hkv)
+    start_m = m_block * BLOCK_M
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_dv = tl.arange(0, DV)
+    row_ok = offs_m < Sq
+
+    q = q_desc.load([b, start_m, h, 0]).reshape(BLOCK_M, D)
+    if D_TAIL > 0:
+        q_tail = q_tail_desc.load([b, start_m, h, D]).reshape(BLOCK_M, D_TAIL)
+    else:
+        q_tail = q
+
+    # factor from raw dot products to the log2 domain, per row
+    if IS_FP8:
+        if PER_TOKEN_QK:
+            qd = tl.load(QD + (b * Hq + h) * Sq + offs_m, mask=row_ok, other=0.0)
+            row_fac = qd * qk_scale_log2
+            kd_ptrs = KD + (b * Hkv + kvh) * Sk
+        else:
+            scale = tl.load(QD + b * Hkv + kvh) * tl.load(KD + b * Hkv + kvh) * qk_scale_log2
+            row_fac = tl.zeros([BLOCK_M], tl.float32) + scale
+            kd_ptrs = KD
+    else:
+        row_fac = tl.zeros([BLOCK_M], tl.float32) + qk_scale_log2
+        kd_ptrs = KD
+
+    total = tl.zeros([BLOCK_M, DV], tl.float32)
+    l_sum = tl.zeros([BLOCK_M], tl.float32)
+    A = tl.zeros([BLOCK_M], tl.float32) + _NEG_FLOOR
+
+    band_start, band_end = block_bounds(start_m, Sq, Sk, BLOCK_M, BLOCK_N, CAUSAL)
+    for start_n in range(0, band_start, BLOCK_N):
+        total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
+                                       kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
+                                       IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT)
+    for start_n in range(band_start, band_end, BLOCK_N):
+        total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
+                                       kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
+                                       IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT)
+
+    # epilogue
+    out = total / l_sum[:, None]
+    p_offset = 0.0
+    if IS_FP8:
+        vd = tl.load(VD + (b * Hkv + kvh) * DV + offs_dv)
+        out = out * vd[None, :]
+        p_offset = 8.0
+    o_desc.store([b, start_m, h, 0], out.to(o_desc.dtype).reshape(1, BLOCK_M, 1, DV))
+    lse = _LN2 * (A + tl.log2(l_sum) - p_offset)
+    tl.store(LSE + (b * Hq + h) * Sq + offs_m, lse, mask=row_ok)

@@ -1,0 +1,96 @@
+"""Compile the attention kernel for a GPU target without a GPU (CI checks, inspection).
+
+    python -m zyfa.triton_kernels.compile_check sm90 | gfx950
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from .attention import attention_fwd_kernel
+from .p_rules import P_RULE_IDS
+
+TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950", 64)}
+
+
+def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
+                      block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
+                      head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False):
+    el = "fp8e4nv" if fp8 else "bf16"
+    d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
+
+    def desc(dtype, block):
+        return f"tensordesc<{dtype}[{', '.join(str(b) for b in block)}]>"
+
+    sig = {"q_desc": desc(el, [1, block_m, 1, d_main]),
+           "q_tail_desc": desc(el, [1, block_m, 1, d_tail or d_main]),
+           "k_desc": desc(el, [1, block_n, 1, d_main]),
+           "k_tail_desc": desc(el, [1, block_n, 1, d_tail or d_main]),
+           "v_desc": desc(el, [1, 1, head_dim_v, block_n] if fp8 else [1, block_n, 1, head_dim_v]),
+           "o_desc": desc("bf16", [1, block_m, 1, head_dim_v]),
+           "LSE": "*fp32", "QD": "*fp32", "KD": "*fp32", "VD": "*fp32",
+           "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32"}
+    consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
+                  D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False)
+    for k in consts:
+        sig[k] = "constexpr"
+    src = ASTSource(attention_fwd_kernel, sig, consts, {})
+    opts = {"num_warps": num_warps, "num_stages": num_stages}
+    return triton.compile(src, target=TARGETS[target], options=opts)
+
+
+def nvidia_tool(name: str) -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def ptxas_report(ptx: str, arch: str = "sm_90a") -> str:
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "k.ptx")
+        with open(p, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([nvidia_tool("ptxas"), f"-arch={arch}", "-v", p, "-o", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True, check=True)
+        return r.stderr + r.stdout
+
+
+def sass(cubin: bytes) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([nvidia_tool("cuobjdump"), "-sass", f.name], capture_output=True,
+                              text=True, check=True).stdout
+
+
+def summarize_sm90(k) -> dict:
+    ptx, cubin = k.asm["ptx"], k.asm["cubin"]
+    code = sass(cubin)
+    rep = ptxas_report(ptx)
+    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", rep)
+    regs = re.findall(r"Used (\d+) registers", rep)
+    return {"wgmma_e4m3": len(re.findall(r"wgmma\.mma_async[^\n]*e4m3", ptx)),
+            "qgmma_sass": code.count("QGMMA"), "hgmma_sass": code.count("HGMMA"),
+            "mufu_ex2": code.count("MUFU.EX2"), "f2i": len(re.findall(r"\bF2I", code)),
+            "registers": int(regs[0]) if regs else None,
+            "spill_bytes": sum(int(a) + int(b) for a, b in spill)}
+
+
+def main(argv=None):
+    argv = argv or sys.argv[1:]
+    target = argv[0] if argv else "sm90"
+    for rule in P_RULE_IDS:
+        k = compile_attention(target, fp8=True, p_rule=rule)
+        if target == "sm90":
+            print(rule, summarize_sm90(k))
+        else:
+            print(rule, "mfma f8:", len(re.findall(r"v_mfma\w*f8", k.asm["amdgcn"])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Host side of the Triton attention kernel: strides, descales, grid, tile choice."""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ..scales import coarse_descale, is_per_token, normalize_descales
+from .attention import REF_RULE_IDS, attention_fwd_kernel
+from .p_rules import P_RULE_IDS
+from .tuning import TileConfig, choose, interpreter_active, tuning_key
+
+LOG2E = 1.4426950408889634
+
+
+def device_arch(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "cpu"
+    if torch.version.hip:
+        return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+def _descale_args(q, k, v, q_descale, k_descale, v_descale):
+    """Kernel descale tensors and whether q/k scales are per token."""
+    B, Sq, Hq, _ = q.shape
+    Hkv = k.shape[2]
+    per_token = is_per_token(q_descale) or is_per_token(k_descale)
+    qs, ks, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
+    if per_token:
+        return qs, ks, vs, True
+    return (coarse_descale(q_descale.to(q.device), B, Hkv, "q_descale"),
+            coarse_descale(k_descale.to(q.device), B, Hkv, "k_descale"), vs, False)
+
+
+def _aligned(x: torch.Tensor) -> bool:
+    """TMA needs a 16-byte aligned base and strides (bar the last, which must be 1)."""
+    e = x.element_size()
+    return x.data_ptr() % 16 == 0 and x.stride(-1) == 1 and all((st * e) % 16 == 0 for st in x.stride()[:-1])
+
+
+def _tma_ready(x: torch.Tensor) -> torch.Tensor:
+    return x if _aligned(x) else x.contiguous()
+
+
+def transposed_v(v: torch.Tensor) -> torch.Tensor:
+    """(B, Hkv, Dv, Sk) view of v with Sk contiguous and 16-byte aligned rows (copies if needed)."""
+    vt = v.permute(0, 2, 3, 1)
+    if _aligned(vt):
+        return vt
+    B, Sk, Hkv, Dv = v.shape
+    pad = (-Sk) % 16
+    buf = torch.zeros(B, Hkv, Dv, Sk + pad, dtype=v.dtype, device=v.device)
+    buf[..., :Sk] = vt
+    return buf[..., :Sk]
+
+
+def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
+                     v_descale=None, p_rule="lean_cubic", ref_rule="block",
+                     config: TileConfig | None = None):
+    """Run the Triton kernel; inputs already validated. Returns (out, lse)."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    is_fp8 = q.dtype == torch.float8_e4m3fn
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    out_dtype = torch.float16 if q.dtype == torch.float16 else torch.bfloat16
+    # Triton's interpreter truncates float32 -> bf16 and multiplies bf16 as raw bits:
+    # under it, write float32 and round in torch, and feed dots float32 operands
+    interp = interpreter_active()
+    out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else out_dtype, device=q.device)
+    lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
+    q, k = _tma_ready(q), _tma_ready(k)
+    v = transposed_v(v) if is_fp8 else _tma_ready(v)
+    if is_fp8:
+        qd, kd, vd, per_token = _descale_args(q, k, v.permute(0, 3, 1, 2), q_descale, k_descale, v_descale)
+    else:
+        qd = kd = vd = lse            # unused placeholders
+        per_token = False
+    d_main, d_tail = (128, 64) if D == 192 else (D, 0)
+
+    def launch(cfg: TileConfig):
+        bm, bn = cfg.block_m, cfg.block_n
+        q_desc = TensorDescriptor.from_tensor(q, [1, bm, 1, d_main])
+        k_desc = TensorDescriptor.from_tensor(k, [1, bn, 1, d_main])
+        q_tail = TensorDescriptor.from_tensor(q, [1, bm, 1, d_tail]) if d_tail else q_desc
+        k_tail = TensorDescriptor.from_tensor(k, [1, bn, 1, d_tail]) if d_tail else k_desc
+        v_desc = TensorDescriptor.from_tensor(v, [1, 1, Dv, bn] if is_fp8 else [1, bn, 1, Dv])
+        o_desc = TensorDescriptor.from_tensor(out, [1, bm, 1, Dv])
+        grid = (B * Hq, triton.cdiv(Sq, bm))
+        attention_fwd_kernel[grid](
+            q_desc, q_tail, k_desc, k_tail, v_desc, o_desc, lse, qd, kd, vd,
+            Sq, Sk, Hq, Hkv, scale * LOG2E,
+            IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
+            REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
+            D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+    if config is None:
+        def bench(cfg):
+            return triton.testing.do_bench(lambda: launch(cfg), warmup=5, rep=20)
+        key = tuning_key(device_arch(q.device), is_fp8, D, Dv, causal, Sk)
+        config, _ = choose(key, D, Dv, is_fp8, bench)
+    launch(config)
+    return out.to(out_dtype), lse

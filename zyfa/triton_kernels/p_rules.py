@@ -1,0 +1,55 @@
+"""P rules in Triton: the E4M3 probability 2^(y + 8) from y = t - r (zyfa.fp8 is the contract).
+
+`exact` uses exp2 (MUFU) and a rounding conversion. The lean rules use only
+FMA-pipe arithmetic and the magic-number trick: x + 1.5*2^23 leaves
+round-half-even(x) in the low mantissa bits, so no float-to-int conversion is
+issued; the integer is the E4M3 code itself and is reinterpreted as FP8.
+"""
+import triton
+import triton.language as tl
+
+from .. import fp8
+
+P_EXACT: tl.constexpr = tl.constexpr(0)
+P_LEAN: tl.constexpr = tl.constexpr(1)
+P_LEAN_QUAD: tl.constexpr = tl.constexpr(2)
+P_LEAN_CUBIC: tl.constexpr = tl.constexpr(3)
+P_RULE_IDS = {"exact": 0, "lean": 1, "lean_quad": 2, "lean_cubic": 3}
+
+_MAGIC: tl.constexpr = tl.constexpr(fp8.MAGIC)
+_MAGIC_BITS: tl.constexpr = tl.constexpr(0x4B400000)
+_ONE_BITS: tl.constexpr = tl.constexpr(float(fp8.P_ONE_BITS))
+_Y_FLOOR: tl.constexpr = tl.constexpr(fp8.Y_FLOOR)
+_OFFSET: tl.constexpr = tl.constexpr(float(fp8.P_OFFSET_LOG2))
+_QUAD_SLOPE: tl.constexpr = tl.constexpr(8.0 * fp8.LEAN_QUAD_K)
+_QUAD_BASE: tl.constexpr = tl.constexpr(8.0 * (1.0 - fp8.LEAN_QUAD_K))
+_CUBIC_B: tl.constexpr = tl.constexpr(fp8.LEAN_CUBIC_B)
+_CUBIC_AB: tl.constexpr = tl.constexpr(fp8.LEAN_CUBIC_A - fp8.LEAN_CUBIC_B)
+_CUBIC_1A: tl.constexpr = tl.constexpr(1.0 - fp8.LEAN_CUBIC_A)
+
+
+@triton.jit
+def lean_p_bits(y, P_RULE: tl.constexpr):
+    """int32 E4M3 codes in [0, 120] of 2^(y + 8) for a lean rule (zyfa.fp8.p_bits)."""
+    y = tl.maximum(y, _Y_FLOOR)
+    if P_RULE == P_LEAN:
+        w = tl.fma(y, 8.0, _ONE_BITS + _MAGIC)
+    else:
+        a = (y - 0.5) + _MAGIC          # round-half-even(y - 0.5): floor(y), or y - 1 at integers
+        fl = a - _MAGIC
+        f = y - fl
+        if P_RULE == P_LEAN_QUAD:
+            slope = tl.fma(f, _QUAD_SLOPE, _QUAD_BASE)
+        else:
+            inner = tl.fma(f, _CUBIC_B, _CUBIC_AB)
+            slope = tl.fma(f, inner, _CUBIC_1A) * 8.0
+        w = tl.fma(f, slope, fl * 8.0 + (_ONE_BITS + _MAGIC))
+    return w.to(tl.int32, bitcast=True) - _MAGIC_BITS
+
+
+@triton.jit
+def p_fp8(y, P_RULE: tl.constexpr):
+    """float8e4nv probabilities 2^(y + 8) under P_RULE."""
+    if P_RULE == P_EXACT:
+        return tl.exp2(y + _OFFSET).to(tl.float8e4nv)
+    return lean_p_bits(y, P_RULE).to(tl.int8).to(tl.float8e4nv, bitcast=True)
