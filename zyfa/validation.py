@@ -51,11 +51,11 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
                          f"{', '.join(str(p) for p in SUPPORTED_HEAD_DIMS)}")
     if Hq % Hkv:
         raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv}) for GQA/MQA")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if causal and Sq > Sk:
         raise ValueError(f"causal attention needs seqlen_q <= seqlen_k (bottom-right alignment), "
                          f"got seqlen_q {Sq} > seqlen_k {Sk}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and softmax_scale > 0):
         raise ValueError(f"softmax_scale must be a positive number or None, got {softmax_scale!r}")
     for name, x in (("q", q), ("k", k)):

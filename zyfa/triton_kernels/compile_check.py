@@ -81,15 +81,34 @@ def summarize_sm90(k) -> dict:
             "spill_bytes": sum(int(a) + int(b) for a, b in spill)}
 
 
+def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,
+            head_dim: int = 128, head_dim_v: int = 128) -> dict:
+    k = compile_attention(target, fp8=fp8, p_rule=p_rule, block_m=block_m, block_n=block_n,
+                          num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v)
+    if target == "sm90":
+        return summarize_sm90(k)
+    asm = k.asm["amdgcn"]
+    return {"mfma_f8": len(re.findall(r"v_mfma\w*f8", asm)), "v_exp_f32": asm.count("v_exp_f32"),
+            "scratch": "scratch_" in asm and ".private_segment_fixed_size: 0" not in asm}
+
+
 def main(argv=None):
-    argv = argv or sys.argv[1:]
-    target = argv[0] if argv else "sm90"
+    """`python -m zyfa.triton_kernels.compile_check TARGET [--json SPEC]`; SPEC is inspect()'s kwargs as JSON.
+
+    Runs in its own process in tests: Triton's interpreter (TRITON_INTERPRET=1) replaces
+    kernels by Python functions that cannot be compiled.
+    """
+    import argparse
+    import json
+    ap = argparse.ArgumentParser()
+    ap.add_argument("target", choices=sorted(TARGETS))
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if a.json:
+        print(json.dumps(inspect(a.target, **json.loads(a.json))))
+        return
     for rule in P_RULE_IDS:
-        k = compile_attention(target, fp8=True, p_rule=rule)
-        if target == "sm90":
-            print(rule, summarize_sm90(k))
-        else:
-            print(rule, "mfma f8:", len(re.findall(r"v_mfma\w*f8", k.asm["amdgcn"])))
+        print(rule, inspect(a.target, True, rule, 128, 64, 8, 2))
 
 
 if __name__ == "__main__":

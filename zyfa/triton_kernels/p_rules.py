@@ -48,8 +48,26 @@ def lean_p_bits(y, P_RULE: tl.constexpr):
 
 
 @triton.jit
+def exact_p_bits(y):
+    """int32 E4M3 codes of exp2(y + 8) rounded to nearest-even, built with integer arithmetic.
+
+    Float-to-FP8 casts are not used: Triton's interpreter does not round them like the
+    GPU does, and integer rounding makes every path agree with zyfa.fp8 bit for bit.
+    """
+    x = tl.exp2(y + _OFFSET)
+    u = x.to(tl.int32, bitcast=True)
+    # normal E4M3 (x >= 2^-6): keep 3 mantissa bits, round half to even, rebias 127 -> 7
+    normal = ((u + 0x7FFFF + ((u >> 20) & 1)) >> 20) - 960
+    # subnormal E4M3 (x < 2^-6): the code is round-half-even(x * 2^9)
+    sub = tl.fma(x, 512.0, _MAGIC).to(tl.int32, bitcast=True) - _MAGIC_BITS
+    return tl.where(x < 0.015625, sub, normal)
+
+
+@triton.jit
 def p_fp8(y, P_RULE: tl.constexpr):
     """float8e4nv probabilities 2^(y + 8) under P_RULE."""
     if P_RULE == P_EXACT:
-        return tl.exp2(y + _OFFSET).to(tl.float8e4nv)
-    return lean_p_bits(y, P_RULE).to(tl.int8).to(tl.float8e4nv, bitcast=True)
+        bits = exact_p_bits(y)
+    else:
+        bits = lean_p_bits(y, P_RULE)
+    return bits.to(tl.int8).to(tl.float8e4nv, bitcast=True)

@@ -1,0 +1,43 @@
+"""End-to-end error of each quantize_fp8 option against float64 attention on the unquantized
+inputs (GQA 8/2, d128, causal), with float64 math on the dequantized inputs (quantization
+alone) and through the FP8 spec (quantization + kernel arithmetic). CPU only.
+
+    python bench/quantizer_options.py [--seqlen 1024]
+"""
+import argparse
+
+import torch
+
+from zyfa.activations import make
+from zyfa.quantize import quantize_fp8
+from zyfa.reference import attention_fp64, dequantize, fp8_attention_spec
+from zyfa.scales import normalize_descales
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seqlen", type=int, default=1024)
+    a = ap.parse_args()
+    opts = [dict(), dict(granularity="fine"), dict(smooth_k=True), dict(hadamard=True),
+            dict(smooth_k=True, hadamard=True), dict(granularity="fine", smooth_k=True, hadamard=True)]
+    print(f"| input | option | quantization alone | with the FP8 spec (lean_cubic, block) |")
+    print("|---|---|---|---|")
+    for kind in ("gaussian", "realistic"):
+        q, k, v = make(kind, 1, a.seqlen, 8, 2, 128, seed=1)
+        ref = attention_fp64(q, k, v)
+        for o in opts:
+            x = quantize_fp8(q, k, v, **o)
+            qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
+            deq = attention_fp64(dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v"))
+            spec = fp8_attention_spec(**x.kwargs())
+            name = ", ".join(f"{k}={v}" for k, v in o.items()) or "head (FA3 layout)"
+            print(f"| {kind} | {name} | {rel(x.restore_output(deq.float()), ref):.3e} | "
+                  f"{rel(x.restore_output(spec.float()), ref):.3e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Test setup: without a GPU the Triton kernels run in the interpreter, which must be
+switched on before any kernel module is imported."""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+HAS_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_GPU else "cpu"
+
+
+def rel_err(out, ref) -> float:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def describe_mismatch(out, ref, tol_abs=0.0) -> str:
+    """How many elements differ, where the worst is, where NaN/Inf appear."""
+    out, ref = out.double(), ref.double()
+    diff = (out - ref).abs()
+    bad = diff > tol_abs
+    worst = torch.nonzero(diff == diff.nan_to_num(0).max())[:1].tolist()
+    nonfinite = torch.nonzero(~torch.isfinite(out))[:5].tolist()
+    return (f"{int(bad.sum())}/{out.numel()} elements differ by > {tol_abs:g}; worst {diff.nan_to_num(0).max():.3e} "
+            f"at {worst}; non-finite at {nonfinite}")
+
+
+def assert_rel(out, ref, bound, what=""):
+    err = rel_err(out, ref)
+    assert err <= bound, f"{what}: rel err {err:.3e} > bound {bound:.3e}; " + describe_mismatch(out, ref)
+
+
+gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")

@@ -1,0 +1,45 @@
+"""Compile the kernels for H200 (sm_90a) and MI355X (gfx950) on the CPU and read the code.
+
+Each compile runs in a subprocess without TRITON_INTERPRET (the interpreter replaces
+kernels by Python functions)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def inspect(target, **spec):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-m", "zyfa.triton_kernels.compile_check", target, "--json",
+                        json.dumps(spec)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _tile(t):
+    return dict(block_m=t[0], block_n=t[1], num_warps=t[2], num_stages=t[3])
+
+
+@pytest.mark.parametrize("tile", [(64, 128, 4, 2), (128, 128, 8, 3)])
+def test_fp8_sm90_uses_qgmma_without_spills(tile):
+    info = inspect("sm90", fp8=True, p_rule="lean_cubic", **_tile(tile))
+    assert info["wgmma_e4m3"] > 0 and info["qgmma_sass"] > 0, info
+    assert info["spill_bytes"] == 0, info
+    assert info["registers"] <= 255, info
+    # lean P issues no exponential per score: only per-row factors use MUFU.EX2
+    exact = inspect("sm90", fp8=True, p_rule="exact", **_tile(tile))
+    assert info["mufu_ex2"] * 8 < exact["mufu_ex2"], (info, exact)
+
+
+def test_bf16_sm90_uses_hgmma():
+    info = inspect("sm90", fp8=False, p_rule="exact", **_tile((128, 64, 8, 3)))
+    assert info["hgmma_sass"] > 0 and info["spill_bytes"] == 0, info
+
+
+@pytest.mark.parametrize("head_dims", [(128, 128), (192, 128)])
+def test_fp8_gfx950_uses_fp8_mfma(head_dims):
+    info = inspect("gfx950", fp8=True, p_rule="lean_cubic", head_dim=head_dims[0], head_dim_v=head_dims[1],
+                   **_tile((128, 64, 8, 2)))
+    assert info["mfma_f8"] > 0, info

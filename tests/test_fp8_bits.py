@@ -1,0 +1,55 @@
+"""E4M3 bit helpers and the P rules (zyfa.fp8) against torch's own FP8 and exp2."""
+import torch
+
+from zyfa import fp8 as F
+
+
+def test_decode_matches_torch_for_all_codes():
+    codes = torch.arange(256, dtype=torch.int32)
+    ref = codes.to(torch.uint8).view(torch.float8_e4m3fn).double()
+    got = F.e4m3_decode(codes)
+    same = (got == ref) | (got.isnan() & ref.isnan())
+    assert bool(same.all()), f"codes {codes[~same].tolist()} decode wrong"
+
+
+def test_encode_rounds_like_torch():
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(200_000, generator=g, dtype=torch.float64) * 448,
+                   torch.rand(50_000, generator=g, dtype=torch.float64) * 2 ** -5])
+    x = x.float().double()       # torch casts from float32
+    ref = x.float().to(torch.float8_e4m3fn).view(torch.uint8).to(torch.int32)
+    got = F.e4m3_encode_nonneg(x)
+    assert torch.equal(got, ref), f"{int((got != ref).sum())} codes differ"
+
+
+def test_exact_rule_is_round_to_nearest_of_exp2():
+    y = -torch.rand(100_000, generator=torch.Generator().manual_seed(1)) * 20
+    bits = F.p_bits(y, "exact")
+    ref = torch.exp2(y.double() + 8).float().to(torch.float8_e4m3fn).view(torch.uint8).to(torch.int32)
+    assert (bits != ref).float().mean() < 1e-4
+
+
+def test_lean_rules_mismatch_rates_in_normal_range():
+    """Naive lean is a piecewise-linear exp2; the corrections match round-to-nearest closely."""
+    y = -torch.rand(1_000_000, generator=torch.Generator().manual_seed(2)) * 13
+    exact = F.p_bits(y, "exact")
+    rates = {r: (F.p_bits(y, r) != exact).float().mean().item() for r in ("lean", "lean_quad", "lean_cubic")}
+    assert 0.3 < rates["lean"] < 0.6, rates
+    assert rates["lean_quad"] < 0.03, rates
+    assert rates["lean_cubic"] < 0.002, rates
+    for r in ("lean", "lean_quad", "lean_cubic"):
+        assert (F.p_bits(y, r) - exact).abs().max() <= 1, r
+
+
+def test_lean_bits_range_and_top():
+    y = torch.tensor([0.0, -1.0, -2.5, -15.0, -40.0, float("-inf")])
+    for r in F.P_RULES:
+        b = F.p_bits(y, r)
+        assert b[0] == F.P_ONE_BITS, (r, b)       # the block max is exactly 256
+        assert b.min() >= 0 and b.max() <= F.P_ONE_BITS, (r, b)
+        assert b[-1] == 0 and b[-2] == 0, (r, b)
+
+
+def test_naive_lean_does_not_depend_on_fma_fusion():
+    y = -torch.rand(100_000, generator=torch.Generator().manual_seed(3)) * 16
+    assert torch.equal(F.p_bits(y, "lean", fused=True), F.p_bits(y, "lean", fused=False))

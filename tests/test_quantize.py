@@ -1,0 +1,72 @@
+"""zyfa.quantize_fp8: round trips, layouts, Hadamard and K smoothing are exact transformations."""
+import pytest
+import torch
+
+from conftest import assert_rel, rel_err
+from zyfa.activations import make
+from zyfa.quantize import hadamard_matrix, quantize_fp8
+from zyfa.reference import attention_fp64, dequantize
+from zyfa.scales import normalize_descales
+
+
+def _deq(x):
+    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
+    return dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v")
+
+
+@pytest.mark.parametrize("granularity", ["head", "fine"])
+def test_round_trip_within_e4m3_precision(granularity):
+    q, k, v = make("realistic", 2, 100, 4, 2, 128, seed=0, dtype=torch.float32)
+    x = quantize_fp8(q, k, v, granularity=granularity, block_size=32)
+    for name, a, b in zip("qkv", _deq(x), (q, k, v)):
+        # E4M3 keeps 3 mantissa bits: relative rounding error <= 2^-4 on normal values
+        assert_rel(a, b, 0.05, f"{name} round trip")
+    assert x.v.stride(1) == 1, "v must be stored transposed (seqlen contiguous)"
+    assert x.v.shape == v.shape
+
+
+def test_descale_shapes():
+    q, k, v = make("gaussian", 2, 70, 4, 2, 64, seed=0)
+    h = quantize_fp8(q, k, v, granularity="head")
+    assert h.q_descale.shape == (2, 2) and h.k_descale.shape == (2, 2) and h.v_descale.shape == (2, 2)
+    f = quantize_fp8(q, k, v, granularity="fine", block_size=16)
+    assert f.q_descale.shape == (2, 4, 70) and f.k_descale.shape == (2, 2, 70) and f.v_descale.shape == (2, 2, 64)
+    # one scale per block of 16 tokens
+    assert torch.equal(f.k_descale[..., 0], f.k_descale[..., 15]) and f.k_descale.dtype == torch.float32
+
+
+@pytest.mark.parametrize("n", [64, 128, 192, 256])
+def test_hadamard_is_orthonormal(n):
+    h = hadamard_matrix(n, seed=3)
+    assert torch.allclose(h @ h.T, torch.eye(n, dtype=torch.float64), atol=1e-12)
+
+
+def test_rotation_and_smoothing_keep_attention():
+    """Hadamard on q/k/v (with the output rotated back) and K smoothing change nothing in exact math."""
+    q, k, v = make("realistic", 1, 64, 2, 1, 128, seed=4, dtype=torch.float64)
+    ref = attention_fp64(q, k, v)
+    r = hadamard_matrix(128, seed=0)
+    rv = hadamard_matrix(128, seed=1)
+    out = attention_fp64(q @ r, k @ r, v @ rv) @ rv.T
+    assert_rel(out, ref, 1e-12, "rotation")
+    out = attention_fp64(q, k - k.mean(1, keepdim=True), v)
+    assert_rel(out, ref, 1e-12, "k smoothing")
+
+
+def test_hadamard_reduces_error_on_realistic_inputs():
+    q, k, v = make("realistic", 1, 256, 4, 2, 128, seed=6)
+    ref = attention_fp64(q, k, v)
+
+    def e2e(**kw):
+        x = quantize_fp8(q, k, v, **kw)
+        return rel_err(x.restore_output(attention_fp64(*_deq(x)).float()), ref)
+    plain, rot = e2e(), e2e(hadamard=True)
+    assert rot < 0.8 * plain, (plain, rot)
+
+
+def test_bad_arguments():
+    q, k, v = make("gaussian", 1, 8, 2, 1, 64)
+    with pytest.raises(ValueError, match="granularity"):
+        quantize_fp8(q, k, v, granularity="tensor")
+    with pytest.raises(ValueError, match="block_size"):
+        quantize_fp8(q, k, v, granularity="fine", block_size=0)
