@@ -70,3 +70,4 @@ def test_bad_arguments():
         quantize_fp8(q, k, v, granularity="tensor")
     with pytest.raises(ValueError, match="block_size"):
         quantize_fp8(q, k, v, granularity="fine", block_size=0)
+

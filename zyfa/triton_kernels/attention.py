@@ -96,13 +96,18 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
                 r = m
             else:
                 r = A_new - tl.floor(A_new - m)
-        alpha = tl.exp2(A - A_new)
         beta = tl.exp2(r - A_new)
         p = p_fp8(t - r[:, None], P_RULE)
         l_blk = tl.sum(p.to(tl.float32), 1)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
-        total = total * alpha[:, None] + pv * beta[:, None]
-        l_sum = l_sum * alpha + l_blk * beta
+        # rescale the total only when some row's reference moved (with block references,
+        # only when a block max passes A by the threshold): otherwise one FMA per element
+        if tl.max(A_new - A, 0) > 0:
+            alpha = tl.exp2(A - A_new)
+            total = total * alpha[:, None]
+            l_sum = l_sum * alpha
+        total = total + pv * beta[:, None]
+        l_sum = l_sum + l_blk * beta
     else:
         v = v_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, DV)
         A_new = _max_nan(A, m)

@@ -77,6 +77,21 @@ _TABLE = _load_table()
 _CACHE: dict[str, TileConfig] = {}
 
 
+def nearest_table_entry(key: str) -> str | None:
+    """A tuned entry for the same arch, dtype and head dims: same causality first, then the
+    nearest seqlen bucket, so a first call on a covered GPU never autotunes."""
+    arch, dtype, dqk, dv, causal, bucket = key.split("|")
+    best, best_score = None, None
+    for k in _TABLE:
+        a, d, q, v, c, b = k.split("|")
+        if (a, d, q, v) != (arch, dtype, dqk, dv):
+            continue
+        score = (c != causal, abs(int(b).bit_length() - int(bucket).bit_length()))
+        if best_score is None or score < best_score:
+            best, best_score = k, score
+    return best
+
+
 def interpreter_active() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -92,6 +107,9 @@ def choose(key: str, dqk: int, dv: int, is_fp8: bool, bench_fn=None) -> tuple[Ti
         return _CACHE[key], "cache"
     if key in _TABLE:
         return _TABLE[key], "table"
+    near = nearest_table_entry(key)
+    if near is not None:
+        return _TABLE[near], f"table ({near})"
     if bench_fn is None:
         return TileConfig(128, 64, 8, 2), "default"
     best, best_ms = None, float("inf")
