@@ -67,8 +67,13 @@ def normalize_descales(q, k, v, q_descale=None, k_descale=None, v_descale=None):
     else:
         qs = _coarse(qd, B, Hkv, "q_descale").repeat_interleave(group, dim=1)[..., None].expand(B, Hq, Sq)
     ks = kd if kd.dim() == 3 else _coarse(kd, B, Hkv, "k_descale")[..., None].expand(B, Hkv, Sk)
+    return qs.contiguous(), ks.contiguous(), per_channel_v_descale(vd, B, Hkv, Dv)
+
+
+def per_channel_v_descale(vd: torch.Tensor, B: int, Hkv: int, Dv: int) -> torch.Tensor:
+    """v_descale as (B, Hkv, Dv) float32 contiguous."""
     vs = vd if vd.dim() == 3 else _coarse(vd, B, Hkv, "v_descale")[..., None].expand(B, Hkv, Dv)
-    return qs.contiguous(), ks.contiguous(), vs.contiguous()
+    return vs.float().contiguous()
 
 
 def coarse_descale(d: torch.Tensor, B: int, Hkv: int, name: str) -> torch.Tensor:

@@ -7,7 +7,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..scales import coarse_descale, is_per_token, normalize_descales
+from ..scales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from .attention import REF_RULE_IDS, attention_fwd_kernel
 from .p_rules import P_RULE_IDS
 from .tuning import TileConfig, choose, interpreter_active, tuning_key
@@ -28,10 +28,10 @@ def _descale_args(q, k, v, q_descale, k_descale, v_descale):
     """Kernel descale tensors and whether q/k scales are per token."""
     B, Sq, Hq, _ = q.shape
     Hkv = k.shape[2]
-    per_token = is_per_token(q_descale) or is_per_token(k_descale)
-    qs, ks, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
-    if per_token:
+    if is_per_token(q_descale) or is_per_token(k_descale):
+        qs, ks, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
         return qs, ks, vs, True
+    vs = per_channel_v_descale(v_descale.to(q.device), B, Hkv, v.shape[-1])   # q/k stay (B, Hkv)
     return (coarse_descale(q_descale.to(q.device), B, Hkv, "q_descale"),
             coarse_descale(k_descale.to(q.device), B, Hkv, "k_descale"), vs, False)
 
