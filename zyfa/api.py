@@ -4,6 +4,7 @@ from __future__ import annotations
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
 from .fp8 import P_RULES, REF_RULES
+from .ops import flash_attn_op
 from .validation import validate
 
 DEFAULT_P_RULE = "lean_cubic"
@@ -49,10 +50,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
     _check_rules(p_rule, ref_rule)
     b = dispatch.select(_problem(q, k, v, causal, p_rule, ref_rule, is_fp8), backend)
-    kw = dict(softmax_scale=softmax_scale, causal=causal)
-    if is_fp8:
-        kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_rule=p_rule, ref_rule=ref_rule)
-    out, lse = b.run(q, k, v, **kw)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    out, lse = flash_attn_op(q, k, v, scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, b.name)
     return (out, lse) if return_lse else out
 
 

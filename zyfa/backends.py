@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from . import dispatch
+from .ops import out_dtype
 from .reference import attention_fp64, dequantize, fp8_attention_spec
 from .scales import normalize_descales
 
@@ -29,14 +30,13 @@ def _triton_run(q, k, v, **kw):
 def _reference_run(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
                    v_descale=None, p_rule="lean_cubic", ref_rule="block"):
     """The spec for FP8, float64 attention for BF16/FP16 (slow: for checks and the CPU demo)."""
-    out_dtype = torch.float16 if q.dtype == torch.float16 else torch.bfloat16
     if q.dtype == torch.float8_e4m3fn:
         out, lse = fp8_attention_spec(q, k, v, q_descale, k_descale, v_descale, causal=causal,
                                       softmax_scale=softmax_scale, p_rule=p_rule, ref_rule=ref_rule,
                                       return_lse=True)
     else:
         out, lse = attention_fp64(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
-    return out.to(out_dtype), lse.float()
+    return out.to(out_dtype(q.dtype)), lse.float()
 
 
 dispatch.register(dispatch.Backend("triton", _triton_ok, _triton_run))

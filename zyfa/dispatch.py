@@ -48,6 +48,13 @@ def backends() -> list[Backend]:
     return list(_BACKENDS)
 
 
+def by_name(name: str) -> Backend:
+    for b in _BACKENDS:
+        if b.name == name:
+            return b
+    raise ValueError(f"backend must be 'auto' or one of {[b.name for b in _BACKENDS]}, got {name!r}")
+
+
 def assess(problem: Problem) -> list[tuple[str, bool, str]]:
     return [(b.name, *b.can_implement(problem)) for b in _BACKENDS]
 
@@ -55,11 +62,8 @@ def assess(problem: Problem) -> list[tuple[str, bool, str]]:
 def select(problem: Problem, requested: str = "auto") -> Backend:
     if requested == "auto":
         requested = os.environ.get("ZYFA_BACKEND", "auto")
-    names = [b.name for b in _BACKENDS]
     if requested != "auto":
-        if requested not in names:
-            raise ValueError(f"backend must be 'auto' or one of {names}, got {requested!r}")
-        b = _BACKENDS[names.index(requested)]
+        b = by_name(requested)
         ok, why = b.can_implement(problem)
         if not ok:
             raise RuntimeError(f"backend {requested!r} cannot run this call: {why}")

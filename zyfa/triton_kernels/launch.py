@@ -7,6 +7,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ..ops import out_dtype
 from ..scales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from .attention import REF_RULE_IDS, attention_fwd_kernel
 from .p_rules import P_RULE_IDS
@@ -66,11 +67,11 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     is_fp8 = q.dtype == torch.float8_e4m3fn
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
-    out_dtype = torch.float16 if q.dtype == torch.float16 else torch.bfloat16
+    out_type = out_dtype(q.dtype)
     # Triton's interpreter truncates float32 -> bf16 and multiplies bf16 as raw bits:
     # under it, write float32 and round in torch, and feed dots float32 operands
     interp = interpreter_active()
-    out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else out_dtype, device=q.device)
+    out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else out_type, device=q.device)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
     q, k = _tma_ready(q), _tma_ready(k)
     v = transposed_v(v) if is_fp8 else _tma_ready(v)
@@ -104,4 +105,4 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
         key = tuning_key(device_arch(q.device), is_fp8, D, Dv, causal, Sk)
         config, _ = choose(key, D, Dv, is_fp8, bench)
     launch(config)
-    return out.to(out_dtype), lse
+    return out.to(out_type), lse

@@ -1,0 +1,162 @@
+"""The custom op (opcheck, torch.compile, CUDA graphs) and the transformers backends."""
+import logging
+
+import pytest
+import torch
+
+import zyfa
+from zyfa.activations import make
+from zyfa.reference import attention_fp64, dequantize
+from zyfa.scales import normalize_descales
+
+from conftest import DEVICE, HAS_GPU, gpu, rel_err
+
+OP = torch.ops.zyfa.flash_attn.default
+
+
+def _inputs(seed=1, S=64):
+    q, k, v = make("realistic", 1, S, 4, 2, 64, seed=seed, device=DEVICE)
+    return q, k, v, zyfa.quantize_fp8(q, k, v)
+
+
+def test_opcheck_bf16_and_fp8():
+    q, k, v, x = _inputs()
+    torch.library.opcheck(OP, (q, k, v, None, True, None, None, None, "lean_cubic", "block", "triton"))
+    # test_schema compares FP8 tensors with allclose, which torch does not implement for float8
+    torch.library.opcheck(OP, (x.q, x.k, x.v, 0.1, True, x.q_descale, x.k_descale, x.v_descale,
+                               "lean_cubic", "block", "triton"),
+                          test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_compile_fullgraph_matches_eager():
+    q, k, v, x = _inputs(seed=2)
+
+    def block(q, k, v, q8, k8, v8, qd, kd, vd):
+        o = zyfa.flash_attn_func(q * 0.5, k, v, causal=True)
+        o8, lse = zyfa.flash_attn_func(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True)
+        return o.float() + o8.float(), lse
+
+    args = (q, k, v, x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
+    eager = block(*args)
+    compiled = torch.compile(block, fullgraph=True)(*args)
+    for e, c in zip(eager, compiled):
+        assert torch.equal(e, c)
+
+
+@gpu
+def test_cuda_graph_capture_replays_eager():
+    q, k, v, x = _inputs(seed=3, S=1000)
+    static = [t.clone() for t in (q, k, v)]
+    torch.cuda.synchronize()
+    zyfa.flash_attn_func(*static)                                  # compile outside the capture
+    zyfa.flash_attn_func(**x.kwargs())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = zyfa.flash_attn_func(*static)
+        out8 = zyfa.flash_attn_func(**x.kwargs())
+    q2, k2, v2, x2 = _inputs(seed=4, S=1000)
+    for s, t in zip(static, (q2, k2, v2)):
+        s.copy_(t)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2))
+    assert torch.equal(out8, zyfa.flash_attn_func(**x.kwargs()))
+
+
+# ------------------------------------------------------------------ transformers
+transformers = pytest.importorskip("transformers")
+from zyfa.integrations import transformers as zt  # noqa: E402
+
+
+def _fp64_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
+    """Reference attention in float64 (causal, no mask) for the logits baseline."""
+    assert attention_mask is None
+    out = attention_fp64(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                         causal=True, softmax_scale=scaling)
+    return out.to(query.dtype), None
+
+
+def _fakequant_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
+    """The same E4M3 quantization as zyfa_fp8, then float64 attention: the FP8 input baseline."""
+    x = zyfa.quantize_fp8(*(t.transpose(1, 2) for t in (query, key, value)))
+    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
+    out = attention_fp64(dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v"),
+                         causal=True, softmax_scale=scaling)
+    return out.to(query.dtype), None
+
+
+def _register():
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    zt.register()
+    for name, fn in (("fp64_ref", _fp64_attention), ("fakequant_fp8", _fakequant_attention)):
+        AttentionInterface.register(name, fn)
+        AttentionMaskInterface.register(name, sdpa_mask)
+
+
+def _tiny(arch):
+    common = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512)
+    if arch == "llama":
+        return transformers.LlamaConfig(**common)
+    return transformers.Qwen3Config(**common)
+
+
+def _logits(model, impl, ids, **kw):
+    model.set_attn_implementation(impl)
+    with torch.no_grad():
+        return model(ids, **kw).logits.double()
+
+
+def _kl(ref, out):
+    """Mean over tokens of KL(softmax(ref) || softmax(out))."""
+    lp, lq = ref.log_softmax(-1), out.log_softmax(-1)
+    return (lp.exp() * (lp - lq)).sum(-1).mean().item()
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def tiny_model(request):
+    _register()
+    torch.manual_seed(0)
+    cfg = _tiny(request.param)
+    cfg.initializer_range = 0.2     # sharper attention than the default 0.02, so errors show in the logits
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="zyfa", dtype=torch.bfloat16)
+    return model.to(DEVICE).eval()
+
+
+def test_from_config_selects_zyfa(tiny_model):
+    assert tiny_model.config._attn_implementation in zt.NAMES
+
+
+def test_bf16_logits_match_sdpa(tiny_model):
+    ids = torch.randint(0, 256, (2, 80), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    ref = _logits(tiny_model, "fp64_ref", ids)
+    err_sdpa = rel_err(_logits(tiny_model, "sdpa", ids), ref)
+    err_zyfa = rel_err(_logits(tiny_model, "zyfa", ids), ref)
+    assert err_zyfa <= 2 * err_sdpa + 1e-3, f"zyfa logits err {err_zyfa:.3e}, sdpa {err_sdpa:.3e}"
+
+
+def test_fp8_kl_bounded_by_quantization(tiny_model):
+    ids = torch.randint(0, 256, (1, 96), generator=torch.Generator().manual_seed(6)).to(DEVICE)
+    ref = _logits(tiny_model, "fp64_ref", ids)
+    kl_quant = _kl(ref, _logits(tiny_model, "fakequant_fp8", ids))
+    kl_zyfa = _kl(ref, _logits(tiny_model, "zyfa_fp8", ids))
+    assert kl_quant > 0
+    assert kl_zyfa <= 2 * kl_quant + 1e-6, f"KL zyfa_fp8 {kl_zyfa:.3e}, FP8 inputs alone {kl_quant:.3e}"
+
+
+def test_padding_and_decode_fall_back_to_sdpa(tiny_model, caplog):
+    ids = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0
+    zt._logged.clear()
+    with caplog.at_level(logging.WARNING, logger="zyfa"):
+        sdpa = _logits(tiny_model, "sdpa", ids, attention_mask=mask)
+        for _ in range(2):
+            got = _logits(tiny_model, "zyfa", ids, attention_mask=mask)
+    assert torch.equal(got, sdpa)
+    assert sum("explicit attention mask" in r.message for r in caplog.records) == 1
+    with caplog.at_level(logging.WARNING, logger="zyfa"):
+        out = tiny_model.generate(ids[:1], max_new_tokens=2, do_sample=False)
+    assert out.shape[1] == ids.shape[1] + 2
+    assert any("decode step" in r.message for r in caplog.records)
