@@ -93,3 +93,15 @@ def make(kind: str, *args, **kwargs):
     if kind == "realistic":
         return realistic(*args, **kwargs)
     raise ValueError(f"input kind must be 'gaussian' or 'realistic', got {kind!r}")
+
+
+def capture(model, input_ids, layers=None, path=None):
+    """Record a transformers model's post-RoPE Q, K, V (zyfa.capture.capture)."""
+    from .capture import capture as _capture
+    return _capture(model, input_ids, layers=layers, path=path)
+
+
+def load_capture(path):
+    """Read a capture file (zyfa.capture.load_capture)."""
+    from .capture import load_capture as _load
+    return _load(path)
