@@ -14,7 +14,7 @@ def _deq(x):
     return dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v")
 
 
-@pytest.mark.parametrize("granularity", ["head", "fine"])
+@pytest.mark.parametrize("granularity", ["head", "tensor", "fine"])
 def test_round_trip_within_e4m3_precision(granularity):
     q, k, v = make("realistic", 2, 100, 4, 2, 128, seed=0, dtype=torch.float32)
     x = quantize_fp8(q, k, v, granularity=granularity, block_size=32)
@@ -67,7 +67,7 @@ def test_hadamard_reduces_error_on_realistic_inputs():
 def test_bad_arguments():
     q, k, v = make("gaussian", 1, 8, 2, 1, 64)
     with pytest.raises(ValueError, match="granularity"):
-        quantize_fp8(q, k, v, granularity="tensor")
+        quantize_fp8(q, k, v, granularity="channel")
     with pytest.raises(ValueError, match="block_size"):
         quantize_fp8(q, k, v, granularity="fine", block_size=0)
 

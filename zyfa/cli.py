@@ -10,8 +10,14 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run zyfa on realistic activations: error vs float64, speed on a GPU")
     d.add_argument("--seqlen", type=int, default=None)
+    sub.add_parser("bench", help="benchmark zyfa beside FA3, cuDNN and SDPA on a GPU (zyfa bench --help)",
+                   add_help=False)
     c = sub.add_parser("compile-check", help="compile the FP8 kernel for sm90 or gfx950 on this machine")
     c.add_argument("target", choices=["sm90", "gfx950"])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        from .bench.run import main as bench
+        return bench(argv[1:])
     a = ap.parse_args(argv)
     if a.cmd == "demo":
         from .demo import run

@@ -2,6 +2,7 @@
 
 Options (error of each measured in README "Quantizer options"):
   granularity="head"  one scale per (batch, kv_head) for q, k and v (FlashAttention-3's layout);
+  granularity="tensor" one scalar scale each for q, k and v (what cuDNN's FP8 attention takes);
   granularity="fine"  per block of ``block_size`` tokens for q (per head) and k, per channel for v;
   smooth_k            subtract k's mean over tokens: q.(k - mean) differs from q.k by a
                       constant per query row, so softmax is unchanged (LSE shifts by that constant);
@@ -92,8 +93,8 @@ def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
 
     Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
     """
-    if granularity not in ("head", "fine"):
-        raise ValueError(f"granularity must be 'head' or 'fine', got {granularity!r}")
+    if granularity not in ("head", "tensor", "fine"):
+        raise ValueError(f"granularity must be 'head', 'tensor' or 'fine', got {granularity!r}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v must be 4-D (batch, seqlen, heads, head_dim)")
     if not isinstance(block_size, int) or block_size < 1:
@@ -122,6 +123,8 @@ def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
         kd = kd[:, 0, :, 0].contiguous()
         v8, vd = _to_e4m3(vf, vf.abs().amax(dim=(1, 3))[:, None, :, None])
         vd = vd[:, 0, :, 0].contiguous()
+    elif granularity == "tensor":
+        (q8, qd), (k8, kd), (v8, vd) = (_to_e4m3(t, t.abs().amax()) for t in (qf, kf, vf))
     else:
         q8, qd = _per_token_blocks(qf, block_size)
         k8, kd = _per_token_blocks(kf, block_size)

@@ -1,0 +1,71 @@
+"""The bench suite's plumbing on the CPU: FLOP counts, records, missing anchors, report."""
+import json
+
+import pytest
+import torch
+
+from zyfa.bench.cases import Case, attention_flops, cases_for
+from zyfa.bench.methods import all_methods
+from zyfa.bench.report import markdown
+from zyfa.bench.run import capture_cases, run
+
+from conftest import HAS_GPU
+
+TINY = Case("quick", "tiny", 1, 40, 40, 4, 2, 64, 64)
+
+
+def test_flops_count_causal_pairs_exactly():
+    # Sq = Sk: pairs = S(S+1)/2 (FlashAttention's S^2/2 plus the diagonal)
+    assert attention_flops(2, 3, 4, 4, 64, 64, True) == 2 * 2 * 3 * 10 * 128
+    # bottom-right: query i sees i + 1 + (Sk - Sq) keys
+    assert attention_flops(1, 1, 2, 5, 64, 64, True) == 2 * (4 + 5) * 128
+    assert attention_flops(1, 1, 2, 5, 64, 64, False) == 2 * 10 * 128
+    with pytest.raises(ValueError, match="--cases"):
+        cases_for("nonsense")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks how anchors are reported on a machine without them")
+def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
+    wanted = {"zyfa-fp8-lean_cubic", "zyfa-bf16", "fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"}
+    methods = [m for m in all_methods() if m.label in wanted]
+    path = str(tmp_path / "r.json")
+    doc = run([TINY], methods, path, timer=lambda fn: 1.0)
+    recs = {r["label"]: r for r in doc["records"]}
+    assert set(recs) == wanted
+    for label in ("zyfa-fp8-lean_cubic", "zyfa-bf16"):
+        r = recs[label]
+        assert r["status"] == "ok", r
+        assert r["tflops"] == pytest.approx(TINY.flops / 1e9)
+        assert r["repeatable"] and r["nonfinite"] == 0
+        assert 0 < r["err_kernel"] < 0.05
+    # plumbing checks only (kernel accuracy is tested in test_triton_kernels): BF16's LSE is
+    # float32-exact; FP8's sums E4M3-rounded probabilities (2^-4 per element, averaging out)
+    assert recs["zyfa-bf16"]["lse_err"] < 1e-4
+    assert recs["zyfa-fp8-lean_cubic"]["lse_err"] < 0.05
+    assert recs["zyfa-fp8-lean_cubic"]["err_e2e"] > recs["zyfa-fp8-lean_cubic"]["err_kernel"]
+    for label in ("fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"):
+        assert recs[label]["status"] == "missing" and recs[label]["reason"]
+    with open(path) as f:
+        assert json.load(f)["records"] == doc["records"]
+    text = markdown(doc, path)
+    assert "## Not measured" in text and "fa3-fp8 (missing)" in text
+    # a second run replaces its own records and keeps the others
+    doc2 = run([TINY], methods[:1], path, timer=lambda fn: 2.0)
+    assert len(doc2["records"]) == len(wanted)
+
+
+def test_bench_on_captured_activations(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from zyfa.activations import capture
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, head_dim=64)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    path = str(tmp_path / "tiny.safetensors")
+    capture(model, torch.randint(0, 64, (1, 24)), path=path)
+    cases, layers = capture_cases(path)
+    assert [(c.name, c.Hq, c.Hkv, c.D) for c in cases] == [("tiny:layer0", 2, 1, 64)]
+    assert cases[0].softmax_scale == pytest.approx(64 ** -0.5)
+    bf16 = [m for m in all_methods() if m.label == "zyfa-bf16"]
+    doc = run(cases, bf16, str(tmp_path / "c.json"), captured=layers, timer=lambda fn: 1.0)
+    (r,) = doc["records"]
+    assert r["status"] == "ok" and r["input"] == "tiny" and r["err_e2e"] < 1e-2

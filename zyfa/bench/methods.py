@@ -1,0 +1,233 @@
+"""What `zyfa bench` times: every zyfa path and the anchors, as small frozen records.
+
+A method's ``missing()`` says why it cannot run here (None when it can); ``build(inputs)``
+prepares it for one case and returns a call giving (out, lse or None).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import torch
+
+import zyfa
+from zyfa.fp8 import P_RULES
+from zyfa.quantize import FP8Inputs, quantize_fp8
+from zyfa.reference import attention_fp64, dequantize
+from zyfa.scales import normalize_descales
+
+from .cases import Case
+
+
+class Inputs:
+    """One case's BF16 inputs and, made on first use, their FP8 quantizations and references."""
+
+    def __init__(self, case: Case, q, k, v):
+        self.case, self.q, self.k, self.v = case, q, k, v
+        self._fp8: dict[str, FP8Inputs] = {}
+        self._refs: dict = {}
+
+    @property
+    def scale(self) -> float:
+        return self.case.softmax_scale or 1.0 / math.sqrt(self.case.D)
+
+    def fp8(self, granularity: str) -> FP8Inputs:
+        if granularity not in self._fp8:
+            self._fp8[granularity] = quantize_fp8(self.q, self.k, self.v, granularity=granularity)
+        return self._fp8[granularity]
+
+    def ref_rows(self) -> slice:
+        """Rows the error is measured on: all up to 4K queries, else the last 2K (they see every key)."""
+        return slice(0, self.case.Sq) if self.case.Sq <= 4096 else slice(self.case.Sq - 2048, self.case.Sq)
+
+    def reference(self, quant: str | None):
+        """float64 (out, lse) on the chosen rows: of the BF16 inputs (quant None) or of the
+        dequantized FP8 inputs a method actually read (kernel-only error)."""
+        if quant not in self._refs:
+            self._refs[quant] = self._reference(quant)
+        return self._refs[quant]
+
+    def _reference(self, quant):
+        if quant is None:
+            q, k, v = self.q, self.k, self.v
+        else:
+            x = self.fp8(quant)
+            qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
+            q, k, v = dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v")
+        return attention_fp64(q[:, self.ref_rows()], k, v, causal=self.case.causal,
+                              softmax_scale=self.scale, return_lse=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    method: str                      # zyfa, fa3, cudnn, sdpa_flash, sdpa_cudnn
+    backend: str                     # for zyfa: triton, ...; else the library
+    dtype: str                       # fp8 / bf16
+    quant: str | None                # FP8 scale granularity it reads (for kernel-only error)
+    build: Callable[[Inputs], Callable[[], tuple]]
+    missing: Callable[[], str | None]
+    p_rule: str | None = None
+
+    @property
+    def label(self) -> str:
+        rule = f"-{self.p_rule}" if self.p_rule else ""
+        return f"{self.method}-{self.dtype}{rule}"
+
+
+# ------------------------------------------------------------------ zyfa
+def _zyfa_missing(backend):
+    def missing():
+        if not torch.cuda.is_available():
+            from zyfa.triton_kernels.tuning import interpreter_active
+            if not interpreter_active():
+                return "no CUDA GPU (and the Triton interpreter is off)"
+        return None
+    return missing
+
+
+def _zyfa_fp8(rule, backend):
+    def build(inp: Inputs):
+        x = inp.fp8("head")
+        return lambda: zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal,
+                                            p_rule=rule, return_lse=True, backend=backend)
+    return build
+
+
+def _zyfa_bf16(backend):
+    def build(inp: Inputs):
+        return lambda: zyfa.flash_attn_func(inp.q, inp.k, inp.v, softmax_scale=inp.scale, causal=inp.case.causal,
+                                            return_lse=True, backend=backend)
+    return build
+
+
+# ------------------------------------------------------------------ FlashAttention-3 (fa3-fwd wheel)
+def _fa3():
+    import fa3_fwd_interface
+    return fa3_fwd_interface.flash_attn_func
+
+
+def _fa3_missing():
+    try:
+        _fa3()
+    except Exception as e:  # noqa: BLE001  (any import failure means the anchor is missing)
+        return f"FlashAttention-3 not importable (pip install fa3-fwd): {type(e).__name__}: {e}"
+    return None
+
+
+def _split(res):
+    """FA3 returns out or (out, lse, ...)."""
+    return (res[0], res[1]) if isinstance(res, tuple) else (res, None)
+
+
+def _fa3_build(dtype):
+    def build(inp: Inputs):
+        fa, c = _fa3(), inp.case
+        if dtype == "bf16":
+            return lambda: _split(fa(inp.q, inp.k, inp.v, softmax_scale=inp.scale, causal=c.causal))
+        x = inp.fp8("head")
+        v = x.v.contiguous()           # FA3 reads V in the normal layout
+        return lambda: _split(fa(x.q, x.k, v, softmax_scale=inp.scale, causal=c.causal, q_descale=x.q_descale,
+                                 k_descale=x.k_descale, v_descale=x.v_descale))
+    return build
+
+
+# ------------------------------------------------------------------ cuDNN
+def _cudnn_fe_missing():
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    try:
+        import cudnn  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return f"cuDNN frontend not importable (pip install nvidia-cudnn-frontend): {type(e).__name__}: {e}"
+    return None
+
+
+def _bhsd(graph, name, x, dtype):
+    """A cuDNN tensor (b, h, s, d) over a (B, S, H, D) torch tensor, without copying."""
+    B, S, H, D = x.shape
+    return graph.tensor(name=name, dim=[B, H, S, D], stride=[x.stride(0), x.stride(2), x.stride(1), x.stride(3)],
+                        data_type=dtype)
+
+
+def _cudnn_fp8_build(inp: Inputs):
+    """cuDNN's FP8 SDPA (per-tensor scales; on Hopper its output is FP8, scaled like V)."""
+    import cudnn
+    c = inp.case
+    if c.causal and c.Sq != c.Sk:
+        raise ValueError("cuDNN's causal mask is top-left aligned; only Sq == Sk is compared")
+    x = inp.fp8("tensor")
+    q, k, v = x.q, x.k, x.v.contiguous()
+    dev = q.device
+    E4M3, F32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream(dev).cuda_stream)
+    g = cudnn.pygraph(io_data_type=E4M3, intermediate_data_type=F32, compute_data_type=F32, handle=handle)
+    tq, tk, tv = (_bhsd(g, n, t, E4M3) for n, t in (("q", q), ("k", k), ("v", v)))
+    one = dict(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=F32)
+    names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+    scal = {n: g.tensor(name=n, **one) for n in names}
+    p_max = 448.0                                  # P in [0, 1] stored as E4M3 times 448
+    values = dict(descale_q=x.q_descale, descale_k=x.k_descale, descale_v=x.v_descale,
+                  descale_s=torch.tensor(1 / p_max), scale_s=torch.tensor(p_max), scale_o=1 / x.v_descale)
+    values = {n: t.reshape(1, 1, 1, 1).float().to(dev) for n, t in values.items()}
+    kw = dict(q=tq, k=tk, v=tv, **scal, attn_scale=inp.scale, use_causal_mask=c.causal, name="sdpa_fp8")
+    try:
+        o_t, _stats, amax_s, amax_o = g.sdpa_fp8(**kw, generate_stats=False)
+    except TypeError:                              # frontends before generate_stats took is_inference
+        o_t, _stats, amax_s, amax_o = g.sdpa_fp8(**kw, is_inference=True)
+    out = torch.empty(c.B, c.Sq, c.Hq, c.Dv, dtype=torch.float8_e4m3fn, device=dev)
+    o_t.set_output(True).set_dim([c.B, c.Hq, c.Sq, c.Dv]).set_stride(
+        [out.stride(0), out.stride(2), out.stride(1), out.stride(3)]).set_data_type(E4M3)
+    amax = {}
+    for name, t in (("amax_s", amax_s), ("amax_o", amax_o)):
+        amax[name] = torch.empty(1, 1, 1, 1, dtype=torch.float32, device=dev)
+        t.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(F32)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    ws = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device=dev)
+    pack = {tq: q, tk: k, tv: v, o_t: out, amax_s: amax["amax_s"], amax_o: amax["amax_o"]}
+    pack.update({scal[n]: values[n] for n in names})
+    descale_o = x.v_descale.float().to(dev)
+
+    def call():
+        g.execute(pack, ws, handle=handle)
+        return out.float() * descale_o, None
+    return call
+
+
+def _sdpa_build(kind):
+    def build(inp: Inputs):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        be = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}[kind]
+        c = inp.case
+        if c.causal and c.Sq != c.Sk:
+            raise ValueError("SDPA's is_causal is top-left aligned; only Sq == Sk is compared")
+        q, k, v = (t.transpose(1, 2) for t in (inp.q, inp.k, inp.v))
+
+        def call():
+            with sdpa_kernel(be):
+                o = torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=c.causal, scale=inp.scale, enable_gqa=c.Hq != c.Hkv)
+            return o.transpose(1, 2), None
+        return call
+    return build
+
+
+def _gpu_missing():
+    return None if torch.cuda.is_available() else "no CUDA GPU"
+
+
+def all_methods(backend: str = "triton") -> list[Method]:
+    zm = _zyfa_missing(backend)
+    out = [Method("zyfa", backend, "fp8", "head", _zyfa_fp8(r, backend), zm, p_rule=r) for r in P_RULES]
+    out.append(Method("zyfa", backend, "bf16", None, _zyfa_bf16(backend), zm))
+    out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
+            Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
+            Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),
+            Method("sdpa_cudnn", "sdpa", "bf16", None, _sdpa_build("sdpa_cudnn"), _gpu_missing),
+            Method("sdpa_flash", "sdpa", "bf16", None, _sdpa_build("sdpa_flash"), _gpu_missing)]
+    return out

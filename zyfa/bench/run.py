@@ -1,0 +1,182 @@
+"""`zyfa bench`: run the cases, write bench/results/<date>-<gpu>.json, RESULTS.md and plots.
+
+    zyfa bench [--cases quick|sweep|models|all] [--activations FILE] [--out DIR]
+
+Records of an earlier run with the same file name are kept unless the same
+(case, method) is measured again, so a suite can be run in parts.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import zlib
+from importlib import metadata
+
+import torch
+
+from .cases import Case, cases_for
+from .measure import Power, median_ms, rel_err
+from .methods import Inputs, Method, all_methods
+
+
+def versions(power: Power | None) -> dict:
+    def pkg(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+    import triton
+    return dict(zyfa=pkg("zyfa"), torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
+                cudnn=torch.backends.cudnn.version(), cudnn_frontend=pkg("nvidia-cudnn-frontend"),
+                fa3=pkg("fa3-fwd"), driver=power.driver() if power else None, python=platform.python_version())
+
+
+def gpu_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def default_path(out_dir: str) -> str:
+    date = datetime.date.today().isoformat()
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name().lower()).strip("-")
+    return os.path.join(out_dir, f"{date}-{slug}.json")
+
+
+def case_inputs(case: Case, device, captured=None) -> Inputs:
+    if captured is not None:
+        q, k, v = (t.to(device=device, dtype=torch.bfloat16) for t in (captured.q, captured.k, captured.v))
+        return Inputs(case, q, k, v)
+    from zyfa.activations import make
+    q, k, v = make(case.input, case.B, case.Sq, case.Hq, case.Hkv, case.D, case.Dv, seqlen_k=case.Sk,
+                   seed=zlib.crc32(case.name.encode()) % 1000, device=device)
+    return Inputs(case, q, k, v)
+
+
+def _lse_err(lse, rows, ref):
+    """Largest |LSE − float64 LSE| (natural log), where the method returns an LSE of FA's shape."""
+    if lse is None or lse.dim() != 3 or lse[:, :, rows].shape != ref.shape:
+        return None
+    return (lse[:, :, rows].double() - ref).abs().max().item()
+
+
+def measure_one(inp: Inputs, m: Method, power: Power | None, timer=median_ms) -> dict:
+    """One record: the method's speed, error, energy and repeatability on one case."""
+    c = inp.case
+    rec = dict(gpu=gpu_name(), date=datetime.date.today().isoformat(), method=m.method, backend=m.backend,
+               p_rule=m.p_rule, dtype=m.dtype, label=m.label, case=c.name, group=c.group, input=c.input,
+               B=c.B, Sq=c.Sq, Sk=c.Sk, Hq=c.Hq, Hkv=c.Hkv, Dqk=c.D, Dv=c.Dv, causal=c.causal,
+               flops=c.flops)
+    reason = m.missing()
+    if reason:
+        return dict(rec, status="missing", reason=reason)
+    try:
+        fn = m.build(inp)
+        out, lse = fn()
+        again, _ = fn()
+        rows = inp.ref_rows()
+        ref, ref_lse = inp.reference(None)
+        kref, kref_lse = inp.reference(m.quant) if m.quant else (ref, ref_lse)
+        rec.update(err_rows="all" if rows.start == 0 else f"last {rows.stop - rows.start}",
+                   err_e2e=rel_err(out[:, rows], ref), err_kernel=rel_err(out[:, rows], kref),
+                   lse_err=_lse_err(lse, rows, kref_lse),
+                   nonfinite=int((~torch.isfinite(out.float())).sum()),
+                   repeatable=bool(torch.equal(out, again)))
+        ms = timer(fn)
+        rec.update(ms=ms, tflops=c.flops / ms / 1e9)
+        if power is not None:
+            joules, clock = power.measure(fn, ms)
+            rec.update(tflop_per_j=None if joules is None else c.flops / joules / 1e12, sm_clock_mhz=clock)
+        rec["status"] = "ok"
+    except Exception as e:  # noqa: BLE001  (a failing method is recorded, never dropped)
+        rec.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
+    return rec
+
+
+def _progress(items, desc):
+    try:
+        from tqdm import tqdm
+        return tqdm(items, desc=desc)
+    except ImportError:
+        return items
+
+
+def run(cases: list[Case], methods: list[Method], path: str, captured=None, timer=median_ms,
+        power: Power | None = None, fresh: bool = False) -> dict:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    doc = {"versions": versions(power), "records": []}
+    if os.path.exists(path) and not fresh:
+        with open(path) as f:
+            doc["records"] = json.load(f)["records"]
+    for i, case in enumerate(_progress(cases, "zyfa bench")):
+        inp = case_inputs(case, device, None if captured is None else captured[i])
+        for m in methods:
+            rec = measure_one(inp, m, power, timer)
+            doc["records"] = [r for r in doc["records"] if (r["case"], r["label"]) != (case.name, m.label)]
+            doc["records"].append(rec)
+            shown = f"{rec['tflops']:.0f} TFLOP/s, err {rec['err_kernel']:.2e}" if rec["status"] == "ok" else \
+                f"{rec['status']}: {rec['reason'][:100]}"
+            print(f"  {case.name:24s} {m.label:22s} {shown}", flush=True)
+        del inp
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+    return doc
+
+
+def capture_cases(path: str):
+    from zyfa.activations import load_capture
+    layers = load_capture(path)
+    name = os.path.splitext(os.path.basename(path))[0]
+    cases = [Case("capture", f"{name}:{c.name}", c.q.shape[0], c.q.shape[1], c.k.shape[1], c.q.shape[2],
+                  c.k.shape[2], c.q.shape[3], c.v.shape[3], input=name, softmax_scale=c.softmax_scale)
+             for c in layers]
+    return cases, layers
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="quick", help="quick (about 2 min), sweep, models, all; comma-separated")
+    ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
+    ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
+    ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")
+    ap.add_argument("--fresh", action="store_true", help="drop records of an earlier run with the same file name")
+    ap.add_argument("--report-only", metavar="JSON", help="only regenerate RESULTS.md and plots from a JSON file")
+    a = ap.parse_args(argv)
+    from .report import write_report
+    if a.report_only:
+        write_report(a.report_only, a.out)
+        return 0
+    if not torch.cuda.is_available():
+        raise SystemExit("zyfa bench needs a CUDA GPU (none found); `zyfa demo` runs on the CPU")
+    methods = all_methods()
+    if a.methods:
+        wanted = a.methods.split(",")
+        unknown = set(wanted) - {m.label for m in methods}
+        if unknown:
+            raise SystemExit(f"unknown --methods {sorted(unknown)}; known: {[m.label for m in methods]}")
+        methods = [m for m in methods if m.label in wanted]
+    captured = None
+    if a.activations:
+        try:
+            cases, captured = capture_cases(a.activations)
+        except (ValueError, FileNotFoundError) as e:
+            raise SystemExit(f"--activations: {e}") from e
+    else:
+        cases = cases_for(a.cases)
+    power = Power()
+    if power.nvml is None:
+        print(f"energy not measured: {power.reason}")
+    path = default_path(a.out)
+    doc = run(cases, methods, path, captured=captured, power=power, fresh=a.fresh)
+    missing = sorted({(r["label"], r["reason"]) for r in doc["records"] if r["status"] != "ok"})
+    for label, reason in missing:
+        print(f"NOT MEASURED {label}: {reason}")
+    write_report(path, a.out)
+    print(f"wrote {path} and {os.path.join(a.out, 'RESULTS.md')}")
+    return 0
