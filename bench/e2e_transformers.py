@@ -18,16 +18,36 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import zyfa  # noqa: E402
 import zyfa.integrations.transformers as zt  # noqa: E402
 from zyfa.bench.run import default_path, versions  # noqa: E402
 
 
 def fp32_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
-    """Causal attention in float32 (SDPA's math on fp32 copies): the accuracy reference."""
+    """Causal attention in float32 (SDPA on fp32 copies): the accuracy reference. (B, H, S, D) in."""
     g = query.shape[1] // key.shape[1]
     k, v = (t.float().repeat_interleave(g, dim=1) for t in (key, value))
     out = torch.nn.functional.scaled_dot_product_attention(query.float(), k, v, is_causal=True, scale=scaling)
     return out.transpose(1, 2).to(query.dtype), None
+
+
+def fp8_inputs_fp32_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
+    """zyfa_fp8's quantization of q, k, v, then float32 attention: the error FP8 inputs alone cause."""
+    from zyfa.reference import dequantize
+    from zyfa.scales import normalize_descales
+    x = zyfa.quantize_fp8(*(t.transpose(1, 2) for t in (query, key, value)))
+    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
+    deq = [dequantize(t, s, n).float().transpose(1, 2) for t, s, n in ((x.q, qs, "q"), (x.k, ks, "k"), (x.v, vs, "v"))]
+    return fp32_attention(module, *deq, attention_mask, scaling=scaling)[0].to(query.dtype), None
+
+
+def fa3_fp8_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
+    """FlashAttention-3 FP8 on the same quantized inputs as zyfa_fp8."""
+    import fa3_fwd_interface
+    x = zyfa.quantize_fp8(*(t.transpose(1, 2) for t in (query, key, value)))
+    out = fa3_fwd_interface.flash_attn_func(x.q, x.k, x.v.contiguous(), softmax_scale=scaling, causal=True,
+                                            q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
+    return (out[0] if isinstance(out, tuple) else out).to(query.dtype), None
 
 
 def fa3_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
@@ -41,7 +61,8 @@ def register_extra():
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     zt.register()
-    for name, fn in (("fp32_ref", fp32_attention), ("fa3", fa3_attention)):
+    for name, fn in (("fp32_ref", fp32_attention), ("fa3", fa3_attention), ("fa3_fp8", fa3_fp8_attention),
+                     ("fp8_inputs_fp32", fp8_inputs_fp32_attention)):
         AttentionInterface.register(name, fn)
         AttentionMaskInterface.register(name, sdpa_mask)
 
@@ -72,7 +93,7 @@ def main():
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
     ids = torch.randint(0, cfg.vocab_size, (1, a.seqlen), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-    impls = ["fp32_ref", "sdpa", "fa3", "zyfa", "zyfa_fp8"]
+    impls = ["fp32_ref", "sdpa", "fa3", "zyfa", "fp8_inputs_fp32", "fa3_fp8", "zyfa_fp8"]
     logits, rows = {}, []
     for impl in impls:
         row = dict(attn_implementation=impl)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 SWEEP_SEQLENS = (1024, 2048, 4096, 8192, 16384, 32768)
 SWEEP_TOKENS = 32768
@@ -66,7 +67,10 @@ def quick_cases() -> list[Case]:
 
 
 def cases_for(names: str) -> list[Case]:
+    """Case groups by name: quick, sweep, models, all, or one head dim of the sweep (sweep-d128)."""
     table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases}
+    for d, dv in SWEEP_DIMS:
+        table[f"sweep-d{d}"] = functools.partial(sweep_cases, dims=((d, dv),))
     out = []
     for n in names.split(","):
         if n == "all":

@@ -62,8 +62,8 @@ def _lse_err(lse, rows, ref):
     return (lse[:, :, rows].double() - ref).abs().max().item()
 
 
-def measure_one(inp: Inputs, m: Method, power: Power | None, timer=median_ms) -> dict:
-    """One record: the method's speed, error, energy and repeatability on one case."""
+def measure_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
+    """One record (speed, error, repeatability of the method on one case) and the call timed."""
     c = inp.case
     rec = dict(gpu=gpu_name(), date=datetime.date.today().isoformat(), method=m.method, backend=m.backend,
                p_rule=m.p_rule, dtype=m.dtype, label=m.label, case=c.name, group=c.group, input=c.input,
@@ -71,7 +71,7 @@ def measure_one(inp: Inputs, m: Method, power: Power | None, timer=median_ms) ->
                flops=c.flops)
     reason = m.missing()
     if reason:
-        return dict(rec, status="missing", reason=reason)
+        return dict(rec, status="missing", reason=reason), None
     try:
         fn = m.build(inp)
         out, lse = fn()
@@ -84,15 +84,22 @@ def measure_one(inp: Inputs, m: Method, power: Power | None, timer=median_ms) ->
                    lse_err=_lse_err(lse, rows, kref_lse),
                    nonfinite=int((~torch.isfinite(out.float())).sum()),
                    repeatable=bool(torch.equal(out, again)))
+        del out, again, lse
         ms = timer(fn)
-        rec.update(ms=ms, tflops=c.flops / ms / 1e9)
-        if power is not None:
-            joules, clock = power.measure(fn, ms)
-            rec.update(tflop_per_j=None if joules is None else c.flops / joules / 1e12, sm_clock_mhz=clock)
-        rec["status"] = "ok"
+        rec.update(ms=ms, tflops=c.flops / ms / 1e9, status="ok")
+        return rec, fn
     except Exception as e:  # noqa: BLE001  (a failing method is recorded, never dropped)
-        rec.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
-    return rec
+        return dict(rec, status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
+
+
+def measure_energy(rec: dict, fn, power: Power) -> None:
+    """TFLOP/J and SM clock over back-to-back calls; run after all of a case's timings so
+    that one method's sustained load does not heat the card for the next one's timing."""
+    try:
+        joules, clock = power.measure(fn, rec["ms"])
+        rec.update(tflop_per_j=None if joules is None else rec["flops"] / joules / 1e12, sm_clock_mhz=clock)
+    except Exception as e:  # noqa: BLE001
+        rec.update(energy_error=f"{type(e).__name__}: {str(e)[:200]}")
 
 
 def _progress(items, desc):
@@ -112,14 +119,20 @@ def run(cases: list[Case], methods: list[Method], path: str, captured=None, time
             doc["records"] = json.load(f)["records"]
     for i, case in enumerate(_progress(cases, "zyfa bench")):
         inp = case_inputs(case, device, None if captured is None else captured[i])
+        timed = []
         for m in methods:
-            rec = measure_one(inp, m, power, timer)
+            rec, fn = measure_one(inp, m, timer)
             doc["records"] = [r for r in doc["records"] if (r["case"], r["label"]) != (case.name, m.label)]
             doc["records"].append(rec)
+            if fn is not None:
+                timed.append((rec, fn))
             shown = f"{rec['tflops']:.0f} TFLOP/s, err {rec['err_kernel']:.2e}" if rec["status"] == "ok" else \
                 f"{rec['status']}: {rec['reason'][:100]}"
             print(f"  {case.name:24s} {m.label:22s} {shown}", flush=True)
-        del inp
+        if power is not None:
+            for rec, fn in timed:
+                measure_energy(rec, fn, power)
+        del inp, timed
         if device == "cuda":
             torch.cuda.empty_cache()
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -141,7 +154,7 @@ def capture_cases(path: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="quick", help="quick (about 2 min), sweep, models, all; comma-separated")
+    ap.add_argument("--cases", default="quick", help="quick (about 2 min), sweep, sweep-d64|d128|d256|d192, models, all; comma-separated")
     ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")
