@@ -51,7 +51,11 @@ def markdown(doc: dict, source: str) -> str:
             out += [f"### {title}", ""] + _table(recs, rows, labels, metric, fmt) + [""]
     bad = _ordered((r["label"], r["status"], r["reason"]) for r in recs if r["status"] != "ok")
     if bad:
-        out += ["## Not measured", ""] + [f"* {label} ({status}): {reason}" for label, status, reason in bad] + [""]
+        out += ["## Not measured", ""]
+        for label, status, reason in bad:
+            where = _ordered(r["case"] for r in recs if (r["label"], r["status"], r.get("reason")) == (label, status, reason))
+            out.append(f"* {label} ({status}) on {', '.join(where)}: {reason}")
+        out.append("")
     return "\n".join(out)
 
 
@@ -68,7 +72,7 @@ def plots(doc: dict, prefix: str) -> list[str]:
     sweep = [r for r in recs if r["group"] == "sweep"]
     if sweep:
         dims = _ordered((r["Dqk"], r["Dv"]) for r in sweep)
-        fig, axes = plt.subplots(1, len(dims), figsize=(5 * len(dims), 4), squeeze=False)
+        fig, axes = plt.subplots(1, len(dims), figsize=(5 * len(dims), 4.6), squeeze=False)
         for ax, (d, dv) in zip(axes[0], dims):
             for label in _ordered(r["label"] for r in sweep):
                 pts = sorted((r["Sq"], r["tflops"]) for r in sweep if r["label"] == label and (r["Dqk"], r["Dv"]) == (d, dv))
@@ -79,8 +83,12 @@ def plots(doc: dict, prefix: str) -> list[str]:
             ax.set_xlabel("seqlen (32K tokens per batch)")
             ax.set_ylabel("TFLOP/s")
             ax.grid(alpha=0.3)
-        axes[0][-1].legend(fontsize=7)
-        fig.tight_layout()
+        handles = {}
+        for ax in axes[0]:
+            for h, label in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(label, h)
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(len(handles), 6), fontsize=8)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
         fig.savefig(prefix + "-tflops.png", dpi=110)
         plt.close(fig)
         written.append(prefix + "-tflops.png")
@@ -108,11 +116,32 @@ def plots(doc: dict, prefix: str) -> list[str]:
     return written
 
 
+def e2e_markdown(path: str) -> str:
+    """The transformers end-to-end table (bench/e2e_transformers.py), when its JSON is beside."""
+    with open(path) as f:
+        e = json.load(f)
+    lines = [f"## End-to-end prefill in transformers ({e['model']}, {e['seqlen']} tokens)", "",
+             f"From `{os.path.basename(path)}` ({e['gpu']}, {e['date']}, transformers "
+             f"{e['versions'].get('transformers')}). Wall time of one forward (median of "
+             f"{len(e['records'][0].get('seconds_all', [])) or '?'}); KL = mean over positions of "
+             "KL(fp32-attention run ‖ this run) of the next-token distributions.", "",
+             "| attn_implementation | prefill (s) | KL vs fp32 attention | argmax agreement |", "|---|---|---|---|"]
+    for r in e["records"]:
+        if r["status"] == "ok":
+            lines.append(f"| {r['attn_implementation']} | {r['seconds_median']:.3f} | "
+                         f"{r.get('kl_vs_fp32_attention', float('nan')):.3e} | {r.get('argmax_agreement', float('nan')):.4f} |")
+        else:
+            lines.append(f"| {r['attn_implementation']} | {r['status']}: {r['reason'][:80]} | | |")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(json_path: str, out_dir: str) -> str:
     with open(json_path) as f:
         doc = json.load(f)
     prefix = os.path.splitext(json_path)[0]
     text = markdown(doc, json_path)
+    if os.path.exists(prefix + "-e2e-transformers.json"):
+        text += "\n" + e2e_markdown(prefix + "-e2e-transformers.json")
     images = plots(doc, prefix)
     text += "\n" + "\n".join(f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images) + "\n"
     path = os.path.join(out_dir, "RESULTS.md")

@@ -73,9 +73,10 @@ def measure_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
     if reason:
         return dict(rec, status="missing", reason=reason), None
     try:
-        fn = m.build(inp)
-        out, lse = fn()
-        again, _ = fn()
+        built = m.build(inp)
+        fn, finish = built if isinstance(built, tuple) else (built, lambda res: res)
+        out, lse = finish(fn())
+        again, _ = finish(fn())
         rows = inp.ref_rows()
         ref, ref_lse = inp.reference(None)
         kref, kref_lse = inp.reference(m.quant) if m.quant else (ref, ref_lse)
