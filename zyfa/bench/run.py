@@ -115,6 +115,7 @@ def run(cases: list[Case], methods: list[Method], path: str, captured=None, time
         power: Power | None = None, fresh: bool = False) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     doc = {"versions": versions(power), "records": []}
+    run_id = datetime.datetime.now().isoformat(timespec="seconds")     # which process measured a record
     if os.path.exists(path) and not fresh:
         with open(path) as f:
             doc["records"] = json.load(f)["records"]
@@ -123,6 +124,7 @@ def run(cases: list[Case], methods: list[Method], path: str, captured=None, time
         timed = []
         for m in methods:
             rec, fn = measure_one(inp, m, timer)
+            rec["run"] = run_id
             doc["records"] = [r for r in doc["records"] if (r["case"], r["label"]) != (case.name, m.label)]
             doc["records"].append(rec)
             if fn is not None:
