@@ -25,6 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import zyfa  # noqa: E402
 from zyfa import fp8 as F  # noqa: E402
 from zyfa.activations import make  # noqa: E402
+from zyfa.bench.cases import attention_flops as flops  # noqa: E402
+from zyfa.bench.measure import rel_err as rel  # noqa: E402
 from zyfa.reference import attention_fp64, dequantize, fp8_attention_spec  # noqa: E402
 from zyfa.scales import normalize_descales  # noqa: E402
 from zyfa.triton_kernels import launch as L  # noqa: E402
@@ -38,20 +40,6 @@ def log(*a):
     s = " ".join(str(x) for x in a)
     print(s, flush=True)
     LOG.append(s)
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
-
-
-def flops(B, H, Sq, Sk, dqk, dv, causal):
-    if causal:
-        off = Sk - Sq
-        pairs = Sq * off + Sq * (Sq + 1) / 2
-    else:
-        pairs = Sq * Sk
-    return 2.0 * B * H * pairs * (dqk + dv)
 
 
 def bench_ms(fn):

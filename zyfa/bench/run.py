@@ -157,7 +157,7 @@ def capture_cases(path: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="quick", help="quick (about 2 min), sweep, sweep-d64|d128|d256|d192, models, all; comma-separated")
+    ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, all; comma-separated")
     ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")
