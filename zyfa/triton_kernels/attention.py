@@ -62,7 +62,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 UPCAST_DOT: tl.constexpr, ROWSUM_DOT: tl.constexpr):
+                 UPCAST_DOT: tl.constexpr):
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
     Loads go through tensor descriptors (TMA on Hopper): rows past Sk read as zeros.
@@ -98,13 +98,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
                 r = A_new - tl.floor(A_new - m)
         beta = tl.exp2(r - A_new)
         p = p_fp8(t - r[:, None], P_RULE)
-        if ROWSUM_DOT:
-            # the row sum of the rounded P on the tensor cores (P times a ones block),
-            # instead of BLOCK_N FP8 -> FP32 conversions and adds per row on the ALUs
-            ones = tl.full([BLOCK_N, 16], 1.0, tl.float32).to(p.dtype)
-            l_blk = tl.max(tl.dot(p, ones), 1)
-        else:
-            l_blk = tl.sum(p.to(tl.float32), 1)
+        l_blk = tl.sum(p.to(tl.float32), 1)    # on the ALUs: the tensor-core way measured slower (NOTES)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
         # rescale the total only when some row's reference moved (with block references,
         # only when a block max passes A by the threshold): otherwise one FMA per element
@@ -131,8 +125,7 @@ def attention_fwd_kernel(
         IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr,
-        ROWSUM_DOT: tl.constexpr = False):
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr):
     """Grid (batch * heads, query tiles). q/k/o descriptors are 4-D (B, S, H, D) with
     blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8."""
     bh = tl.program_id(0)                       # heads vary fastest: one tile row of all heads together
@@ -177,12 +170,12 @@ def attention_fwd_kernel(
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, ROWSUM_DOT)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT)
     for start_n in range(band_start, band_end, BLOCK_N):
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, ROWSUM_DOT)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT)
 
     # epilogue
     out = total / l_sum[:, None]

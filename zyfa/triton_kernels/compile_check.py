@@ -22,8 +22,7 @@ TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950
 
 def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
-                      head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
-                      rowsum_dot: bool = False):
+                      head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False):
     el = "fp8e4nv" if fp8 else "bf16"
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
 
@@ -39,8 +38,7 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "LSE": "*fp32", "QD": "*fp32", "KD": "*fp32", "VD": "*fp32",
            "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
-                  D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
-                  ROWSUM_DOT=rowsum_dot)
+                  D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False)
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})

@@ -61,11 +61,8 @@ def transposed_v(v: torch.Tensor) -> torch.Tensor:
 
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
                      v_descale=None, p_rule="lean_cubic", ref_rule="block",
-                     config: TileConfig | None = None, rowsum_dot: bool = False):
-    """Run the Triton kernel; inputs already validated. Returns (out, lse).
-
-    rowsum_dot (FP8): take the row sum of the rounded P on the tensor cores (an experiment).
-    """
+                     config: TileConfig | None = None):
+    """Run the Triton kernel; inputs already validated. Returns (out, lse)."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     is_fp8 = q.dtype == torch.float8_e4m3fn
@@ -99,7 +96,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
             Sq, Sk, Hq, Hkv, scale * LOG2E,
             IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
-            D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8, ROWSUM_DOT=rowsum_dot and is_fp8,
+            D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
