@@ -1,0 +1,67 @@
+"""The assembly generator core, the PTX target and the generated lean-P kernel."""
+import re
+
+import pytest
+import torch
+
+from zyfa import fp8 as F
+from zyfa.asm.program import Program
+from zyfa.asm.ptx import target as T
+from zyfa.asm.ptx.assemble import assemble
+from zyfa.asm.ptx.lean_p import LEAN_RULES, p_codes_kernel
+
+from conftest import gpu
+
+
+def test_program_declares_what_it_used():
+    prog = T.program()
+    a, b = prog.regs("f32", 2)
+    p = prog.reg("pred")
+    prog.emit("add.f32", a, a, b, guard=p)
+    prog.label("L0")
+    assert str(a) == "%f32_0" and prog.register_counts() == {"f32": 2, "pred": 1}
+    assert prog.declarations() == ["\t.reg .f32 %f32_<2>;", "\t.reg .pred %pred_<1>;"]
+    assert prog.body == ["\t@%pred_0 add.rn.f32 %f32_0, %f32_0, %f32_1;", "L0:"]
+    with pytest.raises(ValueError, match="op 'exp2'"):
+        prog.emit("exp2", a, b)
+    with pytest.raises(ValueError, match="register kind"):
+        prog.reg("f16x2")
+    with pytest.raises(ValueError, match="twice"):
+        prog.label("L0")
+    assert isinstance(prog, Program)
+
+
+def test_f32_immediates_are_bit_exact():
+    assert T.f32(F.MAGIC) == "0f4B400000"
+    assert T.f32(F.P_ONE_BITS + F.MAGIC) == "0f4B400078"
+    assert T.f32(-15.0) == "0fC1700000"
+
+
+@pytest.mark.parametrize("rule", LEAN_RULES)
+def test_lean_p_kernel_assembles_without_mufu_or_conversions(rule):
+    name, ptx = p_codes_kernel(rule)
+    a = assemble(ptx)
+    assert a.spill_bytes == 0 and 0 < a.registers <= 32, a.report
+    sass = a.sass()
+    ops = set(re.findall(r"\b([A-Z][A-Z0-9]+)[.A-Z0-9]*\s", sass))
+    assert "FFMA" in ops and "PRMT" in ops
+    # the lean rules' point: no exp2 on the MUFU pipe, no float<->int conversion instructions
+    assert not ops & {"MUFU", "F2I", "I2F", "F2F", "F2FP"}, sorted(ops)
+
+
+def test_unknown_rule_is_refused():
+    with pytest.raises(ValueError, match="generated P rules"):
+        p_codes_kernel("exact")
+
+
+@gpu
+@pytest.mark.parametrize("rule", LEAN_RULES)
+def test_generated_p_codes_equal_the_spec(rule):
+    from zyfa.asm.ptx.kernels import p_codes
+    n = (1 << 22) + 3                                     # not a multiple of 4: the tail is padded
+    y = -torch.rand(n, device="cuda") * 20                # past the clamp at -15 too
+    y[:1000] = -torch.arange(1000, device="cuda").float() / 64     # integers and ties
+    got = p_codes(y, rule).cpu().to(torch.int32)
+    spec = F.p_bits(y.cpu(), rule, fused=True)
+    mism = int((got != spec).sum())
+    assert mism == 0, f"{mism} of {n} codes differ from the spec"

@@ -1,0 +1,83 @@
+"""The lean P rules in generated PTX: FMA-pipe arithmetic and the magic-number trick only
+(no MUFU exp2, no float-to-int conversion), bit-identical to ``zyfa.fp8.p_bits``.
+
+``emit_p_code`` writes the instructions for one score into any program (the attention
+kernel will call it per element); ``p_codes_kernel`` wraps it into a standalone kernel
+that turns float32 y = t - r into packed E4M3 codes, four per 32-bit word with prmt.
+"""
+from __future__ import annotations
+
+from ... import fp8 as F
+from ..program import Program, Reg
+from .target import f32, module, program
+
+LEAN_RULES = ("lean", "lean_quad", "lean_cubic")
+
+
+def emit_p_code(prog: Program, y: Reg, rule: str) -> Reg:
+    """An f32 register whose low byte is the E4M3 code of 2^(y + 8) under ``rule``
+    (its float value is MAGIC + code); the same operations, in the same order, as the spec."""
+    if rule not in LEAN_RULES:
+        raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
+    yc = prog.reg("f32")
+    prog.emit("max.f32", yc, y, f32(F.Y_FLOOR))             # bits >= 0 without a second clamp
+    w = prog.reg("f32")
+    if rule == "lean":
+        prog.emit("fma.f32", w, yc, f32(8.0), f32(F.P_ONE_BITS + F.MAGIC))
+        return w
+    a, fl, f, slope = prog.regs("f32", 4)
+    prog.emit("sub.f32", a, yc, f32(0.5))                   # floor(y) = rne(y - 0.5) via MAGIC
+    prog.emit("add.f32", a, a, f32(F.MAGIC))
+    prog.emit("sub.f32", fl, a, f32(F.MAGIC))
+    prog.emit("sub.f32", f, yc, fl)                          # fraction in [0, 1]
+    if rule == "lean_quad":
+        prog.emit("fma.f32", slope, f, f32(8.0 * F.LEAN_QUAD_K), f32(8.0 * (1.0 - F.LEAN_QUAD_K)))
+    else:
+        inner = prog.reg("f32")
+        prog.emit("fma.f32", inner, f, f32(F.LEAN_CUBIC_B), f32(F.LEAN_CUBIC_A - F.LEAN_CUBIC_B))
+        prog.emit("fma.f32", slope, f, inner, f32(1.0 - F.LEAN_CUBIC_A))
+        prog.emit("mul.f32", slope, slope, f32(8.0))
+    base = prog.reg("f32")
+    prog.emit("mul.f32", base, fl, f32(8.0))
+    prog.emit("add.f32", base, base, f32(F.P_ONE_BITS + F.MAGIC))
+    prog.emit("fma.f32", w, f, slope, base)
+    return w
+
+
+def emit_pack4(prog: Program, codes: list[Reg]) -> Reg:
+    """The low bytes of four registers packed into one 32-bit word (byte i from codes[i])."""
+    lo, hi, packed = prog.regs("b32", 3)
+    prog.emit("prmt.b32", lo, codes[0], codes[1], "0x0040")
+    prog.emit("prmt.b32", hi, codes[2], codes[3], "0x0040")
+    prog.emit("prmt.b32", packed, lo, hi, "0x5410")
+    return packed
+
+
+def p_codes_kernel(rule: str, arch: str = "sm_90a") -> tuple[str, str]:
+    """(kernel name, PTX): out[i] = E4M3 code of y[i]; one thread per 4 values; n4 = n / 4."""
+    name = f"zyfa_p_codes_{rule}"
+    prog = program()
+    yp, op, off, addr, oaddr = prog.regs("u64", 5)
+    n4, tid, cta, ntid, i = prog.regs("u32", 5)
+    done = prog.reg("pred")
+    prog.emit("ld.param.u64", yp, "y_ptr")
+    prog.emit("ld.param.u64", op, "out_ptr")
+    prog.emit("ld.param.u32", n4, "n4")
+    prog.emit("mov.u32", tid, "%tid.x")
+    prog.emit("mov.u32", cta, "%ctaid.x")
+    prog.emit("mov.u32", ntid, "%ntid.x")
+    prog.emit("mad.lo.u32", i, cta, ntid, tid)
+    prog.emit("setp.ge.u32", done, i, n4)
+    prog.emit("bra", "EXIT", guard=done)
+    prog.emit("mul.wide.u32", off, i, 16)
+    prog.emit("add.u64", addr, yp, off)
+    ys = prog.regs("f32", 4)
+    prog.emit("ld.global.v4.f32", *ys, addr)
+    codes = [emit_p_code(prog, y, rule) for y in ys]        # unrolled in Python
+    packed = emit_pack4(prog, codes)
+    prog.emit("mul.wide.u32", off, i, 4)
+    prog.emit("add.u64", oaddr, op, off)
+    prog.emit("st.global.b32", oaddr, packed)
+    prog.label("EXIT")
+    prog.emit("ret")
+    return name, module(name, [(".u64", "y_ptr"), (".u64", "out_ptr"), (".u32", "n4")], prog, arch)
