@@ -65,3 +65,25 @@ def test_generated_p_codes_equal_the_spec(rule):
     spec = F.p_bits(y.cpu(), rule, fused=True)
     mism = int((got != spec).sum())
     assert mism == 0, f"{mism} of {n} codes differ from the spec"
+
+
+def test_qk_tile_kernel_assembles_to_tma_and_fp8_wgmma():
+    from zyfa.asm.ptx.qk_tile import qk_tile_kernel
+    a = assemble(qk_tile_kernel()[1])
+    sass = a.sass()
+    assert a.spill_bytes == 0, a.report
+    assert "QGMMA" in sass and "UTMALDG" in sass, "expected FP8 wgmma (QGMMA) and TMA loads (UTMALDG)"
+
+
+@gpu
+@pytest.mark.parametrize("q_row,k_row", [(0, 0), (64, 128), (192, 0)])
+def test_qk_tile_equals_float64(q_row, k_row):
+    from zyfa.asm.ptx.kernels import qk_tile
+    g = torch.Generator(device="cuda").manual_seed(q_row + k_row)
+    q = (torch.randn(256, 128, device="cuda", generator=g) * 4).to(torch.float8_e4m3fn)
+    k = (torch.randn(256, 128, device="cuda", generator=g) * 4).to(torch.float8_e4m3fn)
+    s = qk_tile(q, k, q_row, k_row)
+    ref = q[q_row:q_row + 64].double() @ k[k_row:k_row + 64].double().T
+    err = ((s.double() - ref).norm() / ref.norm()).item()
+    # products of E4M3 values are exact in fp32; only the tensor cores' accumulation rounds
+    assert err < 1e-5, f"rel err {err:.3e}; worst at {divmod(int((s.double() - ref).abs().argmax()), 64)}"

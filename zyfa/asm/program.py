@@ -51,8 +51,8 @@ class Program:
     def regs(self, kind: str, n: int) -> list[Reg]:
         return [self.reg(kind) for _ in range(n)]
 
-    def emit(self, op: str, *operands, guard: Reg | None = None) -> None:
-        """Append one instruction; ``guard`` predicates it (``@p``)."""
+    def emit(self, op: str, *operands, guard: Reg | str | None = None) -> None:
+        """Append one instruction; ``guard`` predicates it (``@p``; a string such as ``"!%p_0"``)."""
         try:
             fmt = self.target.ops[op]
         except KeyError:

@@ -8,7 +8,8 @@ import torch
 
 from .assemble import assemble
 from .lean_p import p_codes_kernel
-from .loader import Kernel
+from .loader import Kernel, tensor_map_2d
+from .qk_tile import ROWS, qk_tile_kernel
 
 
 @functools.cache
@@ -31,3 +32,23 @@ def p_codes(y: torch.Tensor, rule: str) -> torch.Tensor:
     kernel(((n4 + 255) // 256,), (256,), [ctypes.c_uint64(padded.data_ptr()), ctypes.c_uint64(out.data_ptr()),
                                           ctypes.c_uint32(n4)])
     return out[:n].reshape(y.shape)
+
+
+@functools.cache
+def _qk_tile(arch: str, device: int) -> Kernel:
+    name, ptx = qk_tile_kernel(arch)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device))
+
+
+def qk_tile(q: torch.Tensor, k: torch.Tensor, q_row: int = 0, k_row: int = 0) -> torch.Tensor:
+    """S (64 x 64 float32) = q[q_row:+64] . k[k_row:+64]^T for E4M3 q, k of shape (rows, 128),
+    by the generated TMA + wgmma kernel (a building block of the attention kernel)."""
+    for name, t in (("q", q), ("k", k)):
+        if t.dtype != torch.float8_e4m3fn or t.dim() != 2 or t.shape[1] != 128 or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous (rows, 128) float8_e4m3fn tensor")
+    s = torch.empty(ROWS, ROWS, dtype=torch.float32, device=q.device)
+    qm = tensor_map_2d(q.view(torch.uint8), ROWS)
+    km = tensor_map_2d(k.view(torch.uint8), ROWS)
+    _qk_tile("sm_90a", q.device.index or 0)((1,), (128,), [qm, km, ctypes.c_uint64(s.data_ptr()),
+                                                          ctypes.c_uint32(q_row), ctypes.c_uint32(k_row)])
+    return s

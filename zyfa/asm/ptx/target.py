@@ -30,6 +30,32 @@ OPS = {
     "fma.f32": "fma.rn.f32 {0}, {1}, {2}, {3};",
     "max.f32": "max.f32 {0}, {1}, {2};",
     "prmt.b32": "prmt.b32 {0}, {1}, {2}, {3};",
+    # integer and address arithmetic
+    "mov.b64": "mov.b64 {0}, {1};",
+    "cvta.param.u64": "cvta.param.u64 {0}, {1};",
+    "cvt.u64.u32": "cvt.u64.u32 {0}, {1};",
+    "add.u32": "add.u32 {0}, {1}, {2};",
+    "mul.lo.u32": "mul.lo.u32 {0}, {1}, {2};",
+    "shr.u32": "shr.u32 {0}, {1}, {2};",
+    "and.b32": "and.b32 {0}, {1}, {2};",
+    "shr.u64": "shr.u64 {0}, {1}, {2};",
+    "and.b64": "and.b64 {0}, {1}, {2};",
+    "or.b64": "or.b64 {0}, {1}, {2};",
+    "setp.eq.u32": "setp.eq.u32 {0}, {1}, {2};",
+    "st.global.v2.f32": "st.global.v2.f32 [{0}], {{{1}, {2}}};",
+    # barriers, TMA and the tensor cores
+    "bar.sync": "bar.sync {0};",
+    "mbarrier.init": "mbarrier.init.shared::cta.b64 [{0}], {1};",
+    "fence.mbarrier_init": "fence.mbarrier_init.release.cluster;",
+    "fence.proxy.async": "fence.proxy.async.shared::cta;",
+    "mbarrier.expect_tx": "mbarrier.arrive.expect_tx.shared::cta.b64 _, [{0}], {1};",
+    "mbarrier.try_wait": "mbarrier.try_wait.parity.shared::cta.b64 {0}, [{1}], {2};",
+    "tma.load.2d": "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}}}], [{4}];",
+    "wgmma.fence": "wgmma.fence.sync.aligned;",
+    "wgmma.commit": "wgmma.commit_group.sync.aligned;",
+    "wgmma.wait": "wgmma.wait_group.sync.aligned {0};",
+    # {0}: the accumulator list, {1}/{2}: A/B descriptors, {3}: scale-d (0: D = A.B, 1: D += A.B)
+    "wgmma.m64n64k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
 }
 
 
@@ -46,8 +72,21 @@ def program() -> Program:
     return Program(TARGET)
 
 
-def module(name: str, params: list[tuple[str, str]], prog: Program, arch: str = "sm_90a") -> str:
-    """A PTX module holding one kernel; ``params`` are (PTX type, name) pairs."""
+def module(name: str, params: list[tuple[str, str]], prog: Program, arch: str = "sm_90a",
+           shared: list[str] = ()) -> str:
+    """A PTX module holding one kernel; ``params`` are (PTX type, name) pairs, ``shared``
+    module-level shared-memory declarations."""
     plist = ",\n".join(f"\t.param {t} {n}" for t, n in params)
-    return "\n".join([".version 8.0", f".target {arch}", ".address_size 64", "",
+    return "\n".join([".version 8.0", f".target {arch}", ".address_size 64", "", *shared, "",
                       f".visible .entry {name}(\n{plist}\n)", "{", *prog.declarations(), *prog.body, "}", ""])
+
+
+# the 64-bit wgmma shared-memory descriptor: start address >> 4 in bits 0-13, leading byte
+# offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, swizzle mode in 62-63 (1 = 128 B)
+SWIZZLE_128B = 1
+
+
+def descriptor_bits(stride_bytes: int, swizzle: int = SWIZZLE_128B, leading_bytes: int = 0) -> int:
+    """The descriptor without its start address (OR the address >> 4 into bits 0-13). The
+    leading byte offset is unused for K-major swizzled tiles (0, as Triton 3.6 writes it)."""
+    return (swizzle << 62) | ((stride_bytes >> 4) << 32) | ((leading_bytes >> 4) << 16)
