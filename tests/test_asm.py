@@ -85,5 +85,8 @@ def test_qk_tile_equals_float64(q_row, k_row):
     s = qk_tile(q, k, q_row, k_row)
     ref = q[q_row:q_row + 64].double() @ k[k_row:k_row + 64].double().T
     err = ((s.double() - ref).norm() / ref.norm()).item()
-    # products of E4M3 values are exact in fp32; only the tensor cores' accumulation rounds
-    assert err < 1e-5, f"rel err {err:.3e}; worst at {divmod(int((s.double() - ref).abs().argmax()), 64)}"
+    # products of E4M3 values are exact; Hopper's FP8 tensor cores accumulate with ~13-14
+    # mantissa bits (measured 1.3e-4 here), while a wrong fragment layout gives O(1) errors
+    assert err < 5e-4, f"rel err {err:.3e}; worst at {divmod(int((s.double() - ref).abs().argmax()), 64)}"
+    shuffled = ((s.double()[:, torch.randperm(64, device="cuda")] - ref).norm() / ref.norm()).item()
+    assert shuffled > 0.5
