@@ -33,11 +33,8 @@ def fp32_attention(module, query, key, value, attention_mask, dropout=0.0, scali
 
 def fp8_inputs_fp32_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
     """zyfa_fp8's quantization of q, k, v, then float32 attention: the error FP8 inputs alone cause."""
-    from zyfa.reference import dequantize
-    from zyfa.scales import normalize_descales
     x = zyfa.quantize_fp8(*(t.transpose(1, 2) for t in (query, key, value)))
-    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-    deq = [dequantize(t, s, n).float().transpose(1, 2) for t, s, n in ((x.q, qs, "q"), (x.k, ks, "k"), (x.v, vs, "v"))]
+    deq = [t.float().transpose(1, 2) for t in x.dequantized()]
     return fp32_attention(module, *deq, attention_mask, scaling=scaling)[0].to(query.dtype), None
 
 
@@ -58,13 +55,10 @@ def fa3_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
 
 
 def register_extra():
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     zt.register()
     for name, fn in (("fp32_ref", fp32_attention), ("fa3", fa3_attention), ("fa3_fp8", fa3_fp8_attention),
                      ("fp8_inputs_fp32", fp8_inputs_fp32_attention)):
-        AttentionInterface.register(name, fn)
-        AttentionMaskInterface.register(name, sdpa_mask)
+        zt.register_backend(name, fn)
 
 
 def kl_mean(ref_logits, logits, chunk=2048) -> float:

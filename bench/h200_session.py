@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import math
 import os
 import platform
 import sys
@@ -27,8 +26,7 @@ from zyfa import fp8 as F  # noqa: E402
 from zyfa.activations import make  # noqa: E402
 from zyfa.bench.cases import attention_flops as flops  # noqa: E402
 from zyfa.bench.measure import rel_err as rel  # noqa: E402
-from zyfa.reference import attention_fp64, dequantize, fp8_attention_spec  # noqa: E402
-from zyfa.scales import normalize_descales  # noqa: E402
+from zyfa.reference import attention_fp64, fp8_attention_spec  # noqa: E402
 from zyfa.triton_kernels import launch as L  # noqa: E402
 from zyfa.triton_kernels import tuning as T  # noqa: E402
 from zyfa.triton_kernels.p_rules import P_RULE_IDS, p_fp8  # noqa: E402
@@ -81,9 +79,7 @@ def check_correctness(rec):
         o = zyfa.flash_attn_func(q, k, v, causal=causal, backend="triton")
         base = attention_fp64(q.float(), k.float(), v.float(), causal=causal).bfloat16()
         x = zyfa.quantize_fp8(q, k, v)
-        qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-        ref8 = attention_fp64(dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"),
-                              dequantize(x.v, vs, "v"), causal=causal)
+        ref8 = attention_fp64(*x.dequantized(), causal=causal)
         r = dict(check="correctness", shape=[B, Sq, Sk, Hq, Hkv, D, Dv, causal],
                  bf16_err=rel(o, ref), bf16_out_rounding=rel(base, ref), nan=bool(o.isnan().any()))
         for rule in ("lean_cubic", "exact", "lean"):
@@ -185,10 +181,9 @@ def kernel_error(rec, quick):
             Hq, Hkv = 8, 2
             q, k, v = make(kind, 1, S, Hq, Hkv, 128, seed=11, device="cuda")
             x = zyfa.quantize_fp8(q, k, v)
-            qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
             rows = slice(S - 1024, S) if S > 2048 else slice(0, S)
-            qd = dequantize(x.q, qs, "q")[:, rows]
-            ref = attention_fp64(qd, dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v"), causal=True)
+            qd, kd, vd = x.dequantized()
+            ref = attention_fp64(qd[:, rows], kd, vd, causal=True)
             r = dict(check="kernel_error", S=S, input=kind, rows="last 1K" if S > 2048 else "all")
             for rule in F.P_RULES:
                 for ref_rule in (("block", "running") if S == 2048 else ("block",)):

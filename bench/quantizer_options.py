@@ -6,12 +6,10 @@ alone) and through the FP8 spec (quantization + kernel arithmetic). CPU only.
 """
 import argparse
 
-import torch
 
 from zyfa.activations import make
 from zyfa.quantize import quantize_fp8
-from zyfa.reference import attention_fp64, dequantize, fp8_attention_spec
-from zyfa.scales import normalize_descales
+from zyfa.reference import attention_fp64, fp8_attention_spec
 
 
 def rel(a, b):
@@ -31,8 +29,7 @@ def main():
         ref = attention_fp64(q, k, v)
         for o in opts:
             x = quantize_fp8(q, k, v, **o)
-            qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-            deq = attention_fp64(dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v"))
+            deq = attention_fp64(*x.dequantized())
             spec = fp8_attention_spec(**x.kwargs())
             name = ", ".join(f"{k}={v}" for k, v in o.items()) or "head (FA3 layout)"
             print(f"| {kind} | {name} | {rel(x.restore_output(deq.float()), ref):.3e} | "

@@ -12,9 +12,7 @@ HAS_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_GPU else "cpu"
 
 
-def rel_err(out, ref) -> float:
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm()).item()
+from zyfa.bench.measure import rel_err  # noqa: E402  (re-exported for the tests)
 
 
 def describe_mismatch(out, ref, tol_abs=0.0) -> str:

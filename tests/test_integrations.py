@@ -6,10 +6,9 @@ import torch
 
 import zyfa
 from zyfa.activations import make
-from zyfa.reference import attention_fp64, dequantize
-from zyfa.scales import normalize_descales
+from zyfa.reference import attention_fp64
 
-from conftest import DEVICE, HAS_GPU, gpu, rel_err
+from conftest import DEVICE, gpu, rel_err
 
 OP = torch.ops.zyfa.flash_attn.default
 
@@ -79,19 +78,14 @@ def _fp64_attention(module, query, key, value, attention_mask, dropout=0.0, scal
 def _fakequant_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
     """The same E4M3 quantization as zyfa_fp8, then float64 attention: the FP8 input baseline."""
     x = zyfa.quantize_fp8(*(t.transpose(1, 2) for t in (query, key, value)))
-    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-    out = attention_fp64(dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v"),
-                         causal=True, softmax_scale=scaling)
+    out = attention_fp64(*x.dequantized(), causal=True, softmax_scale=scaling)
     return out.to(query.dtype), None
 
 
 def _register():
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     zt.register()
-    for name, fn in (("fp64_ref", _fp64_attention), ("fakequant_fp8", _fakequant_attention)):
-        AttentionInterface.register(name, fn)
-        AttentionMaskInterface.register(name, sdpa_mask)
+    zt.register_backend("fp64_ref", _fp64_attention)
+    zt.register_backend("fakequant_fp8", _fakequant_attention)
 
 
 def _tiny(arch):

@@ -5,13 +5,11 @@ import torch
 from conftest import assert_rel, rel_err
 from zyfa.activations import make
 from zyfa.quantize import hadamard_matrix, quantize_fp8
-from zyfa.reference import attention_fp64, dequantize
-from zyfa.scales import normalize_descales
+from zyfa.reference import attention_fp64
 
 
 def _deq(x):
-    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-    return dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v")
+    return x.dequantized()
 
 
 @pytest.mark.parametrize("granularity", ["head", "tensor", "fine"])

@@ -7,8 +7,7 @@ import torch
 from conftest import assert_rel, rel_err
 from zyfa.activations import make
 from zyfa.quantize import quantize_fp8
-from zyfa.reference import attention_fp64, dequantize, fp8_attention_spec
-from zyfa.scales import normalize_descales
+from zyfa.reference import attention_fp64, fp8_attention_spec
 
 
 def _sdpa64(q, k, v, causal):
@@ -38,15 +37,12 @@ def test_fp64_matches_sdpa(shape):
 
 
 def _dequant_ref(x, causal=True):
-    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-    return attention_fp64(dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v"),
-                          causal=causal)
+    return attention_fp64(*x.dequantized(), causal=causal)
 
 
 def _fp8_torch_baseline(x, causal=True):
     """The same precision done plainly in torch: exact softmax, P*256 rounded to E4M3, fp32-exact sum."""
-    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-    q, k, v = dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v")
+    q, k, v = x.dequantized()
     g = q.shape[2] // k.shape[2]
     s = torch.einsum("bqhd,bkhd->bhqk", q, k.repeat_interleave(g, 2)) / math.sqrt(q.shape[-1])
     Sq, Sk = q.shape[1], k.shape[1]
@@ -79,9 +75,7 @@ def test_spec_with_exact_p_and_no_rounding_is_attention():
     when the P rule rounds little: compare LSE, which only depends on the row sums."""
     q, k, v = make("gaussian", 1, 200, 2, 1, 64, seed=9)
     x = quantize_fp8(q, k, v)
-    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-    _, lse_ref = attention_fp64(dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"),
-                                dequantize(x.v, vs, "v"), return_lse=True)
+    _, lse_ref = attention_fp64(*x.dequantized(), return_lse=True)
     for r in ("block", "running", "block_pow2"):
         _, lse = fp8_attention_spec(**x.kwargs(), p_rule="exact", ref_rule=r, block_n=32, return_lse=True)
         assert (lse - lse_ref).abs().max() < 0.02, r      # E4M3 rounding of P, nothing more

@@ -15,8 +15,7 @@ import torch
 from conftest import DEVICE, HAS_GPU, assert_rel, describe_mismatch, rel_err
 import zyfa
 from zyfa.activations import make
-from zyfa.reference import attention_fp64, dequantize, fp8_attention_spec
-from zyfa.scales import normalize_descales
+from zyfa.reference import attention_fp64, fp8_attention_spec
 
 SHAPES = [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal
     (1, 70, 70, 2, 1, 128, 128, True),      # seqlen not a multiple of the block, MQA
@@ -58,9 +57,7 @@ def _fp8_case(shape, kind="realistic", granularity="head"):
     B, Sq, Sk, Hq, Hkv, D, Dv, causal = shape
     q, k, v = make(kind, B, Sq, Hq, Hkv, D, Dv, seqlen_k=Sk, seed=Sq + 3 * Sk, device=DEVICE)
     x = zyfa.quantize_fp8(q, k, v, granularity=granularity, block_size=16)
-    qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-    ref = attention_fp64(dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v"),
-                         causal=causal)
+    ref = attention_fp64(*x.dequantized(), causal=causal)
     return x, ref, causal
 
 

@@ -5,8 +5,7 @@ import torch
 
 from . import dispatch
 from .ops import out_dtype
-from .reference import attention_fp64, dequantize, fp8_attention_spec
-from .scales import normalize_descales
+from .reference import attention_fp64, fp8_attention_spec
 
 
 def _triton_ok(p: dispatch.Problem):

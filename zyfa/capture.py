@@ -33,11 +33,11 @@ def _attention_interfaces():
     try:
         from transformers import AttentionInterface
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+        from transformers.masking_utils import AttentionMaskInterface
     except ImportError as e:
         raise ImportError("zyfa.activations.capture needs transformers>=4.56 "
                           "(pip install 'zyfa[capture]')") from e
-    return AttentionInterface, AttentionMaskInterface, sdpa_attention_forward, sdpa_mask
+    return AttentionInterface, AttentionMaskInterface, sdpa_attention_forward
 
 
 def capture(model, input_ids: torch.Tensor, layers=None, path: str | None = None) -> list[CapturedLayer]:
@@ -46,7 +46,8 @@ def capture(model, input_ids: torch.Tensor, layers=None, path: str | None = None
     layers: indices of decoder layers (default: all); path: also write a safetensors file.
     The model's attention implementation is restored afterwards, also on error.
     """
-    AttentionInterface, AttentionMaskInterface, sdpa_forward, sdpa_mask = _attention_interfaces()
+    AttentionInterface, AttentionMaskInterface, sdpa_forward = _attention_interfaces()
+    from .integrations.transformers import register_backend
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         raise ValueError(f"input_ids must be a 2-D (batch, seqlen) tensor, got "
                          f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
@@ -63,8 +64,7 @@ def capture(model, input_ids: torch.Tensor, layers=None, path: str | None = None
             records[idx] = CapturedLayer(f"layer{idx}", *fa, scale)
         return delegate(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
 
-    AttentionInterface.register(_HOOK, record)
-    AttentionMaskInterface.register(_HOOK, AttentionMaskInterface._global_mapping.get(previous, sdpa_mask))
+    register_backend(_HOOK, record, AttentionMaskInterface._global_mapping.get(previous))
     try:
         model.set_attn_implementation(_HOOK)
         with torch.no_grad():

@@ -6,14 +6,8 @@ PyTorch SDPA, TFLOP/s and error. Without one: small shapes through Triton's inte
 """
 from __future__ import annotations
 
-import math
 import os
 import time
-
-
-def _rel(a, b) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
 
 
 def run(seqlen: int | None = None) -> None:
@@ -23,6 +17,7 @@ def run(seqlen: int | None = None) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")     # must precede the kernels' import
     import zyfa
     from zyfa.activations import realistic
+    from zyfa.bench.measure import rel_err
     from zyfa.reference import attention_fp64
 
     dev = "cuda" if gpu else "cpu"
@@ -56,7 +51,7 @@ def run(seqlen: int | None = None) -> None:
     print(f"{'method':26s} {'err vs fp64':>12s} {'TFLOP/s':>9s} {'time':>9s}")
     for name, fn in runs:
         out, tflops, sec = timed(fn)
-        err = _rel(out[:, rows], ref)
+        err = rel_err(out[:, rows], ref)
         tf = f"{tflops:9.0f}" if tflops else f"{'-':>9s}"
         print(f"{name:26s} {err:12.3e} {tf} {sec * 1e3:7.1f}ms")
     print("backend:", zyfa.explain(**x.kwargs()).splitlines()[0])

@@ -38,6 +38,14 @@ class FP8Inputs:
         return dict(q=self.q, k=self.k, v=self.v, q_descale=self.q_descale,
                     k_descale=self.k_descale, v_descale=self.v_descale)
 
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """float64 (q, k, v) as the FP8 values and descales represent them (FlashAttention layout):
+        the inputs of a kernel-only error reference."""
+        from .reference import dequantize
+        from .scales import normalize_descales
+        qs, ks, vs = normalize_descales(self.q, self.k, self.v, self.q_descale, self.k_descale, self.v_descale)
+        return dequantize(self.q, qs, "q"), dequantize(self.k, ks, "k"), dequantize(self.v, vs, "v")
+
     def restore_output(self, out: torch.Tensor) -> torch.Tensor:
         """Undo v's rotation on an attention output (identity when v was not rotated)."""
         if self.v_rotation is None:

@@ -15,8 +15,7 @@ import torch
 import zyfa
 from zyfa.fp8 import P_RULES
 from zyfa.quantize import FP8Inputs, quantize_fp8
-from zyfa.reference import attention_fp64, dequantize
-from zyfa.scales import normalize_descales
+from zyfa.reference import attention_fp64
 
 from .cases import Case
 
@@ -53,9 +52,7 @@ class Inputs:
         if quant is None:
             q, k, v = self.q, self.k, self.v
         else:
-            x = self.fp8(quant)
-            qs, ks, vs = normalize_descales(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
-            q, k, v = dequantize(x.q, qs, "q"), dequantize(x.k, ks, "k"), dequantize(x.v, vs, "v")
+            q, k, v = self.fp8(quant).dequantized()
         return attention_fp64(q[:, self.ref_rows()], k, v, causal=self.case.causal,
                               softmax_scale=self.scale, return_lse=True)
 

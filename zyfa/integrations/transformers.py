@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 
-import torch
 
 import zyfa
 
@@ -87,10 +86,16 @@ def fp8_attention_forward(module, query, key, value, attention_mask, dropout=0.0
     return out.to(query.dtype), None
 
 
-def register() -> None:
-    """Make attn_implementation="zyfa" and "zyfa_fp8" available (idempotent)."""
+def register_backend(name: str, attention_fn, mask_fn=None) -> None:
+    """Register an attention function under ``name`` together with its mask builder
+    (SDPA's by default: None for a plain causal mask)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    AttentionInterface.register(name, attention_fn)
+    AttentionMaskInterface.register(name, mask_fn or sdpa_mask)
+
+
+def register() -> None:
+    """Make attn_implementation="zyfa" and "zyfa_fp8" available (idempotent)."""
     for name, fn in zip(NAMES, (attention_forward, fp8_attention_forward)):
-        AttentionInterface.register(name, fn)
-        AttentionMaskInterface.register(name, sdpa_mask)
+        register_backend(name, fn)

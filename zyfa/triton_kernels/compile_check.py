@@ -4,11 +4,7 @@
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -46,39 +42,15 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
     return triton.compile(src, target=TARGETS[target], options=opts)
 
 
-def nvidia_tool(name: str) -> str:
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-
-
-def ptxas_report(ptx: str, arch: str = "sm_90a") -> str:
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "k.ptx")
-        with open(p, "w") as f:
-            f.write(ptx)
-        r = subprocess.run([nvidia_tool("ptxas"), f"-arch={arch}", "-v", p, "-o", os.path.join(d, "k.cubin")],
-                           capture_output=True, text=True, check=True)
-        return r.stderr + r.stdout
-
-
-def sass(cubin: bytes) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([nvidia_tool("cuobjdump"), "-sass", f.name], capture_output=True,
-                              text=True, check=True).stdout
-
-
 def summarize_sm90(k) -> dict:
-    ptx, cubin = k.asm["ptx"], k.asm["cubin"]
-    code = sass(cubin)
-    rep = ptxas_report(ptx)
-    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", rep)
-    regs = re.findall(r"Used (\d+) registers", rep)
+    from ..asm.ptx.assemble import assemble, sass
+    ptx = k.asm["ptx"]
+    code = sass(k.asm["cubin"])
+    a = assemble(ptx)
     return {"wgmma_e4m3": len(re.findall(r"wgmma\.mma_async[^\n]*e4m3", ptx)),
             "qgmma_sass": code.count("QGMMA"), "hgmma_sass": code.count("HGMMA"),
             "mufu_ex2": code.count("MUFU.EX2"), "f2i": len(re.findall(r"\bF2I", code)),
-            "registers": int(regs[0]) if regs else None,
-            "spill_bytes": sum(int(a) + int(b) for a, b in spill)}
+            "registers": a.registers or None, "spill_bytes": a.spill_bytes}
 
 
 def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,

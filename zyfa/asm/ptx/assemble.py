@@ -20,17 +20,21 @@ def tool(name: str) -> str:
 class Assembled:
     cubin: bytes
     registers: int
-    spill_bytes: int
+    spill_bytes: int          # spill stores + loads
     report: str
 
     def sass(self) -> str:
-        """The machine code, disassembled with cuobjdump."""
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "k.cubin")
-            with open(path, "wb") as f:
-                f.write(self.cubin)
-            return subprocess.run([tool("cuobjdump"), "-sass", path], capture_output=True, text=True,
-                                  check=True).stdout
+        return sass(self.cubin)
+
+
+def sass(cubin: bytes) -> str:
+    """Machine code of a cubin, disassembled with cuobjdump."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        return subprocess.run([tool("cuobjdump"), "-sass", path], capture_output=True, text=True,
+                              check=True).stdout
 
 
 def assemble(ptx: str, arch: str = "sm_90a") -> Assembled:
@@ -47,5 +51,5 @@ def assemble(ptx: str, arch: str = "sm_90a") -> Assembled:
             cubin = f.read()
     report = r.stderr + r.stdout
     regs = re.search(r"Used (\d+) registers", report)
-    spills = re.search(r"(\d+) bytes spill stores", report)
-    return Assembled(cubin, int(regs.group(1)) if regs else 0, int(spills.group(1)) if spills else 0, report)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    return Assembled(cubin, int(regs.group(1)) if regs else 0, sum(int(a) + int(b) for a, b in spills), report)
