@@ -5,17 +5,19 @@ from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
 from .fp8 import P_RULES, REF_RULES
 from .ops import flash_attn_op
+from .scales import is_per_token
 from .validation import validate
 
 DEFAULT_P_RULE = "lean_cubic"
 DEFAULT_REF_RULE = "block"
 
 
-def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8) -> dispatch.Problem:
+def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale) -> dispatch.Problem:
     from .triton_kernels.launch import device_arch
     return dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                             head_dims=(q.shape[-1], v.shape[-1]), causal=causal,
-                            seqlen_q=q.shape[1], seqlen_k=k.shape[1], p_rule=p_rule, ref_rule=ref_rule)
+                            seqlen_q=q.shape[1], seqlen_k=k.shape[1], p_rule=p_rule, ref_rule=ref_rule,
+                            per_token_descales=is_per_token(q_descale) or is_per_token(k_descale))
 
 
 def _check_rules(p_rule, ref_rule):
@@ -49,7 +51,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_
     """
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
     _check_rules(p_rule, ref_rule)
-    b = dispatch.select(_problem(q, k, v, causal, p_rule, ref_rule, is_fp8), backend)
+    b = dispatch.select(_problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale), backend)
     scale = None if softmax_scale is None else float(softmax_scale)
     out, lse = flash_attn_op(q, k, v, scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, b.name)
     return (out, lse) if return_lse else out
@@ -60,7 +62,7 @@ def explain(q, k, v, causal=True, q_descale=None, k_descale=None, v_descale=None
     """Which backend flash_attn_func would use for these inputs, and why each other would not."""
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
     _check_rules(p_rule, ref_rule)
-    problem = _problem(q, k, v, causal, p_rule, ref_rule, is_fp8)
+    problem = _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale)
     lines = []
     try:
         chosen = dispatch.select(problem, backend).name

@@ -1,11 +1,41 @@
 """The backends zyfa ships, registered fastest first."""
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 from . import dispatch
 from .ops import out_dtype
 from .reference import attention_fp64, fp8_attention_spec
+
+
+def _ptx_ok(p: dispatch.Problem):
+    """The generated sm_90a kernel: FP8, head dims 128, coarse q/k descales, lean P, block references."""
+    from .asm.ptx.lean_p import LEAN_RULES
+    if p.device.type != "cuda" or torch.version.hip is not None:
+        return False, f"generated PTX runs on NVIDIA GPUs, tensors are on {p.device.type}" + (
+            " (ROCm)" if torch.version.hip is not None and p.device.type == "cuda" else "")
+    if p.arch != "sm90":
+        return False, f"generated PTX targets sm_90a (Hopper), device is {p.arch}"
+    if not p.is_fp8:
+        return False, "the generated kernel is FP8 only"
+    if p.head_dims != (128, 128):
+        return False, f"the generated kernel has head dims (128, 128), not {p.head_dims}"
+    if p.p_rule not in LEAN_RULES:
+        return False, f"the generated kernel implements p_rule {LEAN_RULES}, not {p.p_rule!r}"
+    if p.ref_rule != "block":
+        return False, f"the generated kernel implements ref_rule 'block', not {p.ref_rule!r}"
+    if p.per_token_descales:
+        return False, "the generated kernel takes per-head (or per-tensor) q/k descales, not per-token"
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None:
+        return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
+    return True, "generated PTX kernel for sm_90a (FP8, d128)"
+
+
+def _ptx_run(q, k, v, **kw):
+    from .asm.ptx.kernels import attention_fp8
+    return attention_fp8(q, k, v, **kw)
 
 
 def _triton_ok(p: dispatch.Problem):
@@ -38,6 +68,7 @@ def _reference_run(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_d
     return out.to(out_dtype(q.dtype)), lse.float()
 
 
+dispatch.register(dispatch.Backend("ptx", _ptx_ok, _ptx_run))
 dispatch.register(dispatch.Backend("triton", _triton_ok, _triton_run))
 dispatch.register(dispatch.Backend("reference", lambda p: (True, "float64 / bit-level spec in torch (slow)"),
                                    _reference_run))

@@ -28,6 +28,7 @@ class Problem:
     seqlen_k: int
     p_rule: str
     ref_rule: str
+    per_token_descales: bool = False      # q or k descales per token (FP8)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,12 +51,15 @@ def sweep_cases(dims=SWEEP_DIMS, seqlens=SWEEP_SEQLENS) -> list[Case]:
 
 
 def model_cases() -> list[Case]:
-    """The shapes ZYFA reports at 16K, and 32K Gaussian."""
+    """The shapes ZYFA reports at 16K, 32K Gaussian, and the issues' headline shapes: d128 with
+    32 heads at 32K on realistic activations, and batch 4 at 4K."""
     return [
         Case("models", "Mistral-7B 16K", 1, 16384, 16384, 32, 8, 128, 128),
         Case("models", "Qwen3-8B 16K", 1, 16384, 16384, 32, 8, 128, 128),
         Case("models", "DeepSeek-V2-Lite 16K", 1, 16384, 16384, 16, 16, 192, 128),
         Case("models", "32K Gaussian d128", 1, 32768, 32768, 32, 32, 128, 128, input="gaussian"),
+        Case("models", "d128 32 heads 32K", 1, 32768, 32768, 32, 32, 128, 128),
+        Case("models", "d128 batch 4 4K", 4, 4096, 4096, 32, 32, 128, 128),
     ]
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 import zyfa
+from zyfa.asm.ptx.lean_p import LEAN_RULES
 from zyfa.fp8 import P_RULES
 from zyfa.quantize import FP8Inputs, quantize_fp8
 from zyfa.reference import attention_fp64
@@ -70,7 +71,8 @@ class Method:
     @property
     def label(self) -> str:
         rule = f"-{self.p_rule}" if self.p_rule else ""
-        return f"{self.method}-{self.dtype}{rule}"
+        path = f"-{self.backend}" if self.method == "zyfa" and self.backend != "triton" else ""
+        return f"{self.method}{path}-{self.dtype}{rule}"
 
 
 # ------------------------------------------------------------------ zyfa
@@ -82,6 +84,18 @@ def _zyfa_missing(backend):
                 return "no CUDA GPU (and the Triton interpreter is off)"
         return None
     return missing
+
+
+def _ptx_missing():
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    if torch.version.hip is not None or torch.cuda.get_device_capability() != (9, 0):
+        return "the generated PTX kernel needs sm_90a (Hopper)"
+    try:
+        import cuda.bindings.driver  # noqa: F401
+    except ImportError:
+        return "cuda-python is not installed"
+    return None
 
 
 def _zyfa_fp8(rule, backend):
@@ -224,6 +238,7 @@ def all_methods(backend: str = "triton") -> list[Method]:
     zm = _zyfa_missing(backend)
     out = [Method("zyfa", backend, "fp8", "head", _zyfa_fp8(r, backend), zm, p_rule=r) for r in P_RULES]
     out.append(Method("zyfa", backend, "bf16", None, _zyfa_bf16(backend), zm))
+    out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _ptx_missing, p_rule=r) for r in LEAN_RULES]
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),

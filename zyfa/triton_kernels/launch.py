@@ -8,6 +8,7 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..ops import out_dtype
+from ..tma import tma_aligned, tma_ready
 from ..scales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from .attention import REF_RULE_IDS, attention_fwd_kernel
 from .p_rules import P_RULE_IDS
@@ -37,20 +38,10 @@ def _descale_args(q, k, v, q_descale, k_descale, v_descale):
             coarse_descale(k_descale.to(q.device), B, Hkv, "k_descale"), vs, False)
 
 
-def _aligned(x: torch.Tensor) -> bool:
-    """TMA needs a 16-byte aligned base and strides (bar the last, which must be 1)."""
-    e = x.element_size()
-    return x.data_ptr() % 16 == 0 and x.stride(-1) == 1 and all((st * e) % 16 == 0 for st in x.stride()[:-1])
-
-
-def _tma_ready(x: torch.Tensor) -> torch.Tensor:
-    return x if _aligned(x) else x.contiguous()
-
-
 def transposed_v(v: torch.Tensor) -> torch.Tensor:
     """(B, Hkv, Dv, Sk) view of v with Sk contiguous and 16-byte aligned rows (copies if needed)."""
     vt = v.permute(0, 2, 3, 1)
-    if _aligned(vt):
+    if tma_aligned(vt):
         return vt
     B, Sk, Hkv, Dv = v.shape
     pad = (-Sk) % 16
@@ -73,8 +64,8 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     interp = interpreter_active()
     out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else out_type, device=q.device)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
-    q, k = _tma_ready(q), _tma_ready(k)
-    v = transposed_v(v) if is_fp8 else _tma_ready(v)
+    q, k = tma_ready(q), tma_ready(k)
+    v = transposed_v(v) if is_fp8 else tma_ready(v)
     if is_fp8:
         qd, kd, vd, per_token = _descale_args(q, k, v.permute(0, 3, 1, 2), q_descale, k_descale, v_descale)
     else:

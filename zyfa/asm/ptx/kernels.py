@@ -3,13 +3,19 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 
 import torch
 
+from ...scales import coarse_descale, per_channel_v_descale
+from ...tma import tma_ready
+from . import attention as attn
 from .assemble import assemble
 from .lean_p import p_codes_kernel
-from .loader import Kernel, tensor_map_2d
+from .loader import Kernel, tensor_map
 from .qk_tile import ROWS, qk_tile_kernel
+
+LOG2E = 1.4426950408889634
 
 
 @functools.cache
@@ -47,8 +53,56 @@ def qk_tile(q: torch.Tensor, k: torch.Tensor, q_row: int = 0, k_row: int = 0) ->
         if t.dtype != torch.float8_e4m3fn or t.dim() != 2 or t.shape[1] != 128 or not t.is_contiguous():
             raise ValueError(f"{name} must be a contiguous (rows, 128) float8_e4m3fn tensor")
     s = torch.empty(ROWS, ROWS, dtype=torch.float32, device=q.device)
-    qm = tensor_map_2d(q.view(torch.uint8), ROWS)
-    km = tensor_map_2d(k.view(torch.uint8), ROWS)
+    qm = tensor_map(q.view(torch.uint8), (ROWS, 128))
+    km = tensor_map(k.view(torch.uint8), (ROWS, 128))
     _qk_tile("sm_90a", q.device.index or 0)((1,), (128,), [qm, km, ctypes.c_uint64(s.data_ptr()),
                                                           ctypes.c_uint32(q_row), ctypes.c_uint32(k_row)])
     return s
+
+
+@functools.cache
+def _attention(rule: str, causal: bool, arch: str, device: int) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, arch)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), attn.SHARED_BYTES)
+
+
+def permuted_vt(v: torch.Tensor) -> torch.Tensor:
+    """V^T as the generated kernel reads it: (B, Hkv, Dv, Sk rounded up to 16) bytes, keys
+    zero-padded and permuted within each 16-key group (slot s holds key KEY_OF_SLOT[s])."""
+    B, Sk, Hkv, Dv = v.shape
+    u = v.view(torch.uint8)
+    pad = (-Sk) % 16
+    if pad:
+        u = torch.cat([u, u.new_zeros(B, pad, Hkv, Dv)], dim=1)
+    # key 16 g + 8 h + 2 q + e goes to slot 4 q + 2 h + e of group g
+    u = u.reshape(B, (Sk + pad) // 16, 2, 4, 2, Hkv, Dv).permute(0, 5, 6, 1, 3, 2, 4)
+    return u.reshape(B, Hkv, Dv, Sk + pad)
+
+
+def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
+                  p_rule="lean_cubic", ref_rule="block"):
+    """FP8 d128 attention by the generated sm_90a kernel; inputs validated by flash_attn_func
+    (coarse q/k descales, ref_rule "block", a lean p_rule). Returns (out BF16, lse float32)."""
+    if ref_rule != "block":
+        raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    if (D, Dv) != (attn.HEAD_DIM, attn.HEAD_DIM):
+        raise ValueError(f"the generated kernel is for head dims (128, 128), got ({D}, {Dv})")
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    dev = q.device
+    qd = coarse_descale(q_descale.to(dev), B, Hkv, "q_descale")
+    kd = coarse_descale(k_descale.to(dev), B, Hkv, "k_descale")
+    fac = ((qd * kd) * (scale * LOG2E)).contiguous()       # as the Triton kernel forms it
+    vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
+    q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
+    vt = permuted_vt(v).reshape(B * Hkv, Dv, -1)
+    out = torch.empty(B, Sq, Hq, Dv, dtype=torch.bfloat16, device=dev)
+    lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
+    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, D)), tensor_map(k8, (1, attn.BLOCK_N, 1, D)),
+            tensor_map(vt, (1, Dv, attn.BLOCK_N))]
+    ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
+    sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv)]
+    kernel = _attention(p_rule, bool(causal), "sm_90a", dev.index if dev.index is not None else torch.cuda.current_device())
+    kernel((B * Hq, -(-Sq // attn.BLOCK_M)), (attn.THREADS,), maps + ptrs + sizes)
+    return out, lse

@@ -26,7 +26,7 @@ def _check(result, what: str):
 class Kernel:
     """One function of a loaded cubin, bound to the device of its first use."""
 
-    def __init__(self, cubin: bytes, name: str, device: torch.device):
+    def __init__(self, cubin: bytes, name: str, device: torch.device, shared_bytes: int = 0):
         drv = _driver()
         torch.cuda.init()
         idx = device.index if device.index is not None else torch.cuda.current_device()
@@ -38,9 +38,13 @@ class Kernel:
             _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
             self._module = _check(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
             self._fn = _check(drv.cuModuleGetFunction(self._module, name.encode()), f"cuModuleGetFunction({name})")
-        self.name, self.device = name, idx
+            if shared_bytes > 48 * 1024:          # dynamic shared memory past 48 KB must be opted into
+                _check(drv.cuFuncSetAttribute(
+                    self._fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes), "cuFuncSetAttribute")
+        self.name, self.device, self.shared_bytes = name, idx, shared_bytes
 
-    def __call__(self, grid: tuple, block: tuple, args: list, shared_bytes: int = 0) -> None:
+    def __call__(self, grid: tuple, block: tuple, args: list) -> None:
         """args in the kernel's parameter order: ctypes values (c_uint64 for pointers), or
         cuda-python structures such as a CUtensorMap (passed by value, 128 bytes)."""
         drv = _driver()
@@ -49,22 +53,27 @@ class Kernel:
         stream = torch.cuda.current_stream(self.device).cuda_stream
         g = tuple(grid) + (1,) * (3 - len(grid))
         b = tuple(block) + (1,) * (3 - len(block))
-        _check(drv.cuLaunchKernel(self._fn, *g, *b, shared_bytes, drv.CUstream(stream),
+        _check(drv.cuLaunchKernel(self._fn, *g, *b, self.shared_bytes, drv.CUstream(stream),
                                   ctypes.addressof(ptrs), 0), f"launching {self.name}")
 
 
-def tensor_map_2d(t: torch.Tensor, box_rows: int, swizzle_128b: bool = True):
-    """A TMA descriptor over a 2-D byte-element tensor (rows, cols), boxes of (box_rows, cols)."""
+def tensor_map(t: torch.Tensor, box: tuple, swizzle_128b: bool = True):
+    """A TMA descriptor over a tensor of 1-byte elements (up to 5 dims, innermost contiguous,
+    other strides multiples of 16 bytes), loading boxes of shape ``box`` (same order as
+    t.shape). Reads past the tensor's bounds fill with zeros."""
     drv = _driver()
-    if t.dim() != 2 or t.element_size() != 1 or t.stride(1) != 1:
-        raise ValueError(f"need a 2-D tensor of 1-byte elements with contiguous rows, got {t.dtype} {tuple(t.shape)}")
-    rows, cols = t.shape
+    if t.element_size() != 1 or t.stride(-1) != 1 or len(box) != t.dim() or not 1 <= t.dim() <= 5:
+        raise ValueError(f"need a 1-5 dim tensor of 1-byte elements, innermost contiguous, and a box of as "
+                         f"many dims; got {t.dtype} {tuple(t.shape)} strides {t.stride()} box {box}")
+    if t.data_ptr() % 16 or any(st % 16 for st in t.stride()[:-1]):
+        raise ValueError(f"TMA needs a 16-byte aligned base and strides, got strides {t.stride()}")
     swizzle = drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128b else \
         drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     return _check(drv.cuTensorMapEncodeTiled(
-        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, t.data_ptr(),
-        [drv.cuuint64_t(cols), drv.cuuint64_t(rows)], [drv.cuuint64_t(t.stride(0))],
-        [drv.cuuint32_t(cols), drv.cuuint32_t(box_rows)], [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, t.dim(), t.data_ptr(),
+        [u64(n) for n in reversed(t.shape)], [u64(st) for st in reversed(t.stride()[:-1])],
+        [u32(n) for n in reversed(box)], [u32(1)] * t.dim(),
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")

@@ -7,12 +7,12 @@ float32 accumulator fragment to global memory. Checked on the GPU against float6
 """
 from __future__ import annotations
 
-from .target import descriptor_bits, module, program
+from .smem import emit_descriptor, emit_wait
+from .target import module, program
 
 ROWS = 64                 # query rows and key rows per tile
 HEAD_DIM = 128            # E4M3 values = bytes per row: one 128-byte swizzle row
 TILE_BYTES = ROWS * HEAD_DIM
-SWIZZLE_ATOM = 8 * 128    # 8 rows of 128 bytes: the descriptor's stride byte offset
 
 
 def emit_accumulator_store(prog, acc, out_base, row_stride_bytes):
@@ -44,9 +44,9 @@ def qk_tile_kernel(arch: str = "sm_90a") -> tuple[str, str]:
     s (64 x 64 float32, row-major) = q[q_row:q_row+64] . k[k_row:k_row+64]^T."""
     name = "zyfa_qk_tile"
     prog = program()
-    qmap, kmap, tmp64, s_ptr, da, db, base = prog.regs("u64", 7)
-    tid, smem, sq, sk, bar, q_row, k_row, zero, phase = prog.regs("u32", 9)
-    leader, done, accumulate = prog.regs("pred", 3)
+    qmap, kmap, tmp64, s_ptr = prog.regs("u64", 4)
+    tid, sq, sk, bar, q_row, k_row, zero = prog.regs("u32", 7)
+    leader, accumulate = prog.regs("pred", 2)
     prog.emit("mov.b64", tmp64, "q_map")
     prog.emit("cvta.param.u64", qmap, tmp64)
     prog.emit("mov.b64", tmp64, "k_map")
@@ -60,7 +60,6 @@ def qk_tile_kernel(arch: str = "sm_90a") -> tuple[str, str]:
     prog.emit("add.u32", sk, sq, TILE_BYTES)
     prog.emit("mov.u32", bar, "zyfa_bar")
     prog.emit("mov.u32", zero, 0)
-    prog.emit("mov.u32", phase, 0)
 
     prog.comment("one thread starts both TMA loads; everyone waits on the mbarrier")
     prog.emit("mbarrier.init", bar, 1, guard=leader)
@@ -69,17 +68,10 @@ def qk_tile_kernel(arch: str = "sm_90a") -> tuple[str, str]:
     prog.emit("mbarrier.expect_tx", bar, 2 * TILE_BYTES, guard=leader)
     prog.emit("tma.load.2d", sq, qmap, zero, q_row, bar, guard=leader)
     prog.emit("tma.load.2d", sk, kmap, zero, k_row, bar, guard=leader)
-    prog.label("WAIT")
-    prog.emit("mbarrier.try_wait", done, bar, phase)
-    prog.emit("bra", "WAIT", guard=f"!{done}")
+    emit_wait(prog, bar, 0, "WAIT")
 
     prog.comment("descriptors: 128-byte swizzle, 8-row atoms 1024 bytes apart; k steps of 32 bytes")
-    bits = descriptor_bits(SWIZZLE_ATOM)
-    for desc, tile in ((da, sq), (db, sk)):
-        prog.emit("cvt.u64.u32", base, tile)
-        prog.emit("shr.u64", base, base, 4)
-        prog.emit("and.b64", base, base, 0x3FFF)
-        prog.emit("or.b64", desc, base, bits)
+    da, db = emit_descriptor(prog, sq), emit_descriptor(prog, sk)
     acc = prog.regs("f32", 32)
     accs = ", ".join(str(a) for a in acc)
     prog.emit("setp.eq.u32", accumulate, zero, 0)          # true

@@ -56,6 +56,41 @@ OPS = {
     "wgmma.wait": "wgmma.wait_group.sync.aligned {0};",
     # {0}: the accumulator list, {1}/{2}: A/B descriptors, {3}: scale-d (0: D = A.B, 1: D += A.B)
     "wgmma.m64n64k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
+    "wgmma.m64n128k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
+    # A from four registers of packed E4M3 ({1}: "a0, a1, a2, a3")
+    "wgmma.m64n128k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
+    "tma.load.3d": "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}}}], [{5}];",
+    "tma.load.4d": "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}, {5}}}], [{6}];",
+    # more integer, float and control ops of the attention kernel
+    "mov.f32": "mov.f32 {0}, {1};",
+    "mov.b32": "mov.b32 {0}, {1};",
+    "sub.u32": "sub.u32 {0}, {1}, {2};",
+    "sub.s32": "sub.s32 {0}, {1}, {2};",
+    "div.u32": "div.u32 {0}, {1}, {2};",
+    "rem.u32": "rem.u32 {0}, {1}, {2};",
+    "min.u32": "min.u32 {0}, {1}, {2};",
+    "add.s32": "add.s32 {0}, {1}, {2};",
+    "min.s32": "min.s32 {0}, {1}, {2};",
+    "shl.b32": "shl.b32 {0}, {1}, {2};",
+    "xor.b32": "xor.b32 {0}, {1}, {2};",
+    "setp.lt.u32": "setp.lt.u32 {0}, {1}, {2};",
+    "setp.lt.s32": "setp.lt.s32 {0}, {1}, {2};",
+    "setp.ne.u32": "setp.ne.u32 {0}, {1}, {2};",
+    "setp.gt.f32": "setp.gt.f32 {0}, {1}, {2};",
+    "setp.neu.f32": "setp.neu.f32 {0}, {1}, {2};",
+    "and.pred": "and.pred {0}, {1}, {2};",
+    "or.pred": "or.pred {0}, {1}, {2};",
+    "selp.f32": "selp.f32 {0}, {1}, {2}, {3};",
+    "max.nan.f32": "max.NaN.f32 {0}, {1}, {2};",
+    "ex2.f32": "ex2.approx.ftz.f32 {0}, {1};",
+    "lg2.f32": "lg2.approx.ftz.f32 {0}, {1};",
+    "rcp.f32": "rcp.rn.f32 {0}, {1};",
+    "shfl.bfly": "shfl.sync.bfly.b32 {0}, {1}, {2}, 31, -1;",
+    "cvt.bf16x2.f32": "cvt.rn.bf16x2.f32 {0}, {1}, {2};",
+    "ld.global.f32": "ld.global.nc.f32 {0}, [{1}];",
+    "ld.global.v2.f32": "ld.global.nc.v2.f32 {{{0}, {1}}}, [{2}];",
+    "st.global.f32": "st.global.f32 [{0}], {1};",
+    "bra.div": "bra {0};",                      # a branch threads of a warp may take apart
 }
 
 

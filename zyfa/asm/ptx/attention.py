@@ -1,0 +1,424 @@
+"""The generated FP8 prefill attention kernel for sm_90a (head dim 128), first version:
+the whole algorithm of ``zyfa.reference.fp8_attention_spec``, written for correctness.
+
+Schedule (one CTA = one warpgroup = 64 query rows of one head; key blocks of 128 = the
+spec's block_n; grid (batch * heads, query tiles), heaviest query tiles first):
+
+  prologue   TMA loads of the Q tile and the first K / V^T block; block bounds of the
+             unmasked part and the masked diagonal band (bottom-right causal, tails)
+  per block  thread 0 starts the TMA loads of the next block into the other stage;
+             S = Q K^T (4 x wgmma m64n128k32, both operands in shared memory);
+             t = S * factor; mask (band and tail blocks only); row max over the quad;
+             lazy reference A; P codes by the lean rule (FMA pipe + magic number);
+             row sum of the rounded P from the codes; P packed with prmt into the A
+             operand; block = P V^T (4 x wgmma, A from registers) in a fresh accumulator;
+             total = total * alpha + block * beta (two-level accumulation)
+  epilogue   out = total / l * v_descale in BF16, LSE = ln2 (A + log2 l - 8)
+
+V^T arrives with its keys permuted inside each 16-key group (fragments.KEY_OF_SLOT) so P
+goes from the QK^T accumulator to the A operand without moving between threads. Speed
+(warp specialization, ping-pong, persistence) is issue 6's work.
+"""
+from __future__ import annotations
+
+from ... import fp8 as F
+from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
+from ..program import Program, Reg
+from .fragments import p_sources
+from .lean_p import LEAN_RULES, emit_pack4, emit_p_code
+from .smem import emit_descriptor, emit_wait
+from .target import f32, module, program
+
+BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128
+THREADS = 128
+STAGES = 2
+Q_BYTES = BLOCK_M * HEAD_DIM
+KV_BYTES = BLOCK_N * HEAD_DIM               # one K tile or one V^T tile
+STAGE_BYTES = 2 * KV_BYTES
+BAR_OFFSET = Q_BYTES + STAGES * STAGE_BYTES  # mbarriers: Q, then one per stage
+SHARED_BYTES = BAR_OFFSET + 8 * (1 + STAGES) + 1024   # + slack to align the base to 1024
+LN2 = 0.6931471805599453
+ACC = BLOCK_N // 2                          # f32 accumulator registers per thread (m64n128)
+# 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 x SHARED_BYTES its
+# 227 KB of shared memory: three CTAs per SM, so one's softmax can overlap another's wgmma
+REGISTER_BUDGET = 168
+
+PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "vt_map[128]"),
+          (".u64", "out_ptr"), (".u64", "lse_ptr"), (".u64", "fac_ptr"), (".u64", "vd_ptr"),
+          (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads")]
+
+
+def kernel_name(rule: str, causal: bool) -> str:
+    return f"zyfa_attn_fp8_d128_{rule}_{'causal' if causal else 'full'}"
+
+
+def _acc_row_half(i: int) -> int:
+    """0 for accumulator registers of row g, 1 for row g + 8."""
+    return (i % 4) // 2
+
+
+def _acc_column(i: int) -> int:
+    """Column of accumulator register i, less the thread's 2q."""
+    return 8 * (i // 4) + i % 2
+
+
+class _Ctx:
+    """Registers the prologue sets up and the loop and epilogue read."""
+
+
+def _prologue(prog: Program, causal: bool) -> _Ctx:
+    c = _Ctx()
+    emit = prog.emit
+    tmp64 = prog.reg("u64")
+    c.maps = {}
+    for name in ("q_map", "k_map", "vt_map"):
+        r = prog.reg("u64")
+        emit("mov.b64", tmp64, name)
+        emit("cvta.param.u64", r, tmp64)
+        c.maps[name] = r
+    c.out, c.lse, fac_ptr, vd_ptr = prog.regs("u64", 4)
+    for r, name in ((c.out, "out_ptr"), (c.lse, "lse_ptr"), (fac_ptr, "fac_ptr"), (vd_ptr, "vd_ptr")):
+        emit("ld.param.u64", r, name)
+    c.sq, c.sk, c.hq, hkv = prog.regs("u32", 4)
+    for r, name in ((c.sq, "seqlen_q"), (c.sk, "seqlen_k"), (c.hq, "heads"), (hkv, "kv_heads")):
+        emit("ld.param.u32", r, name)
+
+    prog.comment("thread coordinates: warp w, quad row g, quad column q")
+    tid, warp, lane, g = prog.regs("u32", 4)
+    c.q = prog.reg("u32")
+    emit("mov.u32", tid, "%tid.x")
+    emit("shr.u32", warp, tid, 5)
+    emit("and.b32", lane, tid, 31)
+    emit("shr.u32", g, lane, 2)
+    emit("and.b32", c.q, lane, 3)
+    c.leader = prog.reg("pred")
+    emit("setp.eq.u32", c.leader, tid, 0)
+    c.zero = prog.reg("u32")                               # TMA coordinates must be registers
+    emit("mov.u32", c.zero, 0)
+
+    prog.comment("work: (batch, head) from ctaid.x, query tile from ctaid.y, last tiles first")
+    bh, ty, nty, group = prog.regs("u32", 4)
+    c.b, c.h, c.kvh, c.bkv, c.start_m = prog.regs("u32", 5)
+    emit("mov.u32", bh, "%ctaid.x")
+    emit("mov.u32", ty, "%ctaid.y")
+    emit("mov.u32", nty, "%nctaid.y")
+    emit("div.u32", c.b, bh, c.hq)
+    emit("rem.u32", c.h, bh, c.hq)
+    emit("div.u32", group, c.hq, hkv)
+    emit("div.u32", c.kvh, c.h, group)
+    emit("mad.lo.u32", c.bkv, c.b, hkv, c.kvh)
+    emit("sub.u32", ty, nty, ty)
+    emit("sub.u32", ty, ty, 1)
+    emit("mul.lo.u32", c.start_m, ty, BLOCK_M)
+
+    prog.comment("block bounds: keys [0, band_start) unmasked, [band_start, band_end) masked")
+    diag, full_end, band_end, last_key = prog.regs("u32", 4)
+    c.band_start, c.n_blocks = prog.regs("u32", 2)
+    emit("sub.u32", diag, c.sk, c.sq)                      # bottom-right: row i sees keys <= i + diag
+    emit("and.b32", full_end, c.sk, -BLOCK_N & 0xFFFFFFFF)
+    emit("sub.u32", last_key, c.sk, 1)
+    c.rows, c.limits = prog.regs("u32", 2), prog.regs("u32", 2)
+    emit("mad.lo.u32", c.rows[0], warp, 16, g)
+    emit("add.u32", c.rows[0], c.rows[0], c.start_m)
+    emit("add.u32", c.rows[1], c.rows[0], 8)
+    if causal:
+        emit("add.u32", band_end, c.start_m, BLOCK_M)
+        emit("add.u32", band_end, band_end, diag)
+        emit("min.u32", band_end, band_end, c.sk)
+        emit("add.u32", c.band_start, c.start_m, diag)
+        emit("add.u32", c.band_start, c.band_start, 1)
+        emit("and.b32", c.band_start, c.band_start, -BLOCK_N & 0xFFFFFFFF)
+        emit("min.u32", c.band_start, c.band_start, full_end)
+        for row, lim in zip(c.rows, c.limits):
+            emit("add.u32", lim, row, diag)
+            emit("min.u32", lim, lim, last_key)
+    else:
+        emit("mov.u32", band_end, c.sk)
+        emit("mov.u32", c.band_start, full_end)
+        for lim in c.limits:
+            emit("mov.u32", lim, last_key)
+    emit("add.u32", c.n_blocks, band_end, BLOCK_N - 1)
+    emit("shr.u32", c.n_blocks, c.n_blocks, 7)
+
+    prog.comment("per-head factors: t = S * fac (log2 domain); v descales for the epilogue")
+    off = prog.reg("u64")
+    addr = prog.reg("u64")
+    c.fac = prog.reg("f32")
+    emit("mul.wide.u32", off, c.bkv, 4)
+    emit("add.u64", addr, fac_ptr, off)
+    emit("ld.global.f32", c.fac, addr)
+    col_idx = prog.reg("u32")
+    emit("mad.lo.u32", col_idx, c.bkv, HEAD_DIM, c.q)
+    emit("add.u32", col_idx, col_idx, c.q)                 # bkv * 128 + 2q
+    c.vd_base = prog.reg("u64")
+    emit("mul.wide.u32", off, col_idx, 4)
+    emit("add.u64", c.vd_base, vd_ptr, off)
+
+    prog.comment("shared memory: Q | stage 0 K, V^T | stage 1 K, V^T | mbarriers (base aligned to 1024)")
+    raw = prog.reg("u32")
+    c.smem, c.bar_q, c.bar0 = prog.regs("u32", 3)
+    emit("mov.u32", raw, "zyfa_smem")
+    emit("add.u32", raw, raw, 1023)
+    emit("and.b32", c.smem, raw, -1024 & 0xFFFFFFFF)
+    emit("add.u32", c.bar_q, c.smem, BAR_OFFSET)
+    emit("add.u32", c.bar0, c.bar_q, 8)
+    return c
+
+
+def _emit_kv_load(prog: Program, c: _Ctx, block: Reg) -> None:
+    """Thread 0 (the caller guards): K block ``block`` and its V^T into stage block % 2."""
+    emit = prog.emit
+    stage, k_tile, v_tile, bar, key0 = prog.regs("u32", 5)
+    emit("and.b32", stage, block, 1)
+    emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
+    emit("add.u32", k_tile, k_tile, Q_BYTES)
+    emit("add.u32", v_tile, k_tile, KV_BYTES)
+    emit("mad.lo.u32", bar, stage, 8, c.bar0)
+    emit("mul.lo.u32", key0, block, BLOCK_N)
+    emit("mbarrier.expect_tx", bar, STAGE_BYTES)
+    emit("tma.load.4d", k_tile, c.maps["k_map"], c.zero, c.kvh, key0, c.b, bar)
+    emit("tma.load.3d", v_tile, c.maps["vt_map"], key0, c.zero, c.bkv, bar)
+
+
+def _emit_mask(prog: Program, c: _Ctx, t: list[Reg], start_n: Reg) -> None:
+    """t = -inf where key > the row's limit (causal diagonal, or past seqlen_k)."""
+    reach = prog.regs("u32", 2)
+    for half in (0, 1):
+        prog.emit("sub.s32", reach[half], c.limits[half], start_n)
+        prog.emit("sub.s32", reach[half], reach[half], c.q)
+        prog.emit("sub.s32", reach[half], reach[half], c.q)       # limit - start_n - 2q
+    for i, ti in enumerate(t):
+        out = prog.reg("pred")
+        prog.emit("setp.lt.s32", out, reach[_acc_row_half(i)], _acc_column(i))
+        prog.emit("mov.f32", ti, f32(float("-inf")), guard=out)
+
+
+def _emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
+    """x <- op over the four threads of a quad (they hold one row's columns)."""
+    other = prog.reg("f32")
+    for lane_mask in (1, 2):
+        prog.emit("shfl.bfly", other, x, lane_mask)
+        prog.emit(op, x, x, other)
+
+
+def _emit_block(prog: Program, c: _Ctx, rule: str, j: Reg, start_n: Reg, dq: Reg,
+                total: list[Reg], A: list[Reg], l: list[Reg], yes: Reg) -> None:
+    """One key block: scores, mask, references, P, row sums, P V^T, accumulation."""
+    emit = prog.emit
+    stage, phase, k_tile, v_tile, bar = prog.regs("u32", 5)
+    emit("and.b32", stage, j, 1)
+    emit("shr.u32", phase, j, 1)
+    emit("and.b32", phase, phase, 1)
+    emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
+    emit("add.u32", k_tile, k_tile, Q_BYTES)
+    emit("add.u32", v_tile, k_tile, KV_BYTES)
+    emit("mad.lo.u32", bar, stage, 8, c.bar0)
+    emit_wait(prog, bar, phase, "WAIT_KV")
+    dk, dv = emit_descriptor(prog, k_tile), emit_descriptor(prog, v_tile)
+
+    prog.comment("S = Q K^T")
+    s = prog.regs("f32", ACC)
+    s_list = ", ".join(map(str, s))
+    emit("wgmma.fence")
+    for k in range(HEAD_DIM // 32):
+        ak, bk = prog.regs("u64", 2)
+        emit("add.u64", ak, dq, 2 * k)
+        emit("add.u64", bk, dk, 2 * k)
+        emit("wgmma.m64n128k32.e4m3.ss", s_list, ak, bk, 0 if k == 0 else yes)
+    emit("wgmma.commit")
+    emit("wgmma.wait", 0)
+    for si in s:
+        emit("mul.f32", si, si, c.fac)                       # t, in place
+
+    masked = prog.reg("pred")
+    emit("setp.lt.u32", masked, start_n, c.band_start)      # true: unmasked block
+    emit("bra", "SCORES_READY", guard=masked)
+    _emit_mask(prog, c, s, start_n)
+    prog.label("SCORES_READY")
+
+    prog.comment("row max, lazy reference A, block reference r = m, factors")
+    m = prog.regs("f32", 2)
+    A_new, alpha, beta, thr, diff = (prog.regs("f32", 2) for _ in range(5))
+    for half in (0, 1):
+        regs = [si for i, si in enumerate(s) if _acc_row_half(i) == half]
+        emit("max.nan.f32", m[half], regs[0], regs[1])
+        for si in regs[2:]:
+            emit("max.nan.f32", m[half], m[half], si)
+        _emit_quad_reduce(prog, m[half], "max.nan.f32")
+        emit("max.nan.f32", m[half], m[half], f32(NEG_FLOOR))
+        moved = prog.reg("pred")
+        emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
+        emit("setp.gt.f32", moved, m[half], thr[half])
+        emit("selp.f32", A_new[half], m[half], A[half], moved)
+        emit("sub.f32", diff[half], m[half], A_new[half])
+        emit("ex2.f32", beta[half], diff[half])
+        emit("sub.f32", diff[half], A[half], A_new[half])
+        emit("ex2.f32", alpha[half], diff[half])
+
+    prog.comment(f"P codes ({rule}), row sums of the rounded P, packing into the A operand")
+    codes = []
+    l_blk = prog.regs("f32", 2)
+    for half in (0, 1):
+        emit("mov.f32", l_blk[half], f32(0.0))
+    for i, si in enumerate(s):
+        y = prog.reg("f32")
+        emit("sub.f32", y, si, m[_acc_row_half(i)])
+        w = emit_p_code(prog, y, rule)                       # low byte: the E4M3 code
+        codes.append(w)
+        # the code shifted into a float32's exponent/mantissa is P * 2^-120 exactly
+        # (subnormal codes land on float32 subnormals): one shift and one FMA per P
+        scaled = prog.reg("b32")
+        emit("shl.b32", scaled, w, 20)
+        emit("fma.f32", l_blk[_acc_row_half(i)], scaled, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
+    for half in (0, 1):
+        _emit_quad_reduce(prog, l_blk[half], "add.f32")
+    p_regs = [[emit_pack4(prog, [codes[r] for r in src]) for src in p_sources(k)] for k in range(BLOCK_N // 32)]
+
+    prog.comment("block = P V^T in a fresh accumulator")
+    o = prog.regs("f32", ACC)
+    o_list = ", ".join(map(str, o))
+    emit("wgmma.fence")
+    for k in range(BLOCK_N // 32):
+        bk = prog.reg("u64")
+        emit("add.u64", bk, dv, 2 * k)
+        emit("wgmma.m64n128k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else yes)
+    emit("wgmma.commit")
+    emit("wgmma.wait", 0)
+
+    prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
+    keep = prog.regs("pred", 2)
+    for half in (0, 1):
+        emit("setp.neu.f32", keep[half], alpha[half], f32(1.0))
+    either = prog.reg("pred")
+    emit("or.pred", either, keep[0], keep[1])
+    emit("bra.div", "RESCALED", guard=f"!{either}")
+    for i, ti in enumerate(total):
+        emit("mul.f32", ti, ti, alpha[_acc_row_half(i)])
+    prog.label("RESCALED")
+    for i, (ti, oi) in enumerate(zip(total, o)):
+        emit("fma.f32", ti, oi, beta[_acc_row_half(i)], ti)
+    for half in (0, 1):
+        emit("mul.f32", l[half], l[half], alpha[half])
+        emit("fma.f32", l[half], l_blk[half], beta[half], l[half])
+        emit("mov.f32", A[half], A_new[half])
+
+
+def _emit_epilogue(prog: Program, c: _Ctx, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
+    """out = total / l * v_descale (BF16), LSE = ln2 (A + log2 l - 8); rows past seqlen_q skipped."""
+    emit = prog.emit
+    inv, lg = prog.regs("f32", 2), prog.regs("f32", 2)
+    ok = prog.regs("pred", 2)
+    row_base = prog.regs("u64", 2)
+    idx, bsq = prog.regs("u32", 2)
+    emit("mul.lo.u32", bsq, c.b, c.sq)
+    for half in (0, 1):
+        emit("rcp.f32", inv[half], l[half])
+        emit("setp.lt.u32", ok[half], c.rows[half], c.sq)
+        emit("add.u32", idx, bsq, c.rows[half])
+        emit("mad.lo.u32", idx, idx, c.hq, c.h)              # (b * Sq + row) * Hq + h
+        emit("mul.lo.u32", idx, idx, HEAD_DIM)
+        emit("add.u32", idx, idx, c.q)
+        emit("add.u32", idx, idx, c.q)                       # + 2q
+        off = prog.reg("u64")
+        emit("mul.wide.u32", off, idx, 2)
+        emit("add.u64", row_base[half], c.out, off)
+    for jb in range(ACC // 4):
+        vd = prog.regs("f32", 2)
+        addr = prog.reg("u64")
+        emit("add.u64", addr, c.vd_base, 4 * 8 * jb)
+        emit("ld.global.v2.f32", vd[0], vd[1], addr)
+        for half in (0, 1):
+            vals = prog.regs("f32", 2)
+            for e in (0, 1):
+                emit("mul.f32", vals[e], total[4 * jb + 2 * half + e], inv[half])
+                emit("mul.f32", vals[e], vals[e], vd[e])
+            packed = prog.reg("b32")
+            emit("cvt.bf16x2.f32", packed, vals[1], vals[0])  # high half: the odd column
+            dst = prog.reg("u64")
+            emit("add.u64", dst, row_base[half], 2 * 8 * jb)
+            emit("st.global.b32", dst, packed, guard=ok[half])
+
+    prog.comment("LSE from the first thread of each quad")
+    first = prog.reg("pred")
+    emit("setp.eq.u32", first, c.q, 0)
+    bh = prog.reg("u32")
+    emit("mad.lo.u32", bh, c.b, c.hq, c.h)
+    for half in (0, 1):
+        store = prog.reg("pred")
+        emit("and.pred", store, ok[half], first)
+        emit("lg2.f32", lg[half], l[half])
+        emit("add.f32", lg[half], lg[half], A[half])
+        emit("sub.f32", lg[half], lg[half], f32(float(F.P_OFFSET_LOG2)))
+        emit("mul.f32", lg[half], lg[half], f32(LN2))
+        emit("mad.lo.u32", idx, bh, c.sq, c.rows[half])
+        off, addr = prog.regs("u64", 2)
+        emit("mul.wide.u32", off, idx, 4)
+        emit("add.u64", addr, c.lse, off)
+        emit("st.global.f32", addr, lg[half], guard=store)
+
+
+def attention_kernel(rule: str = "lean_cubic", causal: bool = True, arch: str = "sm_90a") -> tuple[str, str]:
+    """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
+
+    Parameters: TMA maps of q (B, Sq, Hq, 128) and k (B, Sk, Hkv, 128) with boxes of 64 and
+    128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
+    group and boxes of 128 x 128; out (B, Sq, Hq, 128) BF16; lse (B, Hq, Sq) float32;
+    fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale
+    (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads. Grid (B * Hq,
+    ceil(Sq / 64)), 128 threads, SHARED_BYTES of dynamic shared memory.
+    """
+    if rule not in LEAN_RULES:
+        raise ValueError(f"the generated kernel implements the lean rules {LEAN_RULES}, got {rule!r}")
+    name = kernel_name(rule, causal)
+    prog = program()
+    emit = prog.emit
+    c = _prologue(prog, causal)
+
+    prog.comment("thread 0: barriers, then the Q tile and the first K / V^T block")
+    yes = prog.reg("pred")
+    emit("setp.eq.u32", yes, c.zero, 0)
+    for k in range(1 + STAGES):
+        bar = prog.reg("u32")
+        emit("add.u32", bar, c.bar_q, 8 * k)
+        emit("mbarrier.init", bar, 1, guard=c.leader)
+    emit("fence.mbarrier_init")
+    emit("bar.sync", 0)
+    emit("bra.div", "LOADS_STARTED", guard=f"!{c.leader}")
+    emit("mbarrier.expect_tx", c.bar_q, Q_BYTES)
+    emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.start_m, c.b, c.bar_q)
+    _emit_kv_load(prog, c, c.zero)
+    prog.label("LOADS_STARTED")
+    emit_wait(prog, c.bar_q, 0, "WAIT_Q")
+    dq = emit_descriptor(prog, c.smem)
+
+    total = prog.regs("f32", ACC)
+    for ti in total:
+        emit("mov.f32", ti, f32(0.0))
+    A, l = prog.regs("f32", 2), prog.regs("f32", 2)
+    for half in (0, 1):
+        emit("mov.f32", A[half], f32(NEG_FLOOR))
+        emit("mov.f32", l[half], f32(0.0))
+    j, next_j, start_n = prog.regs("u32", 3)
+    emit("mov.u32", j, 0)
+    emit("mov.u32", start_n, 0)
+
+    prog.label("BLOCK_LOOP")
+    prefetch = prog.reg("pred")
+    emit("add.u32", next_j, j, 1)
+    emit("setp.lt.u32", prefetch, next_j, c.n_blocks)
+    emit("and.pred", prefetch, prefetch, c.leader)
+    emit("bra.div", "PREFETCHED", guard=f"!{prefetch}")
+    _emit_kv_load(prog, c, next_j)               # its stage was freed by the last bar.sync
+    prog.label("PREFETCHED")
+    _emit_block(prog, c, rule, j, start_n, dq, total, A, l, yes)
+    emit("bar.sync", 0)                           # every warp is done with this stage
+    more = prog.reg("pred")
+    emit("mov.u32", j, next_j)
+    emit("add.u32", start_n, start_n, BLOCK_N)
+    emit("setp.lt.u32", more, j, c.n_blocks)
+    emit("bra", "BLOCK_LOOP", guard=more)
+
+    _emit_epilogue(prog, c, total, A, l)
+    emit("ret")
+    shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
+    return name, module(name, PARAMS, prog, arch, shared)

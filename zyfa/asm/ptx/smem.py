@@ -1,0 +1,27 @@
+"""Shared-memory plumbing every TMA + wgmma kernel repeats: mbarrier waits and the 64-bit
+matrix descriptors of 128-byte-swizzled tiles."""
+from __future__ import annotations
+
+from ..program import Program, Reg
+from .target import descriptor_bits
+
+SWIZZLE_ATOM = 8 * 128    # 8 rows of 128 bytes: the descriptor's stride byte offset
+
+
+def emit_wait(prog: Program, bar: Reg, phase, label: str) -> None:
+    """Spin until the mbarrier at ``bar`` completes the phase with parity ``phase``."""
+    done = prog.reg("pred")
+    prog.label(label)
+    prog.emit("mbarrier.try_wait", done, bar, phase)
+    prog.emit("bra.div", label, guard=f"!{done}")
+
+
+def emit_descriptor(prog: Program, tile: Reg) -> Reg:
+    """The wgmma descriptor of a K-major tile at shared address ``tile`` (1024-aligned,
+    rows of 128 bytes, 128-byte swizzle). Adding 2 steps it 32 bytes along K."""
+    base, desc = prog.regs("u64", 2)
+    prog.emit("cvt.u64.u32", base, tile)
+    prog.emit("shr.u64", base, base, 4)
+    prog.emit("and.b64", base, base, 0x3FFF)
+    prog.emit("or.b64", desc, base, descriptor_bits(SWIZZLE_ATOM))
+    return desc
