@@ -51,16 +51,17 @@ def test_permuted_vt_places_keys_in_their_slots():
         assert torch.equal(vt[:, :, :, slot].permute(1, 2, 0), want), key
 
 
+@pytest.mark.parametrize("rowsum", attn.ROWSUMS)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("rule", LEAN_RULES)
-def test_attention_kernel_assembles_within_budget(rule, causal):
-    name, ptx = attn.attention_kernel(rule, causal)
+def test_attention_kernel_assembles_within_budget(rule, causal, rowsum):
+    name, ptx = attn.attention_kernel(rule, causal, rowsum)
     a = assemble(ptx)
     sass = a.sass()
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass)
     assert a.spill_bytes == 0, a.report
     assert a.registers <= attn.REGISTER_BUDGET, f"{a.registers} registers > budget {attn.REGISTER_BUDGET}"
-    assert ops.count("QGMMA") == 8, "4 wgmma for Q K^T and 4 for P V^T"
+    assert ops.count("QGMMA") == (12 if rowsum == "mma" else 8), "4 wgmma for Q K^T, 4 for P V^T (+ 4 for P . ones)"
     assert "UTMALDG" in ops and "SYNCS" in " ".join(ops)
     # the softmax lies between the first QGMMA (Q K^T) and the last (P V^T); the prologue's
     # integer divisions (batch, head, kv head) may use conversions, the loop may not
@@ -76,6 +77,8 @@ def test_attention_kernel_assembles_within_budget(rule, causal):
 def test_attention_kernel_refuses_what_it_does_not_implement():
     with pytest.raises(ValueError, match="lean rules"):
         attn.attention_kernel("exact")
+    with pytest.raises(ValueError, match="rowsum"):
+        attn.attention_kernel("lean", rowsum="fast")
 
 
 # ---------------------------------------------------------------------------- on an H200
@@ -97,21 +100,56 @@ def _case(shape, kind="realistic", granularity="head"):
     return zyfa.quantize_fp8(q, k, v, granularity=granularity), causal
 
 
+def _exact_s_case(shape, seed):
+    """FP8 inputs whose S = Q K^T the tensor cores compute exactly (small integers: every
+    partial sum fits their ~13-bit accumulation) and k_descale = 1, so the kernel's t equals
+    the spec's bit for bit, and so do the P codes."""
+    B, Sq, Sk, Hq, Hkv, causal = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randint(-3, 4, (B, Sq, Hq, 128), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
+    k = torch.randint(-3, 4, (B, Sk, Hkv, 128), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
+    v = (torch.randn(B, Sk, Hkv, 128, device="cuda", generator=g) * 64).to(torch.float8_e4m3fn)
+    q_descale = 0.25 + torch.rand(B, Hkv, device="cuda", generator=g)    # logits spread over ~16 in log2
+    v_descale = torch.rand(B, Hkv, 128, device="cuda", generator=g) / 64
+    return dict(q=q, k=k, v=v, q_descale=q_descale, k_descale=torch.ones((), device="cuda"),
+                v_descale=v_descale), causal
+
+
+@hopper
+@pytest.mark.parametrize("rowsum", attn.ROWSUMS)
+@pytest.mark.parametrize("rule", LEAN_RULES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_ptx_kernel_equals_spec_when_s_is_exact(shape, rule, rowsum):
+    from zyfa.asm.ptx.kernels import attention_fp8
+    kw, causal = _exact_s_case(shape, seed=len(rule) + shape[1])
+    out, lse = attention_fp8(**kw, causal=causal, p_rule=rule, rowsum=rowsum)
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, return_lse=True)
+    # same P codes: what is left is accumulation order (and P V's tensor-core sums) under
+    # the BF16 rounding of the output, the yardstick
+    rounding = rel_err(spec.bfloat16(), spec)
+    assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
+    # the LSE carries the row sum's precision: float32 on the ALUs; on the tensor cores, their
+    # accumulation (about 13 mantissa bits: 2^-12 relative, after two roundings)
+    tol = 1e-5 if rowsum == "alu" else 2.0 ** -12
+    assert (lse.double() - lse_spec).abs().max() < tol, describe_mismatch(lse, lse_spec, tol)
+
+
 @hopper
 @pytest.mark.parametrize("rule", LEAN_RULES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_ptx_kernel_vs_spec_and_float64(shape, rule):
+    """Realistic activations: the tensor cores' accumulation of S (~13 bits) moves many t
+    across a P rounding boundary (measured: the kernel, like the Triton kernel, sits ~0.7x
+    the spec's own error away from the spec), so the checks here are against float64:
+    no further from it than the spec. Equality with the spec is the exact-S test's job."""
     x, causal = _case(shape)
     out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True, backend="ptx")
     spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True)
-    ref = attention_fp64(*x.dequantized(), causal=causal)
-    # the spec differs from the kernel by fp32 ordering (and the rare P code that ordering
-    # moves across a rounding boundary); the kernel's output is BF16, so the yardstick is
-    # the spec's own BF16 rounding error
-    rounding = rel_err(spec.bfloat16(), spec)
-    assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
-    assert (lse.double() - lse_spec).abs().max() < 1e-3, describe_mismatch(lse, lse_spec, 1e-3)
-    assert rel_err(out, ref) <= 1.05 * rel_err(spec, ref) + 1e-4
+    ref, lse_ref = attention_fp64(*x.dequantized(), causal=causal, return_lse=True)
+    spec_err = rel_err(spec, ref)
+    print(f"{shape} {rule}: kernel {rel_err(out, ref):.3e} spec {spec_err:.3e} kernel-spec {rel_err(out, spec):.3e}")
+    assert rel_err(out, ref) <= 1.1 * spec_err, (rel_err(out, ref), spec_err)
+    assert (lse.double() - lse_ref).abs().max() <= 1.1 * (lse_spec - lse_ref).abs().max() + 1e-3
 
 
 @hopper
@@ -122,7 +160,8 @@ def test_ptx_kernel_agrees_with_triton(shape):
     b = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend="triton")
     spec = fp8_attention_spec(**x.kwargs(), causal=causal)
     rounding = rel_err(spec.bfloat16(), spec)
-    assert rel_err(a, b) <= 2.0 * rounding, (rel_err(a, b), rounding)
+    # same wgmma for S, same t, same P codes: only accumulation order differs
+    assert rel_err(a, b) <= 1.5 * rounding, (rel_err(a, b), rounding, describe_mismatch(a, b))
 
 
 @hopper

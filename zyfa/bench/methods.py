@@ -67,6 +67,7 @@ class Method:
     build: Callable[[Inputs], Callable[[], tuple]]
     missing: Callable[[], str | None]
     p_rule: str | None = None
+    unsupported: Callable[[Case], str | None] = lambda case: None    # why a case is out of its reach
 
     @property
     def label(self) -> str:
@@ -96,6 +97,10 @@ def _ptx_missing():
     except ImportError:
         return "cuda-python is not installed"
     return None
+
+
+def _ptx_unsupported(case: Case):
+    return None if (case.D, case.Dv) == (128, 128) else f"the generated kernel has head dims (128, 128), not {(case.D, case.Dv)}"
 
 
 def _zyfa_fp8(rule, backend):
@@ -238,7 +243,8 @@ def all_methods(backend: str = "triton") -> list[Method]:
     zm = _zyfa_missing(backend)
     out = [Method("zyfa", backend, "fp8", "head", _zyfa_fp8(r, backend), zm, p_rule=r) for r in P_RULES]
     out.append(Method("zyfa", backend, "bf16", None, _zyfa_bf16(backend), zm))
-    out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _ptx_missing, p_rule=r) for r in LEAN_RULES]
+    out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _ptx_missing, p_rule=r,
+                   unsupported=_ptx_unsupported) for r in LEAN_RULES]
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),

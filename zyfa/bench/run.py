@@ -72,6 +72,9 @@ def measure_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
     reason = m.missing()
     if reason:
         return dict(rec, status="missing", reason=reason), None
+    reason = m.unsupported(c)
+    if reason:
+        return dict(rec, status="unsupported", reason=reason), None
     try:
         built = m.build(inp)
         fn, finish = built if isinstance(built, tuple) else (built, lambda res: res)

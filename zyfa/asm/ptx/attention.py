@@ -33,9 +33,13 @@ BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128
 THREADS = 128
 STAGES = 2
 Q_BYTES = BLOCK_M * HEAD_DIM
+ONES_BYTES = 8 * HEAD_DIM                   # 8 rows of E4M3 ones: B of the row-sum wgmma
 KV_BYTES = BLOCK_N * HEAD_DIM               # one K tile or one V^T tile
 STAGE_BYTES = 2 * KV_BYTES
-BAR_OFFSET = Q_BYTES + STAGES * STAGE_BYTES  # mbarriers: Q, then one per stage
+STAGE0 = Q_BYTES + ONES_BYTES               # 1024-aligned, as 128-byte swizzled tiles must be
+BAR_OFFSET = STAGE0 + STAGES * STAGE_BYTES  # mbarriers: Q, then one per stage
+E4M3_ONE_X4 = 0x38383838
+ROWSUMS = ("mma", "alu")
 SHARED_BYTES = BAR_OFFSET + 8 * (1 + STAGES) + 1024   # + slack to align the base to 1024
 LN2 = 0.6931471805599453
 ACC = BLOCK_N // 2                          # f32 accumulator registers per thread (m64n128)
@@ -48,8 +52,8 @@ PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".a
           (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads")]
 
 
-def kernel_name(rule: str, causal: bool) -> str:
-    return f"zyfa_attn_fp8_d128_{rule}_{'causal' if causal else 'full'}"
+def kernel_name(rule: str, causal: bool, rowsum: str = "mma") -> str:
+    return f"zyfa_attn_fp8_d128_{rule}_{'causal' if causal else 'full'}_rowsum_{rowsum}"
 
 
 def _acc_row_half(i: int) -> int:
@@ -171,7 +175,7 @@ def _emit_kv_load(prog: Program, c: _Ctx, block: Reg) -> None:
     stage, k_tile, v_tile, bar, key0 = prog.regs("u32", 5)
     emit("and.b32", stage, block, 1)
     emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
-    emit("add.u32", k_tile, k_tile, Q_BYTES)
+    emit("add.u32", k_tile, k_tile, STAGE0)
     emit("add.u32", v_tile, k_tile, KV_BYTES)
     emit("mad.lo.u32", bar, stage, 8, c.bar0)
     emit("mul.lo.u32", key0, block, BLOCK_N)
@@ -201,8 +205,8 @@ def _emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
         prog.emit(op, x, x, other)
 
 
-def _emit_block(prog: Program, c: _Ctx, rule: str, j: Reg, start_n: Reg, dq: Reg,
-                total: list[Reg], A: list[Reg], l: list[Reg], yes: Reg) -> None:
+def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n: Reg, dq: Reg,
+                d_ones: Reg, total: list[Reg], A: list[Reg], l: list[Reg], yes: Reg) -> None:
     """One key block: scores, mask, references, P, row sums, P V^T, accumulation."""
     emit = prog.emit
     stage, phase, k_tile, v_tile, bar = prog.regs("u32", 5)
@@ -210,7 +214,7 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, j: Reg, start_n: Reg, dq: Reg
     emit("shr.u32", phase, j, 1)
     emit("and.b32", phase, phase, 1)
     emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
-    emit("add.u32", k_tile, k_tile, Q_BYTES)
+    emit("add.u32", k_tile, k_tile, STAGE0)
     emit("add.u32", v_tile, k_tile, KV_BYTES)
     emit("mad.lo.u32", bar, stage, 8, c.bar0)
     emit_wait(prog, bar, phase, "WAIT_KV")
@@ -255,35 +259,46 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, j: Reg, start_n: Reg, dq: Reg
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
 
-    prog.comment(f"P codes ({rule}), row sums of the rounded P, packing into the A operand")
+    prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P ({rowsum})")
     codes = []
     l_blk = prog.regs("f32", 2)
-    for half in (0, 1):
-        emit("mov.f32", l_blk[half], f32(0.0))
+    if rowsum == "alu":
+        for half in (0, 1):
+            emit("mov.f32", l_blk[half], f32(0.0))
     for i, si in enumerate(s):
         y = prog.reg("f32")
         emit("sub.f32", y, si, m[_acc_row_half(i)])
         w = emit_p_code(prog, y, rule)                       # low byte: the E4M3 code
         codes.append(w)
-        # the code shifted into a float32's exponent/mantissa is P * 2^-120 exactly
-        # (subnormal codes land on float32 subnormals): one shift and one FMA per P
-        scaled = prog.reg("b32")
-        emit("shl.b32", scaled, w, 20)
-        emit("fma.f32", l_blk[_acc_row_half(i)], scaled, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
-    for half in (0, 1):
-        _emit_quad_reduce(prog, l_blk[half], "add.f32")
+        if rowsum == "alu":
+            # the code shifted into a float32's exponent/mantissa is P * 2^-120 exactly
+            # (subnormal codes land on float32 subnormals): one shift and one FMA per P
+            scaled = prog.reg("b32")
+            emit("shl.b32", scaled, w, 20)
+            emit("fma.f32", l_blk[_acc_row_half(i)], scaled, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
+    if rowsum == "alu":
+        for half in (0, 1):
+            _emit_quad_reduce(prog, l_blk[half], "add.f32")
     p_regs = [[emit_pack4(prog, [codes[r] for r in src]) for src in p_sources(k)] for k in range(BLOCK_N // 32)]
 
-    prog.comment("block = P V^T in a fresh accumulator")
+    prog.comment("block = P V^T in a fresh accumulator" + ("; row sums = P . ones" if rowsum == "mma" else ""))
     o = prog.regs("f32", ACC)
     o_list = ", ".join(map(str, o))
+    sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
     emit("wgmma.fence")
     for k in range(BLOCK_N // 32):
         bk = prog.reg("u64")
+        a_regs = ", ".join(map(str, p_regs[k]))
         emit("add.u64", bk, dv, 2 * k)
-        emit("wgmma.m64n128k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else yes)
+        emit("wgmma.m64n128k32.e4m3.rs", o_list, a_regs, bk, 0 if k == 0 else yes)
+        if rowsum == "mma":
+            ok = prog.reg("u64")
+            emit("add.u64", ok, d_ones, 2 * k)
+            emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
     emit("wgmma.commit")
     emit("wgmma.wait", 0)
+    if rowsum == "mma":
+        l_blk = [sums[0], sums[2]]                            # rows g and g + 8
 
     prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
     keep = prog.regs("pred", 2)
@@ -357,8 +372,12 @@ def _emit_epilogue(prog: Program, c: _Ctx, total: list[Reg], A: list[Reg], l: li
         emit("st.global.f32", addr, lg[half], guard=store)
 
 
-def attention_kernel(rule: str = "lean_cubic", causal: bool = True, arch: str = "sm_90a") -> tuple[str, str]:
+def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str = "mma",
+                     arch: str = "sm_90a") -> tuple[str, str]:
     """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
+
+    ``rowsum``: the row sums of the rounded P from a wgmma against a tile of ones ("mma",
+    4 instructions a block) or from the codes on the ALUs ("alu", 2 per score).
 
     Parameters: TMA maps of q (B, Sq, Hq, 128) and k (B, Sk, Hkv, 128) with boxes of 64 and
     128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
@@ -369,7 +388,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, arch: str = 
     """
     if rule not in LEAN_RULES:
         raise ValueError(f"the generated kernel implements the lean rules {LEAN_RULES}, got {rule!r}")
-    name = kernel_name(rule, causal)
+    if rowsum not in ROWSUMS:
+        raise ValueError(f"rowsum must be one of {ROWSUMS}, got {rowsum!r}")
+    name = kernel_name(rule, causal, rowsum)
     prog = program()
     emit = prog.emit
     c = _prologue(prog, causal)
@@ -382,6 +403,15 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, arch: str = 
         emit("add.u32", bar, c.bar_q, 8 * k)
         emit("mbarrier.init", bar, 1, guard=c.leader)
     emit("fence.mbarrier_init")
+    ones, ones_word, tid8 = prog.regs("u32", 3)
+    emit("add.u32", ones, c.smem, Q_BYTES)
+    if rowsum == "mma":
+        prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
+        emit("mov.u32", tid8, "%tid.x")
+        emit("mad.lo.u32", tid8, tid8, 8, ones)
+        emit("mov.u32", ones_word, E4M3_ONE_X4)
+        emit("st.shared.v2.b32", tid8, ones_word, ones_word)
+        emit("fence.proxy.async")
     emit("bar.sync", 0)
     emit("bra.div", "LOADS_STARTED", guard=f"!{c.leader}")
     emit("mbarrier.expect_tx", c.bar_q, Q_BYTES)
@@ -390,6 +420,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, arch: str = 
     prog.label("LOADS_STARTED")
     emit_wait(prog, c.bar_q, 0, "WAIT_Q")
     dq = emit_descriptor(prog, c.smem)
+    d_ones = emit_descriptor(prog, ones)
 
     total = prog.regs("f32", ACC)
     for ti in total:
@@ -410,7 +441,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, arch: str = 
     emit("bra.div", "PREFETCHED", guard=f"!{prefetch}")
     _emit_kv_load(prog, c, next_j)               # its stage was freed by the last bar.sync
     prog.label("PREFETCHED")
-    _emit_block(prog, c, rule, j, start_n, dq, total, A, l, yes)
+    _emit_block(prog, c, rule, rowsum, j, start_n, dq, d_ones, total, A, l, yes)
     emit("bar.sync", 0)                           # every warp is done with this stage
     more = prog.reg("pred")
     emit("mov.u32", j, next_j)

@@ -61,8 +61,8 @@ def qk_tile(q: torch.Tensor, k: torch.Tensor, q_row: int = 0, k_row: int = 0) ->
 
 
 @functools.cache
-def _attention(rule: str, causal: bool, arch: str, device: int) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, arch)
+def _attention(rule: str, causal: bool, rowsum: str, arch: str, device: int) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, rowsum, arch)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), attn.SHARED_BYTES)
 
 
@@ -80,7 +80,7 @@ def permuted_vt(v: torch.Tensor) -> torch.Tensor:
 
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
-                  p_rule="lean_cubic", ref_rule="block"):
+                  p_rule="lean_cubic", ref_rule="block", rowsum="mma"):
     """FP8 d128 attention by the generated sm_90a kernel; inputs validated by flash_attn_func
     (coarse q/k descales, ref_rule "block", a lean p_rule). Returns (out BF16, lse float32)."""
     if ref_rule != "block":
@@ -103,6 +103,6 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
             tensor_map(vt, (1, Dv, attn.BLOCK_N))]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv)]
-    kernel = _attention(p_rule, bool(causal), "sm_90a", dev.index if dev.index is not None else torch.cuda.current_device())
+    kernel = _attention(p_rule, bool(causal), rowsum, "sm_90a", dev.index if dev.index is not None else torch.cuda.current_device())
     kernel((B * Hq, -(-Sq // attn.BLOCK_M)), (attn.THREADS,), maps + ptrs + sizes)
     return out, lse

@@ -30,16 +30,17 @@ def emit_p_code(prog: Program, y: Reg, rule: str) -> Reg:
     prog.emit("add.f32", a, a, f32(F.MAGIC))
     prog.emit("sub.f32", fl, a, f32(F.MAGIC))
     prog.emit("sub.f32", f, yc, fl)                          # fraction in [0, 1]
+    # the spec's slope already carries the mantissa's factor 8; scaling the cubic's
+    # coefficients by 8 instead is exact (a power of two commutes with rounding)
     if rule == "lean_quad":
         prog.emit("fma.f32", slope, f, f32(8.0 * F.LEAN_QUAD_K), f32(8.0 * (1.0 - F.LEAN_QUAD_K)))
     else:
         inner = prog.reg("f32")
-        prog.emit("fma.f32", inner, f, f32(F.LEAN_CUBIC_B), f32(F.LEAN_CUBIC_A - F.LEAN_CUBIC_B))
-        prog.emit("fma.f32", slope, f, inner, f32(1.0 - F.LEAN_CUBIC_A))
-        prog.emit("mul.f32", slope, slope, f32(8.0))
+        prog.emit("fma.f32", inner, f, f32(8.0 * F.LEAN_CUBIC_B), f32(8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)))
+        prog.emit("fma.f32", slope, f, inner, f32(8.0 * (1.0 - F.LEAN_CUBIC_A)))
+    # base = 8 floor(y) + 120 + MAGIC = 8 a + (120 - 7 MAGIC): exact either way, one FMA here
     base = prog.reg("f32")
-    prog.emit("mul.f32", base, fl, f32(8.0))
-    prog.emit("add.f32", base, base, f32(F.P_ONE_BITS + F.MAGIC))
+    prog.emit("fma.f32", base, a, f32(8.0), f32(F.P_ONE_BITS - 7 * F.MAGIC))
     prog.emit("fma.f32", w, f, slope, base)
     return w
 
