@@ -6,6 +6,7 @@ spills and no conversion instructions in the main loop. On an H200: the kernel a
 spec (same P rule, block references), float64 and the Triton kernel, over odd seqlens,
 seqlen_q < seqlen_k, MQA/GQA and non-causal; dispatch picks it; repeatable bit for bit.
 """
+import math
 import re
 
 import pytest
@@ -116,22 +117,31 @@ def _exact_s_case(shape, seed):
 
 
 @hopper
-@pytest.mark.parametrize("rowsum", attn.ROWSUMS)
 @pytest.mark.parametrize("rule", LEAN_RULES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_ptx_kernel_equals_spec_when_s_is_exact(shape, rule, rowsum):
-    from zyfa.asm.ptx.kernels import attention_fp8
+def test_ptx_kernel_equals_spec_when_s_is_exact(shape, rule):
     kw, causal = _exact_s_case(shape, seed=len(rule) + shape[1])
-    out, lse = attention_fp8(**kw, causal=causal, p_rule=rule, rowsum=rowsum)
+    out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule=rule, return_lse=True, backend="ptx")
     spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, return_lse=True)
     # same P codes: what is left is accumulation order (and P V's tensor-core sums) under
     # the BF16 rounding of the output, the yardstick
     rounding = rel_err(spec.bfloat16(), spec)
     assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
-    # the LSE carries the row sum's precision: float32 on the ALUs; on the tensor cores, their
-    # accumulation (about 13 mantissa bits: 2^-12 relative, after two roundings)
-    tol = 1e-5 if rowsum == "alu" else 2.0 ** -12
-    assert (lse.double() - lse_spec).abs().max() < tol, describe_mismatch(lse, lse_spec, tol)
+    # float32 row sums of the same P: the LSE differs by float32 ordering only
+    assert (lse.double() - lse_spec).abs().max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
+
+
+@hopper
+@pytest.mark.parametrize("shape", SHAPES[4:])
+def test_tensor_core_row_sums_stay_near_the_float32_ones(shape):
+    """rowsum="mma" (a research option): measured here, bounded by the BF16 output rounding."""
+    from zyfa.asm.ptx.kernels import attention_fp8
+    kw, causal = _exact_s_case(shape, seed=shape[1])
+    a, lse_a = attention_fp8(**kw, causal=causal, rowsum="alu")
+    b, lse_b = attention_fp8(**kw, causal=causal, rowsum="mma")
+    print(f"{shape}: out {rel_err(b, a):.2e}, lse {(lse_b - lse_a).abs().max():.2e}")
+    # within a BF16 step of the output (2^-8 relative), and as much in the LSE
+    assert rel_err(b, a) <= 2.0 ** -8 and (lse_b - lse_a).abs().max() <= 2.0 ** -8
 
 
 @hopper
@@ -147,8 +157,9 @@ def test_ptx_kernel_vs_spec_and_float64(shape, rule):
     spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True)
     ref, lse_ref = attention_fp64(*x.dequantized(), causal=causal, return_lse=True)
     spec_err = rel_err(spec, ref)
+    rounding = rel_err(spec.bfloat16(), spec)              # the kernel writes BF16; the spec float64
     print(f"{shape} {rule}: kernel {rel_err(out, ref):.3e} spec {spec_err:.3e} kernel-spec {rel_err(out, spec):.3e}")
-    assert rel_err(out, ref) <= 1.1 * spec_err, (rel_err(out, ref), spec_err)
+    assert rel_err(out, ref) <= 1.1 * math.hypot(spec_err, rounding), (rel_err(out, ref), spec_err, rounding)
     assert (lse.double() - lse_ref).abs().max() <= 1.1 * (lse_spec - lse_ref).abs().max() + 1e-3
 
 

@@ -52,7 +52,7 @@ PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".a
           (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads")]
 
 
-def kernel_name(rule: str, causal: bool, rowsum: str = "mma") -> str:
+def kernel_name(rule: str, causal: bool, rowsum: str = "alu") -> str:
     return f"zyfa_attn_fp8_d128_{rule}_{'causal' if causal else 'full'}_rowsum_{rowsum}"
 
 
@@ -372,12 +372,13 @@ def _emit_epilogue(prog: Program, c: _Ctx, total: list[Reg], A: list[Reg], l: li
         emit("st.global.f32", addr, lg[half], guard=store)
 
 
-def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str = "mma",
+def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str = "alu",
                      arch: str = "sm_90a") -> tuple[str, str]:
     """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
 
-    ``rowsum``: the row sums of the rounded P from a wgmma against a tile of ones ("mma",
-    4 instructions a block) or from the codes on the ALUs ("alu", 2 per score).
+    ``rowsum``: the row sums of the rounded P from the codes on the ALUs in float32 ("alu",
+    2 instructions a score, the spec's precision) or from a wgmma against a tile of ones
+    ("mma", 4 instructions a block; the tensor cores' truncating accumulation costs ~1e-3).
 
     Parameters: TMA maps of q (B, Sq, Hq, 128) and k (B, Sk, Hkv, 128) with boxes of 64 and
     128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
