@@ -154,25 +154,31 @@ def test_ptx_kernel_vs_spec_and_float64(shape, rule):
     no further from it than the spec. Equality with the spec is the exact-S test's job."""
     x, causal = _case(shape)
     out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True, backend="ptx")
+    _, lse_triton = zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True, backend="triton")
     spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True)
     ref, lse_ref = attention_fp64(*x.dequantized(), causal=causal, return_lse=True)
     spec_err = rel_err(spec, ref)
     rounding = rel_err(spec.bfloat16(), spec)              # the kernel writes BF16; the spec float64
     print(f"{shape} {rule}: kernel {rel_err(out, ref):.3e} spec {spec_err:.3e} kernel-spec {rel_err(out, spec):.3e}")
     assert rel_err(out, ref) <= 1.1 * math.hypot(spec_err, rounding), (rel_err(out, ref), spec_err, rounding)
-    assert (lse.double() - lse_ref).abs().max() <= 1.1 * (lse_spec - lse_ref).abs().max() + 1e-3
+    # the LSE takes the tensor cores' error in S directly (the spec's S is exact): the
+    # yardstick is the larger of the spec's and the Triton kernel's (same S) LSE errors
+    lse_err = lambda x: (x.double() - lse_ref).abs().max().item()   # noqa: E731
+    assert lse_err(lse) <= 1.1 * max(lse_err(lse_spec), lse_err(lse_triton)) + 1e-4, \
+        (lse_err(lse), lse_err(lse_spec), lse_err(lse_triton))
 
 
 @hopper
 @pytest.mark.parametrize("shape", SHAPES[4:])
 def test_ptx_kernel_agrees_with_triton(shape):
     x, causal = _case(shape, kind="gaussian")
-    a = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend="ptx")
-    b = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend="triton")
+    a, lse_a = zyfa.flash_attn_func(**x.kwargs(), causal=causal, return_lse=True, backend="ptx")
+    b, lse_b = zyfa.flash_attn_func(**x.kwargs(), causal=causal, return_lse=True, backend="triton")
     spec = fp8_attention_spec(**x.kwargs(), causal=causal)
     rounding = rel_err(spec.bfloat16(), spec)
     # same wgmma for S, same t, same P codes: only accumulation order differs
     assert rel_err(a, b) <= 1.5 * rounding, (rel_err(a, b), rounding, describe_mismatch(a, b))
+    assert (lse_a - lse_b).abs().max() < 1e-4, describe_mismatch(lse_a, lse_b, 1e-4)
 
 
 @hopper
@@ -192,3 +198,16 @@ def test_ptx_repeatable_and_every_element_written():
     b = zyfa.flash_attn_func(**x.kwargs(), backend="ptx")
     assert torch.isfinite(b).all()
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def test_fallback_is_logged_once(caplog):
+    import logging
+    q, k, v = make("gaussian", 1, 8, 2, 1, 64)
+    with caplog.at_level(logging.INFO, logger="zyfa"):
+        for _ in range(3):
+            zyfa.explain(q, k, v)
+            zyfa.flash_attn_func(q, k, v, backend="reference")
+        zyfa.flash_attn_func(q, k, v)
+        zyfa.flash_attn_func(q, k, v)
+    notes = [r.message for r in caplog.records if r.message.startswith("zyfa: using")]
+    assert len(notes) <= 1 and all("ptx" in n for n in notes), notes

@@ -10,6 +10,17 @@ from .ops import out_dtype
 from .reference import attention_fp64, fp8_attention_spec
 
 
+def _has_cuda_python() -> bool:
+    try:
+        return importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None
+    except ImportError:
+        return False
+
+
+# looked up once: dispatch runs inside torch.compile's trace, which should not import packages
+_CUDA_PYTHON = _has_cuda_python()
+
+
 def _ptx_ok(p: dispatch.Problem):
     """The generated sm_90a kernel: FP8, head dims 128, coarse q/k descales, lean P, block references."""
     from .asm.ptx.lean_p import LEAN_RULES
@@ -28,7 +39,7 @@ def _ptx_ok(p: dispatch.Problem):
         return False, f"the generated kernel implements ref_rule 'block', not {p.ref_rule!r}"
     if p.per_token_descales:
         return False, "the generated kernel takes per-head (or per-tensor) q/k descales, not per-token"
-    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None:
+    if not _CUDA_PYTHON:
         return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
     return True, "generated PTX kernel for sm_90a (FP8, d128)"
 

@@ -39,6 +39,7 @@ class Backend:
 
 
 _BACKENDS: list[Backend] = []
+_LOGGED: set = set()
 
 
 def register(backend: Backend) -> None:
@@ -73,8 +74,12 @@ def select(problem: Problem, requested: str = "auto") -> Backend:
     for b in _BACKENDS:
         ok, why = b.can_implement(problem)
         if ok:
-            if skipped:
-                log.info("zyfa: using %s (%s)", b.name, "; ".join(skipped))
+            # once per distinct fallback, and not inside torch.compile's trace (dynamo
+            # cannot trace logging)
+            note = f"zyfa: using {b.name} ({'; '.join(skipped)})"
+            if skipped and note not in _LOGGED and not torch.compiler.is_compiling():
+                _LOGGED.add(note)
+                log.info(note)
             return b
         skipped.append(f"{b.name}: {why}")
     raise RuntimeError("no zyfa backend can run this call: " + "; ".join(skipped))
