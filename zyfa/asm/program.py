@@ -51,6 +51,13 @@ class Program:
     def regs(self, kind: str, n: int) -> list[Reg]:
         return [self.reg(kind) for _ in range(n)]
 
+    def aligned(self, kind: str, n: int, align: int = 2) -> list[Reg]:
+        """n consecutive registers starting at a multiple of ``align`` (register tuples:
+        64-bit values, vector loads), skipping what the alignment needs."""
+        while self._count.get(kind, 0) % align:
+            self.reg(kind)
+        return self.regs(kind, n)
+
     def emit(self, op: str, *operands, guard: Reg | str | None = None) -> None:
         """Append one instruction; ``guard`` predicates it (``@p``; a string such as ``"!%p_0"``)."""
         try:

@@ -1,0 +1,596 @@
+"""An instruction-level emulator (numpy) for the subset of gfx950 (CDNA4) that zyfa's kernels
+and the small Triton kernels it is validated on use.
+
+It runs AMDGCN assembly text, as Triton writes it or as zyfa's generator emits it: one
+workgroup at a time, its waves of 64 lanes stepped in turn (each runs until it ends or
+reaches ``s_barrier``), with the AMDHSA launch ABI (user SGPRs: kernarg pointer and
+preloaded kernargs; system SGPRs: workgroup ids; v0: work-item ids) taken from the
+kernel's ``.amdhsa_*`` directives. Memory is one flat byte array (``Memory``).
+
+Arithmetic is exact where the hardware's is: float32 add/mul round to nearest even with
+denormals kept, FMA rounds once (emulated exactly, see ``fma_f32``). ``s_waitcnt`` is a
+no-op: every load completes before the next instruction. Unknown instructions raise, naming
+themselves: the emulator never guesses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+WAVE = 64
+LANES = np.arange(WAVE)
+F32, F64, U32, I32, U64 = np.float32, np.float64, np.uint32, np.int32, np.uint64
+MASK64 = (1 << 64) - 1
+
+
+# ------------------------------------------------------------------ arithmetic
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 a*b + c rounded once. The product is exact in float64; the sum's rounding
+    error is recovered by TwoSum and used to settle the one case where rounding the float64
+    sum again to float32 could go wrong: a sum that lands exactly on a float32 midpoint."""
+    a64, b64, c64 = (np.asarray(x, F32).astype(F64) for x in (a, b, c))
+    p = a64 * b64
+    with np.errstate(all="ignore"):
+        s = p + c64
+        bb = s - p
+        err = (p - (s - bb)) + (c64 - bb)
+        r = s.astype(F32)
+        d = s - r.astype(F64)
+        # the float32 neighbour on s's side of r, and whether s sits halfway to it
+        gap = np.where(d > 0, np.nextafter(r, F32(np.inf)).astype(F64) - r.astype(F64),
+                       r.astype(F64) - np.nextafter(r, F32(-np.inf)).astype(F64))
+        tie = np.isfinite(s) & (err != 0) & (d != 0) & (np.abs(d) * 2 == gap)
+    up = tie & (d > 0) & (err > 0)            # the exact sum lies past the midpoint
+    down = tie & (d < 0) & (err < 0)
+    r = np.where(up, np.nextafter(r, F32(np.inf)), r)
+    r = np.where(down, np.nextafter(r, F32(-np.inf)), r)
+    return r.astype(F32)
+
+
+def lanes_of(mask: int) -> np.ndarray:
+    """A 64-bit lane mask as 64 booleans."""
+    return ((np.uint64(mask) >> LANES.astype(np.uint64)) & np.uint64(1)).astype(bool)
+
+
+def _f(x: np.ndarray) -> np.ndarray:
+    return x.view(F32)
+
+
+def _u(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, F32).view(U32)
+
+
+# ------------------------------------------------------------------ memory
+class Memory:
+    """Flat global memory: allocations copied in, read back by address."""
+
+    BASE = 1 << 20
+
+    def __init__(self):
+        self.data = np.zeros(0, np.uint8)
+
+    def alloc(self, array: np.ndarray) -> int:
+        raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        start = (len(self.data) + 255) // 256 * 256
+        self.data = np.concatenate([self.data, np.zeros(start - len(self.data) + len(raw) + 256, np.uint8)])
+        self.data[start:start + len(raw)] = raw
+        return self.BASE + start
+
+    def _index(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        off = np.asarray(addr, np.int64) - self.BASE
+        if off.size and (off.min() < 0 or off.max() + nbytes > len(self.data)):
+            raise IndexError(f"global access out of bounds: {hex(int(off.min() + self.BASE))}..")
+        return off[:, None] + np.arange(nbytes)
+
+    def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        return self.data[self._index(addr, nbytes)]
+
+    def write(self, addr: np.ndarray, data: np.ndarray) -> None:
+        self.data[self._index(addr, data.shape[1])] = data
+
+    def array(self, addr: int, dtype, count: int) -> np.ndarray:
+        n = np.dtype(dtype).itemsize * count
+        start = addr - self.BASE
+        return self.data[start:start + n].copy().view(dtype)
+
+
+# ------------------------------------------------------------------ parsing
+@dataclasses.dataclass
+class Instr:
+    op: str
+    args: list
+    mods: dict
+    line: str
+
+
+_REG = re.compile(r"^([svat])(?:(\d+)|\[(\d+):(\d+)\])$")
+_DIRECTIVE = re.compile(r"^\s*\.amdhsa_(\w+)\s+(\S+)")
+
+
+@dataclasses.dataclass
+class Kernel:
+    name: str
+    code: list
+    labels: dict
+    abi: dict               # the .amdhsa_* directives, as ints
+    kernarg_size: int
+
+
+def parse(text: str, name: str | None = None) -> Kernel:
+    """The kernel ``name`` (default: the first) of an AMDGCN assembly text."""
+    lines = [ln.split(";")[0].rstrip() for ln in text.splitlines()]
+    names = [m.group(1) for ln in lines if (m := re.match(r"^(\w+):", ln))]
+    name = name or next(n for n in names if not n.startswith("."))
+    abi, in_kd, code, labels, in_fn = {}, False, [], {}, False
+    for ln in lines:
+        s = ln.strip()
+        if s.startswith(".amdhsa_kernel"):
+            in_kd = s.split()[1] == name
+            continue
+        if s.startswith(".end_amdhsa_kernel"):
+            in_kd = False
+            continue
+        if in_kd and (m := _DIRECTIVE.match(ln)):
+            abi[m.group(1)] = int(m.group(2), 0)
+            continue
+        if s == f"{name}:":
+            in_fn = True
+            continue
+        if not in_fn or not s:
+            continue
+        if s.startswith(".Lfunc_end") or s.startswith(".section") or s.startswith(".end_amdgpu"):
+            in_fn = False
+            continue
+        if s.endswith(":"):
+            labels[s[:-1]] = len(code)
+            continue
+        if s.startswith("."):
+            continue
+        op, _, rest = s.partition(" ")
+        args, mods = [], {}
+        for tok in _split_operands(rest):
+            if re.match(r"^[a-z_]+(:|\()", tok) and not tok.startswith(("off", "vcc", "exec")) and ":" in tok:
+                k, _, v = tok.partition(":")
+                mods[k] = v
+            elif tok in ("glc", "slc", "nt", "sc0", "sc1", "lds", "clamp"):
+                mods[tok] = True
+            else:
+                args.append(tok)
+        code.append(Instr(re.sub(r"_e(32|64)$", "", op), args, mods, s))
+    if not code:
+        raise ValueError(f"no instructions found for kernel {name!r}")
+    kernarg = abi.get("kernarg_size", 0)
+    return Kernel(name, code, labels, abi, kernarg)
+
+
+def _split_operands(rest: str) -> list:
+    out, depth, cur = [], 0, ""
+    for ch in rest:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if (ch == "," or ch == " ") and depth == 0:
+            if cur.strip():
+                out.append(cur.strip())
+            cur = ""
+            continue
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+# ------------------------------------------------------------------ one wave
+class Wave:
+    def __init__(self, kernel: Kernel, mem: Memory, lds: np.ndarray):
+        self.k, self.mem, self.lds = kernel, mem, lds
+        self.s = np.zeros(112, U32)
+        self.v = np.zeros((512, WAVE), U32)
+        self.exec = 0
+        self.vcc = 0
+        self.scc = 0
+        self.pc = 0
+
+    # ---- operands
+    def _regs(self, tok):
+        m = _REG.match(tok)
+        if not m:
+            return None
+        kind = m.group(1)
+        lo = int(m.group(2) if m.group(2) is not None else m.group(3))
+        hi = lo if m.group(2) is not None else int(m.group(4))
+        return kind, lo, hi
+
+    def sval(self, tok: str, bits: int = 32) -> int:
+        """A scalar operand's value (an int of ``bits`` bits)."""
+        if tok == "vcc":
+            return self.vcc
+        if tok == "exec":
+            return self.exec
+        if tok == "scc":
+            return self.scc
+        r = self._regs(tok)
+        if r and r[0] == "s":
+            _, lo, hi = r
+            words = [int(self.s[i]) for i in range(lo, hi + 1)]
+            return sum(w << (32 * i) for i, w in enumerate(words))
+        return _literal(tok, bits)
+
+    def set_s(self, tok: str, value: int) -> None:
+        if tok == "vcc":
+            self.vcc = value & MASK64
+            return
+        if tok == "exec":
+            self.exec = value & MASK64
+            return
+        _, lo, hi = self._regs(tok)
+        for i in range(lo, hi + 1):
+            self.s[i] = (value >> (32 * (i - lo))) & 0xFFFFFFFF
+
+    def vsrc(self, tok: str, float_op: bool = False) -> np.ndarray:
+        """A 32-bit vector operand as uint32 lanes (scalars and literals broadcast)."""
+        neg = tok.startswith("-") and self._regs(tok[1:]) is not None
+        if neg:
+            tok = tok[1:]
+        r = self._regs(tok)
+        if r and r[0] == "v":
+            val = self.v[r[1]].copy()
+        elif r and r[0] == "s" or tok in ("vcc", "exec"):
+            val = np.full(WAVE, self.sval(tok) & 0xFFFFFFFF, U32)
+        else:
+            val = np.full(WAVE, _literal(tok, 32, float_op), U32)
+        if neg:
+            val = val ^ U32(0x80000000) if float_op else (-val.astype(np.int64)).astype(U32)
+        return val
+
+    def vsrc64(self, tok: str) -> np.ndarray:
+        r = self._regs(tok)
+        if r and r[0] == "v":
+            return self.v[r[1]].astype(U64) | (self.v[r[1] + 1].astype(U64) << U64(32))
+        return np.full(WAVE, self.sval(tok, 64), U64)
+
+    def active(self) -> np.ndarray:
+        return lanes_of(self.exec)
+
+    def set_v(self, tok: str, value: np.ndarray) -> None:
+        _, lo, hi = self._regs(tok)
+        act = self.active()
+        value = np.asarray(value)
+        if hi > lo:
+            value = value.astype(U64)
+            for i in range(lo, hi + 1):
+                word = ((value >> U64(32 * (i - lo))) & U64(0xFFFFFFFF)).astype(U32)
+                self.v[i] = np.where(act, word, self.v[i])
+        else:
+            self.v[lo] = np.where(act, value.astype(U32), self.v[lo])
+
+    def mask_from(self, cond: np.ndarray) -> int:
+        bits = (cond & self.active()).astype(np.uint64) << LANES.astype(np.uint64)
+        return int(np.bitwise_or.reduce(bits))
+
+    # ---- execution
+    def run(self):
+        """A generator: yields at each s_barrier, returns at s_endpgm."""
+        code = self.k.code
+        while True:
+            if self.pc >= len(code):
+                raise RuntimeError(f"{self.k.name}: ran past the end of the code")
+            ins = code[self.pc]
+            self.pc += 1
+            if ins.op == "s_endpgm":
+                return
+            if ins.op == "s_barrier":
+                yield
+                continue
+            handler = _OPS.get(ins.op)
+            if handler is None:
+                raise NotImplementedError(f"emulator: instruction {ins.op!r} ({ins.line}) is not implemented")
+            handler(self, ins)
+
+    def jump(self, label: str) -> None:
+        self.pc = self.k.labels[label]
+
+
+def _literal(tok: str, bits: int = 32, float_op: bool = False) -> int:
+    try:
+        value = int(tok, 0)
+    except ValueError:
+        value = None
+    if value is not None:
+        return value & ((1 << bits) - 1)
+    x = float(tok)                                   # inline float constants: 0.5, -4.0, ...
+    if bits == 64:
+        return int(np.array(x, F64).view(U64))
+    return int(np.array(x, F32).view(U32))
+
+
+# ------------------------------------------------------------------ instruction semantics
+_OPS = {}
+
+
+def op(*names):
+    def deco(fn):
+        for n in names:
+            _OPS[n] = fn
+        return fn
+    return deco
+
+
+@op("s_waitcnt", "s_nop", "s_setprio", "s_sleep")
+def _nop(w, i):
+    pass
+
+
+@op("s_load_dword", "s_load_dwordx2", "s_load_dwordx4", "s_load_dwordx8", "s_load_dwordx16")
+def _s_load(w, i):
+    n = {"s_load_dword": 1}.get(i.op, int(i.op.rsplit("x", 1)[-1]) if "x" in i.op.rsplit("_", 1)[-1] else 1)
+    base = w.sval(i.args[1], 64) + (w.sval(i.args[2]) if len(i.args) > 2 else 0)
+    words = w.mem.read(np.array([base]), 4 * n).view(U32).reshape(-1)
+    w.set_s(i.args[0], sum(int(x) << (32 * j) for j, x in enumerate(words)))
+
+
+@op("s_branch")
+def _s_branch(w, i):
+    w.jump(i.args[0])
+
+
+@op("s_cbranch_execz", "s_cbranch_execnz", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz")
+def _s_cbranch(w, i):
+    cond = {"execz": w.exec == 0, "execnz": w.exec != 0, "scc0": w.scc == 0, "scc1": w.scc == 1,
+            "vccz": w.vcc == 0, "vccnz": w.vcc != 0}[i.op.rsplit("_", 1)[1]]
+    if cond:
+        w.jump(i.args[0])
+
+
+def _sop2(fn, bits=32, sets_scc=None):
+    def run(w, i):
+        a, b = w.sval(i.args[1], bits), w.sval(i.args[2], bits)
+        r = fn(a, b, w) & ((1 << bits) - 1)
+        w.set_s(i.args[0], r)
+        if sets_scc is not None:
+            w.scc = int(sets_scc(a, b, r, w))
+    return run
+
+
+def _signed(x, bits=32):
+    return x - (1 << bits) if x >> (bits - 1) else x
+
+
+_OPS.update({
+    "s_mov_b32": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1])),
+    "s_mov_b64": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1], 64)),
+    "s_add_u32": _sop2(lambda a, b, w: a + b, sets_scc=lambda a, b, r, w: a + b > 0xFFFFFFFF),
+    "s_addc_u32": _sop2(lambda a, b, w: a + b + w.scc, sets_scc=lambda a, b, r, w: a + b + w.scc > 0xFFFFFFFF),
+    "s_add_i32": _sop2(lambda a, b, w: a + b),
+    "s_sub_u32": _sop2(lambda a, b, w: a - b, sets_scc=lambda a, b, r, w: b > a),
+    "s_sub_i32": _sop2(lambda a, b, w: a - b),
+    "s_mul_i32": _sop2(lambda a, b, w: _signed(a) * _signed(b)),
+    "s_lshl_b32": _sop2(lambda a, b, w: a << (b & 31), sets_scc=lambda a, b, r, w: r != 0),
+    "s_lshr_b32": _sop2(lambda a, b, w: a >> (b & 31), sets_scc=lambda a, b, r, w: r != 0),
+    "s_and_b32": _sop2(lambda a, b, w: a & b, sets_scc=lambda a, b, r, w: r != 0),
+    "s_or_b32": _sop2(lambda a, b, w: a | b, sets_scc=lambda a, b, r, w: r != 0),
+    "s_and_b64": _sop2(lambda a, b, w: a & b, 64, sets_scc=lambda a, b, r, w: r != 0),
+    "s_or_b64": _sop2(lambda a, b, w: a | b, 64, sets_scc=lambda a, b, r, w: r != 0),
+    "s_andn2_b64": _sop2(lambda a, b, w: a & ~b, 64, sets_scc=lambda a, b, r, w: r != 0),
+    "s_xor_b64": _sop2(lambda a, b, w: a ^ b, 64, sets_scc=lambda a, b, r, w: r != 0),
+})
+
+
+def _scmp(fn, signed=False):
+    def run(w, i):
+        a, b = w.sval(i.args[0]), w.sval(i.args[1])
+        if signed:
+            a, b = _signed(a), _signed(b)
+        w.scc = int(fn(a, b))
+    return run
+
+
+for _name, _fn in {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "lt": lambda a, b: a < b,
+                   "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}.items():
+    _OPS[f"s_cmp_{_name}_u32"] = _scmp(_fn)
+    _OPS[f"s_cmp_{_name}_i32"] = _scmp(_fn, signed=True)
+
+
+@op("s_and_saveexec_b64")
+def _s_and_saveexec(w, i):
+    old = w.exec
+    w.set_s(i.args[0], old)
+    w.exec = w.sval(i.args[1], 64) & old
+    w.scc = int(w.exec != 0)
+
+
+# ---- VALU
+def _vop(fn, float_op=False):
+    def run(w, i):
+        srcs = [w.vsrc(t, float_op) for t in i.args[1:]]
+        w.set_v(i.args[0], fn(*srcs))
+    return run
+
+
+def _fop(fn):
+    """A float32 operation on uint32 lanes."""
+    return _vop(lambda *xs: _u(fn(*[_f(x) for x in xs])), float_op=True)
+
+
+def _i(x):
+    return x.view(I32)
+
+
+_OPS.update({
+    "v_mov_b32": _vop(lambda a: a),
+    "v_add_u32": _vop(lambda a, b: a + b),
+    "v_sub_u32": _vop(lambda a, b: a - b),
+    "v_subrev_u32": _vop(lambda a, b: b - a),
+    "v_mul_lo_u32": _vop(lambda a, b: (a.astype(U64) * b.astype(U64)).astype(U32)),
+    "v_and_b32": _vop(lambda a, b: a & b),
+    "v_or_b32": _vop(lambda a, b: a | b),
+    "v_xor_b32": _vop(lambda a, b: a ^ b),
+    "v_lshlrev_b32": _vop(lambda s, a: a << (s & U32(31))),
+    "v_lshrrev_b32": _vop(lambda s, a: a >> (s & U32(31))),
+    "v_ashrrev_i32": _vop(lambda s, a: (_i(a) >> _i(s & U32(31))).view(U32)),
+    "v_lshl_or_b32": _vop(lambda a, s, c: (a << (s & U32(31))) | c),
+    "v_lshl_add_u32": _vop(lambda a, s, c: (a << (s & U32(31))) + c),
+    "v_add_lshl_u32": _vop(lambda a, b, s: (a + b) << (s & U32(31))),
+    "v_and_or_b32": _vop(lambda a, b, c: (a & b) | c),
+    "v_or3_b32": _vop(lambda a, b, c: a | b | c),
+    "v_max_f32": _fop(lambda a, b: np.fmax(a, b)),
+    "v_min_f32": _fop(lambda a, b: np.fmin(a, b)),
+    "v_add_f32": _fop(lambda a, b: a + b),
+    "v_sub_f32": _fop(lambda a, b: a - b),
+    "v_subrev_f32": _fop(lambda a, b: b - a),
+    "v_mul_f32": _fop(lambda a, b: a * b),
+    "v_fma_f32": _fop(lambda a, b, c: fma_f32(a, b, c)),
+    "v_fmaak_f32": _fop(lambda a, b, k: fma_f32(a, b, k)),
+    "v_fmamk_f32": _fop(lambda a, k, b: fma_f32(a, k, b)),
+})
+
+
+@op("v_fmac_f32")
+def _v_fmac(w, i):
+    a, b = (_f(w.vsrc(t, True)) for t in i.args[1:3])
+    d = _f(w.vsrc(i.args[0], True))
+    w.set_v(i.args[0], _u(fma_f32(a, b, d)))
+
+
+@op("v_cndmask_b32")
+def _v_cndmask(w, i):
+    a, b = w.vsrc(i.args[1]), w.vsrc(i.args[2])
+    mask = w.sval(i.args[3], 64) if len(i.args) > 3 else w.vcc
+    sel = lanes_of(mask)
+    w.set_v(i.args[0], np.where(sel, b, a))
+
+
+@op("v_perm_b32")
+def _v_perm(w, i):
+    """Byte select: bytes of {src0, src1} (src1 the low word) by the selector's bytes."""
+    s0, s1, sel = (w.vsrc(t) for t in i.args[1:])
+    pool = np.stack([s1 & 0xFF, (s1 >> 8) & 0xFF, (s1 >> 16) & 0xFF, s1 >> 24,
+                     s0 & 0xFF, (s0 >> 8) & 0xFF, (s0 >> 16) & 0xFF, s0 >> 24]).astype(U32)
+    out = np.zeros(WAVE, U32)
+    for byte in range(4):
+        code = (sel >> U32(8 * byte)) & U32(0xFF)
+        if np.any((code > 7) & (code != 0x0C)):
+            raise NotImplementedError("v_perm_b32 selectors above 7 other than 0x0c (zero)")
+        picked = pool[np.minimum(code, 7), LANES]
+        out |= np.where(code == 0x0C, U32(0), picked) << U32(8 * byte)
+    w.set_v(i.args[0], out)
+
+
+@op("v_lshlrev_b64")
+def _v_lshlrev_b64(w, i):
+    s = w.vsrc(i.args[1]).astype(U64) & U64(63)
+    w.set_v(i.args[0], w.vsrc64(i.args[2]) << s)
+
+
+@op("v_lshl_add_u64")
+def _v_lshl_add_u64(w, i):
+    a, s, b = w.vsrc64(i.args[1]), w.vsrc(i.args[2]).astype(U64) & U64(7), w.vsrc64(i.args[3])
+    w.set_v(i.args[0], (a << s) + b)
+
+
+def _vcmp(fn, kind):
+    conv = {"i32": lambda x: _i(x), "u32": lambda x: x, "f32": lambda x: _f(x)}[kind]
+
+    def run(w, i):
+        a, b = conv(w.vsrc(i.args[1], kind == "f32")), conv(w.vsrc(i.args[2], kind == "f32"))
+        w.set_s(i.args[0], w.mask_from(fn(a, b)))
+    return run
+
+
+for _name, _fn in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+                   "ge": np.greater_equal}.items():
+    for _kind in ("i32", "u32", "f32"):
+        _OPS[f"v_cmp_{_name}_{_kind}"] = _vcmp(_fn, _kind)
+
+
+# ---- global memory: "global_load_dword vdst, vaddr(64-bit), off" or "vdst, voffset(32-bit), sbase"
+def _global_addr(w, i, addr_tok, base_tok):
+    off = int(i.mods.get("offset", "0"), 0)
+    if base_tok == "off":
+        return w.vsrc64(addr_tok) + U64(off)
+    return w.vsrc(addr_tok).astype(U64) + U64(w.sval(base_tok, 64)) + U64(off)
+
+
+@op("global_load_dword", "global_load_dwordx2", "global_load_dwordx4", "global_load_ubyte")
+def _global_load(w, i):
+    n = {"global_load_dword": 4, "global_load_dwordx2": 8, "global_load_dwordx4": 16, "global_load_ubyte": 1}[i.op]
+    addr = _global_addr(w, i, i.args[1], i.args[2])
+    act = w.active()
+    data = np.zeros((WAVE, max(n, 4)), np.uint8)
+    if act.any():
+        data[act, :n] = w.mem.read(addr[act], n)
+    words = data.view(U32)
+    _, lo, _ = w._regs(i.args[0])
+    for j in range(words.shape[1]):
+        w.v[lo + j] = np.where(act, words[:, j], w.v[lo + j])
+
+
+@op("global_store_dword", "global_store_dwordx2", "global_store_dwordx4", "global_store_byte")
+def _global_store(w, i):
+    n = {"global_store_dword": 4, "global_store_dwordx2": 8, "global_store_dwordx4": 16, "global_store_byte": 1}[i.op]
+    addr = _global_addr(w, i, i.args[0], i.args[2])
+    _, lo, _ = w._regs(i.args[1])
+    words = np.stack([w.v[lo + j] for j in range(max(n // 4, 1))], axis=1)
+    data = np.ascontiguousarray(words).view(np.uint8)[:, :n]
+    act = w.active()
+    if act.any():
+        w.mem.write(addr[act], data[act])
+
+
+# ------------------------------------------------------------------ launch
+def launch(kernel: Kernel, mem: Memory, grid: tuple, block: int, kernargs: bytes) -> None:
+    """Run every workgroup of a 1-3 D grid (block: threads per workgroup, 1-D)."""
+    abi = kernel.abi
+    if len(kernargs) < kernel.kernarg_size:
+        kernargs = kernargs + bytes(kernel.kernarg_size - len(kernargs))
+    kernarg_addr = mem.alloc(np.frombuffer(kernargs, np.uint8))
+    preload = abi.get("user_sgpr_kernarg_preload_length", 0)
+    pre_off = abi.get("user_sgpr_kernarg_preload_offset", 0)
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    waves = (block + WAVE - 1) // WAVE
+    for gz in range(grid[2]):
+        for gy in range(grid[1]):
+            for gx in range(grid[0]):
+                lds = np.zeros(max(abi.get("group_segment_fixed_size", 0), 1), np.uint8)
+                group = []
+                for wi in range(waves):
+                    w = Wave(kernel, mem, lds)
+                    sg = 0
+                    for flag, n in (("dispatch_ptr", 2), ("queue_ptr", 2)):
+                        if abi.get(f"user_sgpr_{flag}", 0):
+                            raise NotImplementedError(f"user SGPR {flag}")
+                    if abi.get("user_sgpr_kernarg_segment_ptr", 0):
+                        w.s[sg], w.s[sg + 1] = kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32
+                        sg += 2
+                    words = np.frombuffer(kernargs[4 * pre_off:4 * (pre_off + preload)], U32)
+                    w.s[sg:sg + preload] = words
+                    sg = abi.get("user_sgpr_count", sg + preload)
+                    for axis, g in zip("xyz", (gx, gy, gz)):
+                        if abi.get(f"system_sgpr_workgroup_id_{axis}", 1 if axis == "x" else 0):
+                            w.s[sg] = g
+                            sg += 1
+                    tid = wi * WAVE + LANES
+                    w.v[0] = tid.astype(U32)
+                    live = tid < block
+                    w.exec = int(np.bitwise_or.reduce(live.astype(np.uint64) << LANES.astype(np.uint64)))
+                    group.append(w.run())
+                _run_group(group)
+
+
+def _run_group(group) -> None:
+    """Step each wave to its next barrier (or its end), until all have ended."""
+    running = list(group)
+    while running:
+        still = []
+        for g in running:
+            try:
+                next(g)
+                still.append(g)
+            except StopIteration:
+                pass
+        if still and len(still) != len(running):
+            raise RuntimeError("a wave ended while others wait at a barrier")
+        running = still

@@ -1,0 +1,107 @@
+"""The lean P rules in generated gfx950 assembly, bit-identical to ``zyfa.fp8.p_bits``: VALU
+float32 arithmetic and the magic-number trick (no v_exp_f32, no float-to-int conversion),
+the same operations in the same order as the spec and the PTX emitter (zyfa.asm.ptx.lean_p).
+
+``p_codes_kernel`` wraps them into a standalone kernel (one thread per four values, codes
+packed four to a dword with v_perm_b32), which CI assembles and runs in the emulator.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ... import fp8 as F
+from ..program import Program, Reg
+from .target import lit, module, program, span
+
+LEAN_RULES = ("lean", "lean_quad", "lean_cubic")
+WORKGROUP = 256
+PACK_PAIR = 0x0C0C0400      # v_perm: byte 0 of src1, byte 0 of src0, zeros
+PACK_HALVES = 0x05040100    # v_perm: bytes 0-1 of src1, then bytes 0-1 of src0
+
+
+@dataclasses.dataclass
+class Constants:
+    """VGPRs holding the constants an FMA needs beside its literal K (GFX9's constant bus
+    takes one SGPR or literal an instruction, so these cannot be SGPRs)."""
+    eight: Reg
+    slope: Reg            # 8 k (quad) or 8 b (cubic)
+
+
+def load_constants(prog: Program, rule: str) -> Constants:
+    eight, slope = prog.regs("v", 2)
+    prog.emit("v_mov_b32", eight, lit(8.0))
+    k = 8.0 * (F.LEAN_QUAD_K if rule == "lean_quad" else F.LEAN_CUBIC_B)
+    prog.emit("v_mov_b32", slope, lit(k))
+    return Constants(eight, slope)
+
+
+def emit_p_code(prog: Program, y: Reg, rule: str, c: Constants) -> Reg:
+    """A VGPR whose low byte is the E4M3 code of 2^(y + 8) (float value MAGIC + code)."""
+    if rule not in LEAN_RULES:
+        raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
+    yc, w = prog.regs("v", 2)
+    prog.emit("v_max_f32", yc, lit(F.Y_FLOOR), y)
+    if rule == "lean":
+        prog.emit("v_fmaak_f32", w, c.eight, yc, lit(F.P_ONE_BITS + F.MAGIC))
+        return w
+    a, fl, f, slope, base = prog.regs("v", 5)
+    prog.emit("v_add_f32", a, "-0.5", yc)                       # floor(y) = rne(y - 0.5) via MAGIC
+    prog.emit("v_add_f32", a, lit(F.MAGIC), a)
+    prog.emit("v_add_f32", fl, lit(-F.MAGIC), a)
+    prog.emit("v_sub_f32", f, yc, fl)                            # fraction in [0, 1]
+    if rule == "lean_quad":
+        prog.emit("v_fmaak_f32", slope, c.slope, f, lit(8.0 * (1.0 - F.LEAN_QUAD_K)))
+    else:   # the coefficients carry the mantissa's factor 8 (exact, as in the PTX emitter)
+        inner = prog.reg("v")
+        prog.emit("v_fmaak_f32", inner, c.slope, f, lit(8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)))
+        prog.emit("v_fmaak_f32", slope, f, inner, lit(8.0 * (1.0 - F.LEAN_CUBIC_A)))
+    prog.emit("v_fmaak_f32", base, c.eight, a, lit(F.P_ONE_BITS - 7 * F.MAGIC))   # 8 floor(y) + 120 + MAGIC
+    prog.emit("v_fma_f32", w, f, slope, base)
+    return w
+
+
+def emit_pack4(prog: Program, codes: list[Reg], sel_pair: Reg, sel_halves: Reg) -> Reg:
+    lo, hi, packed = prog.regs("v", 3)
+    prog.emit("v_perm_b32", lo, codes[1], codes[0], sel_pair)
+    prog.emit("v_perm_b32", hi, codes[3], codes[2], sel_pair)
+    prog.emit("v_perm_b32", packed, hi, lo, sel_halves)
+    return packed
+
+
+def p_codes_kernel(rule: str) -> tuple[str, str]:
+    """(name, assembly) of zyfa_p_codes_<rule>(y_ptr, out_ptr, n4): 256 threads a workgroup,
+    out[i] (a dword) = the four E4M3 codes of y[4i .. 4i+3]."""
+    name = f"zyfa_p_codes_{rule}"
+    prog = program()
+    kernarg = prog.aligned("s", 2)                      # s[0:1]: the ABI's kernarg pointer
+    (wg,) = prog.regs("s", 1)                           # s2: workgroup id x
+    ptrs = prog.aligned("s", 4, 4)                      # y_ptr, out_ptr
+    (n4,) = prog.regs("s", 1)
+    saved = prog.aligned("s", 2)
+    (tid,) = prog.regs("v", 1)                          # v0: work-item id
+    emit = prog.emit
+    emit("s_load_dwordx4", span(ptrs), span(kernarg), 0)
+    emit("s_load_dword", n4, span(kernarg), 16)
+    c = load_constants(prog, rule)
+    sel_pair, sel_halves = prog.regs("s", 2)
+    emit("s_mov_b32", sel_pair, lit(PACK_PAIR))
+    emit("s_mov_b32", sel_halves, lit(PACK_HALVES))
+    gid, off = prog.regs("v", 2)
+    emit("v_lshl_add_u32", gid, wg, 8, tid)             # workgroup * 256 + thread
+    emit("s_waitcnt_lgkm")
+    emit("v_cmp_gt_u32", n4, gid)
+    emit("s_and_saveexec_b64", span(saved), "vcc")
+    emit("s_cbranch_execz", ".Lend")
+    emit("v_lshlrev_b32", off, 4, gid)
+    ys = prog.aligned("v", 4, 4)
+    emit("global_load_dwordx4", span(ys), off, span(ptrs[:2]))
+    emit("s_waitcnt_vm")
+    packed = emit_pack4(prog, [emit_p_code(prog, y, rule, c) for y in ys], sel_pair, sel_halves)
+    emit("v_lshlrev_b32", off, 2, gid)
+    emit("global_store_dword", off, packed, span(ptrs[2:]))
+    prog.label(".Lend")
+    emit("s_endpgm")
+    abi = {"user_sgpr_count": 2, "user_sgpr_kernarg_segment_ptr": 1, "system_sgpr_workgroup_id_x": 1,
+           "system_vgpr_workitem_id": 0}
+    args = [("global_buffer", 0, 8), ("global_buffer", 8, 8), ("by_value", 16, 4)]
+    return name, module(name, prog, args, kernarg_size=24, abi=abi, workgroup_size=WORKGROUP)

@@ -1,0 +1,155 @@
+"""gfx950 (MI355X, CDNA4) for zyfa's generators: the op table, register naming, the AMDHSA
+kernel descriptor and code-object metadata, and assembly with Triton's bundled LLVM.
+
+GFX9 encodings constrain operands, and the assembler enforces them: VOP2 (``_e32``) takes a
+literal or SGPR only as its first source and a VGPR as its second; VOP3 forms take no
+literals at all. So constants that are not inline (0.5, 1.0, 2.0, 4.0, their negatives,
+integers -16..64) are written as the first source of a VOP2 op, as the K of
+v_fmaak/v_fmamk, or put in an SGPR first.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from ..program import Program, Reg, Target
+
+KINDS = ("s", "v", "a")
+
+OPS = {
+    # scalar
+    "s_load_dword": "s_load_dword {0}, {1}, {2}",
+    "s_load_dwordx2": "s_load_dwordx2 {0}, {1}, {2}",
+    "s_load_dwordx4": "s_load_dwordx4 {0}, {1}, {2}",
+    "s_mov_b32": "s_mov_b32 {0}, {1}",
+    "s_waitcnt_lgkm": "s_waitcnt lgkmcnt(0)",
+    "s_waitcnt_vm": "s_waitcnt vmcnt(0)",
+    "s_and_saveexec_b64": "s_and_saveexec_b64 {0}, {1}",
+    "s_cbranch_execz": "s_cbranch_execz {0}",
+    "s_endpgm": "s_endpgm",
+    # vector integer
+    "v_mov_b32": "v_mov_b32_e32 {0}, {1}",
+    "v_lshl_add_u32": "v_lshl_add_u32 {0}, {1}, {2}, {3}",
+    "v_lshlrev_b32": "v_lshlrev_b32_e32 {0}, {1}, {2}",
+    "v_cmp_gt_u32": "v_cmp_gt_u32_e32 vcc, {0}, {1}",
+    "v_perm_b32": "v_perm_b32 {0}, {1}, {2}, {3}",
+    # vector float32: the first source may be a literal (VOP2)
+    "v_max_f32": "v_max_f32_e32 {0}, {1}, {2}",
+    "v_add_f32": "v_add_f32_e32 {0}, {1}, {2}",
+    "v_sub_f32": "v_sub_f32_e32 {0}, {1}, {2}",
+    "v_mul_f32": "v_mul_f32_e32 {0}, {1}, {2}",
+    "v_fmaak_f32": "v_fmaak_f32 {0}, {1}, {2}, {3}",     # {1} * {2} + literal {3}
+    "v_fma_f32": "v_fma_f32 {0}, {1}, {2}, {3}",
+    # memory: 32-bit VGPR offset from a 64-bit SGPR base
+    "global_load_dwordx4": "global_load_dwordx4 {0}, {1}, {2}",
+    "global_store_dword": "global_store_dword {0}, {1}, {2}",
+}
+
+
+def span(regs: list[Reg]) -> str:
+    """A register tuple, e.g. v[4:7] (the registers must be consecutive)."""
+    kind, lo, hi = regs[0].kind, regs[0].index, regs[-1].index
+    if [r.index for r in regs] != list(range(lo, hi + 1)):
+        raise ValueError("a register tuple needs consecutive registers")
+    return f"{kind}[{lo}:{hi}]"
+
+
+def lit(x: float | int) -> str:
+    """A 32-bit literal: a float's bits, or an int."""
+    import struct
+    if isinstance(x, float):
+        return "0x%08x" % struct.unpack("<I", struct.pack("<f", x))[0]
+    return "0x%08x" % (x & 0xFFFFFFFF)
+
+
+TARGET = Target(ops=OPS, reg_name=lambda kind, i: f"{kind}{i}", declare=lambda kind, n: "", kinds=KINDS)
+
+
+def program() -> Program:
+    return Program(TARGET)
+
+
+def module(name: str, prog: Program, args: list[tuple[str, int, int]], kernarg_size: int,
+           abi: dict, workgroup_size: int) -> str:
+    """A complete gfx950 code object source: the kernel, its descriptor and its metadata.
+
+    args: (value kind: "global_buffer" | "by_value", offset, size) per kernel argument;
+    abi: the .amdhsa_user_sgpr_* / system_* settings the kernel's prologue assumes."""
+    counts = prog.register_counts()
+    vgprs, sgprs = max(counts.get("v", 0), 1), max(counts.get("s", 0), 1)
+    accum_offset = (vgprs + 3) // 4 * 4            # AGPRs start after the VGPRs (none used yet)
+    kd = {"group_segment_fixed_size": 0, "private_segment_fixed_size": 0, "kernarg_size": kernarg_size,
+          **abi, "next_free_vgpr": accum_offset, "next_free_sgpr": sgprs, "accum_offset": accum_offset,
+          "reserve_vcc": 1, "float_denorm_mode_32": 3, "float_denorm_mode_16_64": 3, "ieee_mode": 1,
+          "dx10_clamp": 1}
+    meta_args = "\n".join(
+        f"      - .offset: {off}\n        .size: {size}\n        .value_kind: {kind}"
+        + ("\n        .address_space: global" if kind == "global_buffer" else "")
+        for kind, off, size in args)
+    return "\n".join([
+        '\t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"',
+        "\t.amdhsa_code_object_version 5",
+        "\t.text",
+        f"\t.globl {name}",
+        "\t.p2align 8",
+        f"\t.type {name},@function",
+        f"{name}:",
+        *prog.body,
+        f".Lfunc_end_{name}:",
+        f"\t.size {name}, .Lfunc_end_{name}-{name}",
+        "",
+        "\t.rodata",
+        "\t.p2align 6",
+        f"\t.amdhsa_kernel {name}",
+        *[f"\t\t.amdhsa_{k} {v}" for k, v in kd.items()],
+        "\t.end_amdhsa_kernel",
+        "",
+        "\t.amdgpu_metadata",
+        "---",
+        "amdhsa.kernels:",
+        f"  - .name: {name}",
+        f"    .symbol: {name}.kd",
+        f"    .kernarg_segment_size: {kernarg_size}",
+        "    .kernarg_segment_align: 8",
+        "    .group_segment_fixed_size: 0",
+        "    .private_segment_fixed_size: 0",
+        f"    .max_flat_workgroup_size: {workgroup_size}",
+        "    .wavefront_size: 64",
+        f"    .sgpr_count: {sgprs + 6}",
+        f"    .vgpr_count: {vgprs}",
+        "    .agpr_count: 0",
+        "    .args:",
+        meta_args,
+        "amdhsa.target: amdgcn-amd-amdhsa--gfx950",
+        "amdhsa.version:",
+        "  - 1",
+        "  - 2",
+        "...",
+        "\t.end_amdgpu_metadata",
+        ""])
+
+
+def assemble(text: str, arch: str = "gfx950") -> bytes:
+    """Assemble with Triton's bundled LLVM and link into an hsaco (bytes); raises with the
+    assembler's message on bad input."""
+    from triton._C.libtriton import amd, llvm
+    llvm.init_targets()
+    with tempfile.TemporaryFile() as err:            # LLVM reports on file descriptor 2
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            obj = amd.assemble_amdgcn(text, arch, "")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        messages = err.read().decode(errors="replace")
+    if not obj:
+        raise RuntimeError(f"the AMDGPU assembler rejected the code:\n{messages}")
+    with tempfile.TemporaryDirectory() as d:
+        src, out = os.path.join(d, "k.o"), os.path.join(d, "k.hsaco")
+        with open(src, "wb") as f:
+            f.write(obj)
+        amd.link_hsaco(src, out)
+        with open(out, "rb") as f:
+            return f.read()
