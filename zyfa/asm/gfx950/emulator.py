@@ -369,6 +369,7 @@ _OPS.update({
     "s_sub_i32": _sop2(lambda a, b, w: a - b),
     "s_mul_i32": _sop2(lambda a, b, w: _signed(a) * _signed(b)),
     "s_lshl_b32": _sop2(lambda a, b, w: a << (b & 31), sets_scc=lambda a, b, r, w: r != 0),
+    "s_ashr_i32": _sop2(lambda a, b, w: _signed(a) >> (b & 31), sets_scc=lambda a, b, r, w: r != 0),
     "s_lshr_b32": _sop2(lambda a, b, w: a >> (b & 31), sets_scc=lambda a, b, r, w: r != 0),
     "s_and_b32": _sop2(lambda a, b, w: a & b, sets_scc=lambda a, b, r, w: r != 0),
     "s_or_b32": _sop2(lambda a, b, w: a | b, sets_scc=lambda a, b, r, w: r != 0),

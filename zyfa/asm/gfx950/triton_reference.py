@@ -1,0 +1,57 @@
+"""Small Triton kernels whose gfx950 compilation validates the emulator: Triton's own code
+for the target, run instruction by instruction, must give what the kernel means.
+
+    python -m zyfa.asm.gfx950.triton_reference NAME     (prints Triton's AMDGCN for NAME)
+
+Compiling needs Triton's JIT, not its interpreter: with TRITON_INTERPRET=1 set (the CPU
+tests), run this module in a process without it, as tests/test_gfx950.py does.
+"""
+from __future__ import annotations
+
+import sys
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+
+from ...triton_kernels.p_rules import P_RULE_IDS, lean_p_bits
+
+
+@triton.jit
+def p_codes(Y, OUT, n, RULE: tl.constexpr, BLOCK: tl.constexpr):
+    """OUT[i] = the E4M3 code of 2^(Y[i] + 8) under a lean rule (int32)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    y = tl.load(Y + offs, mask=m, other=0.0)
+    tl.store(OUT + offs, lean_p_bits(y, RULE), mask=m)
+
+
+@triton.jit
+def colsum(X, OUT, rows, cols, scale, BLOCK: tl.constexpr):
+    """OUT[c] = sum over rows of X[r, c] * scale, as sequential float32 FMAs."""
+    c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = c < cols
+    acc = tl.zeros([BLOCK], tl.float32)
+    for r in range(0, rows):
+        acc = tl.fma(tl.load(X + r * cols + c, mask=m, other=0.0), scale, acc)
+    tl.store(OUT + c, acc, mask=m)
+
+
+def _specs():
+    out = {f"p_codes_{rule}": (p_codes, {"Y": "*fp32", "OUT": "*i32", "n": "i32", "RULE": "constexpr",
+                                         "BLOCK": "constexpr"}, {"RULE": P_RULE_IDS[rule], "BLOCK": 256}, 4)
+           for rule in ("lean", "lean_quad", "lean_cubic")}
+    out["colsum"] = (colsum, {"X": "*fp32", "OUT": "*fp32", "rows": "i32", "cols": "i32", "scale": "fp32",
+                              "BLOCK": "constexpr"}, {"BLOCK": 128}, 2)
+    return out
+
+
+def compile_gfx950(name: str) -> str:
+    fn, signature, constexprs, num_warps = _specs()[name]
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    k = triton.compile(src, target=GPUTarget("hip", "gfx950", 64), options={"num_warps": num_warps})
+    return k.asm["amdgcn"]
+
+
+if __name__ == "__main__":
+    sys.stdout.write(compile_gfx950(sys.argv[1]))
