@@ -151,7 +151,7 @@ def parse(text: str, name: str | None = None) -> Kernel:
         op, _, rest = s.partition(" ")
         args, mods = [], {}
         for tok in _split_operands(rest):
-            if re.match(r"^[a-z_]+(:|\()", tok) and not tok.startswith(("off", "vcc", "exec")) and ":" in tok:
+            if re.match(r"^[a-z_][a-z0-9_]*:", tok):      # modifiers: offset:64, dst_sel:WORD_1, bitop3:0xde
                 k, _, v = tok.partition(":")
                 mods[k] = v
             elif tok in ("glc", "slc", "nt", "sc0", "sc1", "lds", "clamp"):
@@ -189,6 +189,7 @@ class Wave:
         self.k, self.mem, self.lds = kernel, mem, lds
         self.s = np.zeros(112, U32)
         self.v = np.zeros((512, WAVE), U32)
+        self.a = np.zeros((256, WAVE), U32)          # accumulation VGPRs (MFMA results)
         self.exec = 0
         self.vcc = 0
         self.scc = 0
@@ -236,8 +237,8 @@ class Wave:
         if neg:
             tok = tok[1:]
         r = self._regs(tok)
-        if r and r[0] == "v":
-            val = self.v[r[1]].copy()
+        if r and r[0] in "va":
+            val = self.file(r[0])[r[1]].copy()
         elif r and r[0] == "s" or tok in ("vcc", "exec"):
             val = np.full(WAVE, self.sval(tok) & 0xFFFFFFFF, U32)
         else:
@@ -255,17 +256,32 @@ class Wave:
     def active(self) -> np.ndarray:
         return lanes_of(self.exec)
 
+    def file(self, kind: str) -> np.ndarray:
+        return self.v if kind == "v" else self.a
+
     def set_v(self, tok: str, value: np.ndarray) -> None:
-        _, lo, hi = self._regs(tok)
+        kind, lo, hi = self._regs(tok)
+        regs = self.file(kind)
         act = self.active()
         value = np.asarray(value)
         if hi > lo:
             value = value.astype(U64)
             for i in range(lo, hi + 1):
                 word = ((value >> U64(32 * (i - lo))) & U64(0xFFFFFFFF)).astype(U32)
-                self.v[i] = np.where(act, word, self.v[i])
+                regs[i] = np.where(act, word, regs[i])
         else:
-            self.v[lo] = np.where(act, value.astype(U32), self.v[lo])
+            regs[lo] = np.where(act, value.astype(U32), regs[lo])
+
+    def block(self, tok: str) -> np.ndarray:
+        """A register tuple as (lanes, registers) uint32."""
+        kind, lo, hi = self._regs(tok)
+        return self.file(kind)[lo:hi + 1].T.copy()
+
+    def set_block(self, tok: str, words: np.ndarray, masked: bool = True) -> None:
+        kind, lo, hi = self._regs(tok)
+        regs, act = self.file(kind), self.active() if masked else np.ones(WAVE, bool)
+        for j in range(hi - lo + 1):
+            regs[lo + j] = np.where(act, words[:, j], regs[lo + j])
 
     def mask_from(self, cond: np.ndarray) -> int:
         bits = (cond & self.active()).astype(np.uint64) << LANES.astype(np.uint64)
@@ -523,27 +539,156 @@ def _global_load(w, i):
     data = np.zeros((WAVE, max(n, 4)), np.uint8)
     if act.any():
         data[act, :n] = w.mem.read(addr[act], n)
-    words = data.view(U32)
-    _, lo, _ = w._regs(i.args[0])
-    for j in range(words.shape[1]):
-        w.v[lo + j] = np.where(act, words[:, j], w.v[lo + j])
+    w.set_block(i.args[0], data.view(U32))
 
 
 @op("global_store_dword", "global_store_dwordx2", "global_store_dwordx4", "global_store_byte")
 def _global_store(w, i):
     n = {"global_store_dword": 4, "global_store_dwordx2": 8, "global_store_dwordx4": 16, "global_store_byte": 1}[i.op]
     addr = _global_addr(w, i, i.args[0], i.args[2])
-    _, lo, _ = w._regs(i.args[1])
-    words = np.stack([w.v[lo + j] for j in range(max(n // 4, 1))], axis=1)
-    data = np.ascontiguousarray(words).view(np.uint8)[:, :n]
+    data = np.ascontiguousarray(w.block(i.args[1])).view(np.uint8)[:, :n]
     act = w.active()
     if act.any():
         w.mem.write(addr[act], data[act])
 
 
+# ---- LDS ("ds_*"): per-workgroup bytes; address = VGPR + offset
+def _lds_index(w, addr, nbytes):
+    idx = addr.astype(np.int64)[:, None] + np.arange(nbytes)
+    if idx.size and (idx.min() < 0 or idx.max() >= len(w.lds)):
+        raise IndexError(f"LDS access out of bounds ({len(w.lds)} bytes)")
+    return idx
+
+
+@op("ds_write_b8", "ds_write_b16", "ds_write_b32", "ds_write_b64", "ds_write_b128")
+def _ds_write(w, i):
+    n = int(i.op.rsplit("_b", 1)[1]) // 8
+    addr = w.vsrc(i.args[0]) + U32(int(i.mods.get("offset", "0"), 0))
+    data = np.ascontiguousarray(w.block(i.args[1])).view(np.uint8)[:, :n]
+    act = w.active()
+    w.lds[_lds_index(w, addr[act], n)] = data[act]
+
+
+@op("ds_read_b32", "ds_read_b64", "ds_read_b128")
+def _ds_read(w, i):
+    n = int(i.op.rsplit("_b", 1)[1]) // 8
+    addr = w.vsrc(i.args[1]) + U32(int(i.mods.get("offset", "0"), 0))
+    data = np.zeros((WAVE, n), np.uint8)
+    act = w.active()
+    data[act] = w.lds[_lds_index(w, addr[act], n)]
+    w.set_block(i.args[0], data.view(U32))
+
+
+@op("ds_bpermute_b32")
+def _ds_bpermute(w, i):
+    """Lane l receives data from lane (address + offset) / 4 (mod 64)."""
+    addr = w.vsrc(i.args[1]) + U32(int(i.mods.get("offset", "0"), 0))
+    data = w.vsrc(i.args[2])
+    w.set_v(i.args[0], data[(addr >> U32(2)) & U32(63)])
+
+
+# ---- sub-dword addressing (SDWA) and gfx950's bit operations
+_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8), "WORD_0": (0, 16),
+        "WORD_1": (16, 16), "DWORD": (0, 32)}
+
+
+def _field_mask(width):
+    return U32((1 << width) - 1)
+
+
+def _sdwa(fn):
+    """A 32-bit op whose sources are byte/word fields (zero-extended) and whose result goes
+    into a field of the destination (UNUSED_PAD: zeros around it; UNUSED_PRESERVE: the old bits)."""
+    def run(w, i):
+        if "sext" in i.line:
+            raise NotImplementedError(f"SDWA sign extension ({i.line})")
+        srcs = []
+        for tok, key in zip(i.args[1:], ("src0_sel", "src1_sel")):
+            shift, width = _SEL[i.mods.get(key, "DWORD")]
+            srcs.append((w.vsrc(tok) >> U32(shift)) & _field_mask(width))
+        shift, width = _SEL[i.mods.get("dst_sel", "DWORD")]
+        field = (fn(*srcs) & _field_mask(width)) << U32(shift)
+        unused = i.mods.get("dst_unused", "UNUSED_PAD")
+        if unused == "UNUSED_PRESERVE":
+            field |= w.vsrc(i.args[0]) & ~(_field_mask(width) << U32(shift))
+        elif unused != "UNUSED_PAD":
+            raise NotImplementedError(f"SDWA {unused} ({i.line})")
+        w.set_v(i.args[0], field)
+    return run
+
+
+_OPS.update({
+    "v_or_b32_sdwa": _sdwa(lambda a, b: a | b),
+    "v_and_b32_sdwa": _sdwa(lambda a, b: a & b),
+    "v_add_u32_sdwa": _sdwa(lambda a, b: a + b),
+    "v_lshlrev_b16": _vop(lambda s, a: ((a & U32(0xFFFF)) << (s & U32(15))) & U32(0xFFFF)),   # high half zeroed
+    "v_xad_u32": _vop(lambda a, b, c: (a ^ b) + c),
+})
+
+
+@op("v_bitop3_b32")
+def _v_bitop3(w, i):
+    """Each result bit is bit (s0 << 2 | s1 << 1 | s2) of the 8-bit truth table."""
+    table = int(i.mods["bitop3"], 0)
+    s0, s1, s2 = (w.vsrc(t) for t in i.args[1:4])
+    out = np.zeros(WAVE, U32)
+    for index in range(8):
+        if table >> index & 1:
+            pick = ((s0 if index & 4 else ~s0) & (s1 if index & 2 else ~s1) & (s2 if index & 1 else ~s2))
+            out |= pick
+    w.set_v(i.args[0], out)
+
+
+# ---- matrix cores
+def _e4m3_table() -> np.ndarray:
+    b = np.arange(256)
+    e, m = (b >> 3) & 15, (b & 7).astype(F64)
+    mag = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7.0))
+    mag = np.where((b & 0x7F) == 0x7F, np.nan, mag)
+    return np.where(b & 0x80, -mag, mag)
+
+
+E4M3 = _e4m3_table()
+
+
+@op("v_mfma_f32_32x32x64_f8f6f4")
+def _mfma_32x32x64_f8(w, i):
+    """D (32x32 f32) = A (32x64) B (64x32) + C, both inputs E4M3 (cbsz = blgp = 0).
+
+    Byte j of lane l's 8 registers is A row l % 32 (B: column l % 32) at
+    k = 32 (j // 16) + 16 (l // 32) + j % 16: two 16-byte halves, lanes 32-63 holding the
+    upper 16 of each 32. That is how Triton's compiled gfx950 code arranges its operands
+    (tests/test_gfx950.py), which the issue takes as the judge over prose documentation.
+    D/C register r of lane l is row 8 (r // 4) + 4 (l // 32) + r % 4, column l % 32.
+    Products are exact and summed in float64, then rounded once to float32."""
+    for mod in ("cbsz", "blgp", "abid"):
+        if int(i.mods.get(mod, "0"), 0):
+            raise NotImplementedError(f"MFMA {mod} (formats other than E4M3) in {i.line}")
+    lanes = np.arange(WAVE)
+    a_bytes = np.ascontiguousarray(w.block(i.args[1])).view(np.uint8)     # (64, 32)
+    b_bytes = np.ascontiguousarray(w.block(i.args[2])).view(np.uint8)
+    rows = lanes % 32
+    A = np.zeros((32, 64))
+    B = np.zeros((64, 32))
+    for j in range(32):
+        k = 32 * (j // 16) + 16 * (lanes // 32) + j % 16
+        A[rows, k] = E4M3[a_bytes[:, j]]
+        B[k, rows] = E4M3[b_bytes[:, j]]
+    reg = np.arange(16)
+    out_rows = (8 * (reg // 4))[None, :] + (4 * (lanes // 32))[:, None] + (reg % 4)[None, :]   # (64, 16)
+    out_cols = np.broadcast_to((lanes % 32)[:, None], (WAVE, 16))
+    if _REG.match(i.args[3]):
+        C = w.block(i.args[3]).view(F32).astype(F64)[:, :16]
+    else:
+        C = np.full((WAVE, 16), _f(np.array([_literal(i.args[3], 32, True)], U32))[0], F64)
+    D = (A @ B)[out_rows, out_cols] + C
+    w.set_block(i.args[0], D.astype(F32).view(U32), masked=False)
+
+
 # ------------------------------------------------------------------ launch
-def launch(kernel: Kernel, mem: Memory, grid: tuple, block: int, kernargs: bytes) -> None:
-    """Run every workgroup of a 1-3 D grid (block: threads per workgroup, 1-D)."""
+def launch(kernel: Kernel, mem: Memory, grid: tuple, block: int, kernargs: bytes, lds_bytes: int = 65536) -> None:
+    """Run every workgroup of a 1-3 D grid (block: threads per workgroup, 1-D). LDS gets the
+    kernel's fixed size or ``lds_bytes`` (Triton allocates its shared memory at launch)."""
     abi = kernel.abi
     if len(kernargs) < kernel.kernarg_size:
         kernargs = kernargs + bytes(kernel.kernarg_size - len(kernargs))
@@ -555,7 +700,7 @@ def launch(kernel: Kernel, mem: Memory, grid: tuple, block: int, kernargs: bytes
     for gz in range(grid[2]):
         for gy in range(grid[1]):
             for gx in range(grid[0]):
-                lds = np.zeros(max(abi.get("group_segment_fixed_size", 0), 1), np.uint8)
+                lds = np.zeros(max(abi.get("group_segment_fixed_size", 0), lds_bytes), np.uint8)
                 group = []
                 for wi in range(waves):
                     w = Wave(kernel, mem, lds)

@@ -37,10 +37,22 @@ def colsum(X, OUT, rows, cols, scale, BLOCK: tl.constexpr):
     tl.store(OUT + c, acc, mask=m)
 
 
+@triton.jit
+def dot_fp8(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    """C (M x N, float32) = A (M x K) @ B (K x N), E4M3 inputs (one v_mfma_f32_32x32x64_f8f6f4
+    at 32 x 32 x 64, with Triton's LDS swizzles and byte packing around it)."""
+    m, n, k = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(A + m[:, None] * K + k[None, :])
+    b = tl.load(B + k[:, None] * N + n[None, :])
+    tl.store(C + m[:, None] * N + n[None, :], tl.dot(a, b))
+
+
 def _specs():
     out = {f"p_codes_{rule}": (p_codes, {"Y": "*fp32", "OUT": "*i32", "n": "i32", "RULE": "constexpr",
                                          "BLOCK": "constexpr"}, {"RULE": P_RULE_IDS[rule], "BLOCK": 256}, 4)
            for rule in ("lean", "lean_quad", "lean_cubic")}
+    out["dot_fp8"] = (dot_fp8, {"A": "*fp8e4nv", "B": "*fp8e4nv", "C": "*fp32", "M": "constexpr", "N": "constexpr",
+                                "K": "constexpr"}, {"M": 32, "N": 32, "K": 64}, 1)
     out["colsum"] = (colsum, {"X": "*fp32", "OUT": "*fp32", "rows": "i32", "cols": "i32", "scale": "fp32",
                               "BLOCK": "constexpr"}, {"BLOCK": 128}, 2)
     return out
