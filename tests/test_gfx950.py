@@ -2,6 +2,7 @@
 Triton's own gfx950 code; the generated kernels assembled and linked by Triton's LLVM and
 run in the emulator against the spec. No AMD GPU is involved anywhere.
 """
+import functools
 import os
 import struct
 import subprocess
@@ -47,14 +48,19 @@ def test_fma_f32_rounds_once():
 
 
 # ---------------------------------------------------------------- Triton's gfx950 code in the emulator
-def _gfx950(name: str) -> E.Kernel:
+@functools.cache
+def _triton_text(name: str) -> str:
     """Triton's AMDGCN for a kernel of zyfa.asm.gfx950.triton_reference, compiled in a process
     without the interpreter (it replaces @triton.jit functions when TRITON_INTERPRET=1)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-m", "zyfa.asm.gfx950.triton_reference", name], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    return E.parse(r.stdout)
+    return r.stdout
+
+
+def _gfx950(name: str) -> E.Kernel:
+    return E.parse(_triton_text(name))
 
 
 def _ys(n, seed):
@@ -150,3 +156,63 @@ def test_emulator_refuses_what_it_does_not_know():
     ya, oa = mem.alloc(np.zeros(4, np.float32)), mem.alloc(np.zeros(4, np.uint8))
     with pytest.raises(NotImplementedError, match="v_exp_f32"):
         E.launch(kernel, mem, (1,), 256, struct.pack("<QQI", ya, oa, 1))
+
+
+# ---------------------------------------------------------------- the runtime side, short of a device
+def test_kernel_args_come_from_the_code_objects_metadata():
+    from zyfa.asm.gfx950.loader import kernel_args, pack
+    name, text = p_codes_kernel("lean")
+    args, size = kernel_args(text, name)
+    assert [(a.offset, a.size, a.kind) for a in args] == [(0, 8, "global_buffer"), (8, 8, "global_buffer"),
+                                                          (16, 4, "by_value")] and size == 24
+    assert pack(args, size, [0x1000, 0x2000, 7]) == struct.pack("<QQI4x", 0x1000, 0x2000, 7)
+    text = _triton_text("colsum")                         # LLVM's metadata: keys in another order
+    args, size = kernel_args(text, "colsum")
+    assert [(a.offset, a.size) for a in args][:5] == [(0, 8), (8, 8), (16, 4), (20, 4), (24, 4)]
+    assert pack(args, size, [1, 2, 3, 4, 0.5, 0, 0]) == struct.pack("<QQiif4xQQ", 1, 2, 3, 4, 0.5, 0, 0)
+    assert E.parse(text).kernarg_size == size
+
+
+class _FakeHip:
+    """Stands in for libamdhip64: records what the loader hands the runtime."""
+
+    def __init__(self):
+        self.launches = []
+
+    def hipModuleLoadData(self, module, image):
+        module._obj.value = 0x1234
+        self.image = bytes(image)
+        return 0
+
+    def hipModuleGetFunction(self, function, module, name):
+        function._obj.value = 0x5678
+        self.name = name
+        return 0
+
+    def hipModuleLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, config):
+        import ctypes
+        size = ctypes.cast(config[3], ctypes.POINTER(ctypes.c_size_t)).contents.value
+        self.launches.append(((gx, gy, gz), (bx, by, bz), ctypes.string_at(config[1], size)))
+        return 0
+
+
+def test_hip_loader_passes_the_code_object_and_packed_kernargs():
+    from zyfa.asm.gfx950.loader import HipError, HipKernel, kernel_args
+    name, text = p_codes_kernel("lean_cubic")
+    hsaco = assemble(text)
+    fake = _FakeHip()
+    kernel = HipKernel(hsaco, name, *kernel_args(text, name), lib=fake)
+    assert fake.image.startswith(hsaco) and fake.name == name.encode()
+    kernel((5,), (256,), [0x10, 0x20, 1000])
+    assert fake.launches == [((5, 1, 1), (256, 1, 1), struct.pack("<QQI4x", 0x10, 0x20, 1000))]
+    fake.hipModuleLaunchKernel = lambda *a: 98               # hipErrorInvalidDeviceFunction
+    with pytest.raises(HipError, match="hipModuleLaunchKernel failed"):
+        kernel((1,), (256,), [0, 0, 0])
+    with pytest.raises(ValueError, match="takes 3 arguments"):
+        kernel((1,), (256,), [0, 0])
+
+
+def test_hip_runtime_missing_is_a_clear_error():
+    from zyfa.asm.gfx950.loader import hip_runtime
+    with pytest.raises(ImportError, match="HIP runtime"):
+        hip_runtime("/nonexistent/libamdhip64.so")
