@@ -1,4 +1,4 @@
-"""One GPU session for the Triton path: correctness, P-bit exactness, tile tuning,
+"""One GPU session for the Triton path (kernel error and repeatability also for `--backend ptx`): correctness, P-bit exactness, tile tuning,
 speed beside FlashAttention-3 / SDPA, kernel-only error, long-context error, repeatability.
 
     python bench/h200_session.py --out DIR [--quick]
@@ -174,8 +174,10 @@ def speed(rec, tuned, quick):
 
 
 # ---------------------------------------------------------------- kernel-only error
-def kernel_error(rec, quick):
+def kernel_error(rec, quick, backend="triton"):
+    from zyfa.asm.ptx.lean_p import LEAN_RULES
     fa = fa3()
+    rules = LEAN_RULES if backend == "ptx" else F.P_RULES
     for S in ([2048] if quick else [2048, 65536]):
         for kind in ("gaussian", "realistic"):
             Hq, Hkv = 8, 2
@@ -184,10 +186,10 @@ def kernel_error(rec, quick):
             rows = slice(S - 1024, S) if S > 2048 else slice(0, S)
             qd, kd, vd = x.dequantized()
             ref = attention_fp64(qd[:, rows], kd, vd, causal=True)
-            r = dict(check="kernel_error", S=S, input=kind, rows="last 1K" if S > 2048 else "all")
-            for rule in F.P_RULES:
-                for ref_rule in (("block", "running") if S == 2048 else ("block",)):
-                    o = zyfa.flash_attn_func(**x.kwargs(), p_rule=rule, ref_rule=ref_rule, backend="triton")
+            r = dict(check="kernel_error", S=S, input=kind, rows="last 1K" if S > 2048 else "all", backend=backend)
+            for rule in rules:
+                for ref_rule in (("block", "running") if S == 2048 and backend == "triton" else ("block",)):
+                    o = zyfa.flash_attn_func(**x.kwargs(), p_rule=rule, ref_rule=ref_rule, backend=backend)
                     r[f"zyfa_{rule}_{ref_rule}"] = rel(o[:, rows], ref)
             if fa is not None:
                 o = fa(x.q, x.k, x.v.contiguous(), causal=True, q_descale=x.q_descale,
@@ -200,17 +202,17 @@ def kernel_error(rec, quick):
             torch.cuda.empty_cache()
 
 
-def repeatability(rec, n):
+def repeatability(rec, n, backend="triton"):
     q, k, v = make("realistic", 1, 2048, 8, 2, 128, seed=3, device="cuda")
     x = zyfa.quantize_fp8(q, k, v)
-    first = zyfa.flash_attn_func(**x.kwargs(), backend="triton")
+    first = zyfa.flash_attn_func(**x.kwargs(), backend=backend)
     diffs = 0
     t0 = time.time()
     for _ in range(n):
-        o = zyfa.flash_attn_func(**x.kwargs(), backend="triton")
+        o = zyfa.flash_attn_func(**x.kwargs(), backend=backend)
         diffs += int(not torch.equal(o.view(torch.int16), first.view(torch.int16)))
     torch.cuda.synchronize()
-    rec.append(dict(check="repeatability", launches=n, differing=diffs, seconds=time.time() - t0))
+    rec.append(dict(check="repeatability", backend=backend, launches=n, differing=diffs, seconds=time.time() - t0))
     log(f"repeatability: {diffs} of {n} launches differ bitwise from the first")
 
 
@@ -219,6 +221,7 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="bits,correct,speed,kerr,repeat")
+    ap.add_argument("--backend", default="triton", help="zyfa backend for kerr and repeat: triton or ptx")
     a = ap.parse_args()
     only = a.only.split(",")
     rec, tuned = [], {}
@@ -232,7 +235,8 @@ def main():
         meta["fa3"] = None
     log(meta)
     steps = [("bits", lambda: check_p_bits(rec)), ("correct", lambda: check_correctness(rec)),
-             ("kerr", lambda: kernel_error(rec, a.quick)), ("repeat", lambda: repeatability(rec, 7200)),
+             ("kerr", lambda: kernel_error(rec, a.quick, a.backend)),
+             ("repeat", lambda: repeatability(rec, 7200, a.backend)),
              ("speed", lambda: speed(rec, tuned, a.quick))]
     for name, fn in steps:
         if name in only:
