@@ -101,19 +101,22 @@ def _case(shape, kind="realistic", granularity="head"):
     return zyfa.quantize_fp8(q, k, v, granularity=granularity), causal
 
 
-def _exact_s_case(shape, seed):
+def _exact_s_case(shape, seed, negative=False):
     """FP8 inputs whose S = Q K^T the tensor cores compute exactly (small integers: every
-    partial sum fits their ~13-bit accumulation) and k_descale = 1, so the kernel's t equals
-    the spec's bit for bit, and so do the P codes."""
+    partial sum fits their ~13-bit accumulation): the kernel's t and y then equal the spec's
+    bit for bit, and so do the P codes. ``negative``: a negative q_descale (c < 0), which
+    the kernel handles by flipping Q's signs."""
     B, Sq, Sk, Hq, Hkv, causal = shape
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randint(-3, 4, (B, Sq, Hq, 128), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
     k = torch.randint(-3, 4, (B, Sk, Hkv, 128), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
     v = (torch.randn(B, Sk, Hkv, 128, device="cuda", generator=g) * 64).to(torch.float8_e4m3fn)
     q_descale = 0.25 + torch.rand(B, Hkv, device="cuda", generator=g)    # logits spread over ~16 in log2
+    k_descale = 0.5 + torch.rand(B, Hkv, device="cuda", generator=g)
     v_descale = torch.rand(B, Hkv, 128, device="cuda", generator=g) / 64
-    return dict(q=q, k=k, v=v, q_descale=q_descale, k_descale=torch.ones((), device="cuda"),
-                v_descale=v_descale), causal
+    if negative:
+        q_descale = -q_descale
+    return dict(q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale), causal
 
 
 @hopper
@@ -121,6 +124,17 @@ def _exact_s_case(shape, seed):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_ptx_kernel_equals_spec_when_s_is_exact(shape, rule):
     kw, causal = _exact_s_case(shape, seed=len(rule) + shape[1])
+    _assert_equals_spec(kw, causal, rule)
+
+
+@hopper
+@pytest.mark.parametrize("shape", SHAPES[4:6])
+def test_ptx_kernel_equals_spec_with_a_negative_descale(shape):
+    kw, causal = _exact_s_case(shape, seed=shape[1], negative=True)
+    _assert_equals_spec(kw, causal, "lean_cubic")
+
+
+def _assert_equals_spec(kw, causal, rule):
     out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule=rule, return_lse=True, backend="ptx")
     spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, return_lse=True)
     # same P codes: what is left is accumulation order (and P V's tensor-core sums) under

@@ -11,14 +11,17 @@ blockwise algorithm of DESIGN.md over key blocks of ``block_n`` in ascending
 order, for all query rows at once (the algorithm is row-wise, so query tiling
 does not change it):
 
-  t   = (q8 . k8) * dq * dk * softmax_scale * log2(e)        float32
+  c   = (dq * dk) * (softmax_scale * log2 e)   per-head descales: one float32 per (batch, head)
+        (dq * (softmax_scale * log2 e)) * dk    per-token descales: per (row, key)
+  t   = (q8 . k8) * c                                        float32
   m_j = rowmax of t over block j (masked entries are -inf)
   A   = accumulator reference, updated lazily: A <- m_j where m_j > A + threshold
   r_j = the block's P reference (ref_rule):
           block      r_j = m_j
           running    r_j = M (running max, updated every block; A follows it)
           block_pow2 r_j = A - floor(A - m_j)   (factor 2^(r_j - A) is a power of two)
-  P_j = E4M3 bits of 2^(t - r_j + 8) under p_rule (zyfa.fp8.p_bits)
+  y   = fma(q8 . k8, c, -r_j)        one rounding (two when fused_fma=False: t - r_j)
+  P_j = E4M3 bits of 2^(y + 8) under p_rule (zyfa.fp8.p_bits)
   l  <- l * 2^(A_old - A) + sum(P_j)                * 2^(r_j - A)
   O  <- O * 2^(A_old - A) + (P_j @ v8)              * 2^(r_j - A)
   out = O * dv / l,   lse = ln(2) * (A + log2(l) - 8)
@@ -33,8 +36,8 @@ import math
 
 import torch
 
-from .fp8 import P_OFFSET_LOG2, P_RULES, REF_RULES, e4m3_decode, p_bits
-from .scales import normalize_descales
+from .fp8 import P_OFFSET_LOG2, P_RULES, REF_RULES, e4m3_decode, fma32, p_bits
+from .scales import is_per_token, normalize_descales
 
 LOG2E = 1.4426950408889634
 NEG_FLOOR = -1.0e30          # finite stand-in for -inf in references, so 2^(a - b) never sees inf - inf
@@ -116,9 +119,18 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     kv = _expand_kv(e4m3_decode(k8.contiguous().view(torch.uint8)), Hq)   # (B, Hq, Sk, D)
     vv = _expand_kv(e4m3_decode(v8.contiguous().view(torch.uint8)), Hq)
     group = Hq // Hkv
-    # per-row and per-column factors of t, in float32 as the kernels form them
-    row_fac = (qs * (scale * LOG2E)).float()                               # (B, Hq, Sq)
+    # c, the factor from raw dot products to the log2 domain, in float32 as the kernels form it
     col_fac = ks.repeat_interleave(group, dim=1).float()                   # (B, Hq, Sk)
+    if is_per_token(q_descale) or is_per_token(k_descale):
+        row_fac = (qs * (scale * LOG2E)).float()                           # (B, Hq, Sq)
+
+        def factor(k0, k1):
+            return row_fac[..., None] * col_fac[:, :, None, k0:k1]
+    else:
+        c = ((qs[..., :1] * col_fac[..., :1]) * (scale * LOG2E)).float()   # (B, Hq, 1)
+
+        def factor(k0, k1):
+            return c[..., None]
     v_fac = vs.repeat_interleave(group, dim=1).double()                    # (B, Hq, Dv)
 
     limit = causal_limit(Sq, Sk, q8.device)
@@ -129,7 +141,8 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     for j in range(n_blocks):
         k0, k1 = j * block_n, min((j + 1) * block_n, Sk)
         acc = torch.einsum("bhid,bhjd->bhij", qv, kv[:, :, k0:k1]).float()
-        t = acc * row_fac[..., None] * col_fac[:, :, None, k0:k1]
+        fac = factor(k0, k1)
+        t = acc * fac
         keys = torch.arange(k0, k1, device=q8.device)
         valid = torch.ones(Sq, k1 - k0, dtype=torch.bool, device=q8.device)
         if causal:
@@ -144,7 +157,7 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
             r = m if ref_rule == "block" else A_new - torch.floor(A_new - m)
         alpha = torch.exp2((A - A_new).double())
         beta = torch.exp2((r - A_new).double())
-        y = t - r[..., None]
+        y = fma32(acc, fac, -r[..., None], fused_fma).masked_fill(~valid, float("-inf"))
         p = e4m3_decode(p_bits(y, p_rule, fused_fma)).masked_fill(~valid, 0.0)
         total = total * alpha[..., None] + torch.einsum("bhij,bhjd->bhid", p, vv[:, :, k0:k1]) * beta[..., None]
         l = l * alpha + p.sum(-1) * beta

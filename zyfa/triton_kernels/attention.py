@@ -73,10 +73,13 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
     if D_TAIL > 0:
         k_tail = k_tail_desc.load([b, start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
         s = _dot(q_tail, k_tail.T, s, UPCAST_DOT)
-    t = s * row_fac[:, None]                    # log2 domain
+    # c: raw dot products to the log2 domain (FP8: the spec's c, per row or per row and key)
     if PER_TOKEN_QK:
         kd = tl.load(kd_ptrs + cols, mask=cols < Sk, other=0.0)
-        t = t * kd[None, :]
+        c = row_fac[:, None] * kd[None, :]
+    else:
+        c = tl.broadcast_to(row_fac[:, None], s.shape)
+    t = s * c
     if MASKED:
         valid = cols[None, :] < Sk
         if CAUSAL:
@@ -97,7 +100,10 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
             else:
                 r = A_new - tl.floor(A_new - m)
         beta = tl.exp2(r - A_new)
-        p = p_fp8(t - r[:, None], P_RULE)
+        y = tl.fma(s, c, -r[:, None])          # the spec's one rounding (t - r rounds twice)
+        if MASKED:
+            y = tl.where(valid, y, float("-inf"))
+        p = p_fp8(y, P_RULE)
         l_blk = tl.sum(p.to(tl.float32), 1)    # on the ALUs: the tensor-core way measured slower (NOTES)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
         # rescale the total only when some row's reference moved (with block references,

@@ -169,6 +169,27 @@ def _prologue(prog: Program, causal: bool) -> _Ctx:
     return c
 
 
+def _emit_positive_factor(prog: Program, c: _Ctx) -> None:
+    """Make c > 0, which the row max on S needs: for a negative c (a negative descale), flip
+    the sign bits of the Q tile in shared memory (S -> -S) and negate c. t = S c is unchanged."""
+    emit = prog.emit
+    negative = prog.reg("pred")
+    emit("setp.lt.f32", negative, c.fac, f32(0.0))
+    emit("bra", "FACTOR_POSITIVE", guard=f"!{negative}")       # uniform: c is per (batch, kv head)
+    emit("mul.f32", c.fac, c.fac, f32(-1.0))
+    tid, base, addr, word = prog.regs("u32", 4)
+    emit("mov.u32", tid, "%tid.x")
+    emit("mad.lo.u32", base, tid, Q_BYTES // THREADS, c.smem)
+    for i in range(Q_BYTES // THREADS // 4):
+        emit("add.u32", addr, base, 4 * i)
+        emit("ld.shared.b32", word, addr)
+        emit("xor.b32", word, word, 0x80808080)
+        emit("st.shared.b32", addr, word)
+    emit("fence.proxy.async")                  # generic-proxy writes, read next by wgmma
+    emit("bar.sync", 0)
+    prog.label("FACTOR_POSITIVE")
+
+
 def _emit_kv_load(prog: Program, c: _Ctx, block: Reg) -> None:
     """Thread 0 (the caller guards): K block ``block`` and its V^T into stage block % 2."""
     emit = prog.emit
@@ -231,17 +252,14 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
         emit("wgmma.m64n128k32.e4m3.ss", s_list, ak, bk, 0 if k == 0 else yes)
     emit("wgmma.commit")
     emit("wgmma.wait", 0)
-    for si in s:
-        emit("mul.f32", si, si, c.fac)                       # t, in place
-
     masked = prog.reg("pred")
     emit("setp.lt.u32", masked, start_n, c.band_start)      # true: unmasked block
     emit("bra", "SCORES_READY", guard=masked)
     _emit_mask(prog, c, s, start_n)
     prog.label("SCORES_READY")
 
-    prog.comment("row max, lazy reference A, block reference r = m, factors")
-    m = prog.regs("f32", 2)
+    prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
+    m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
     A_new, alpha, beta, thr, diff = (prog.regs("f32", 2) for _ in range(5))
     for half in (0, 1):
         regs = [si for i, si in enumerate(s) if _acc_row_half(i) == half]
@@ -249,7 +267,12 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
         for si in regs[2:]:
             emit("max.nan.f32", m[half], m[half], si)
         _emit_quad_reduce(prog, m[half], "max.nan.f32")
+        all_masked = prog.reg("pred")
+        emit("setp.eq.f32", all_masked, m[half], f32(float("-inf")))
+        emit("mul.f32", m[half], m[half], c.fac)
+        emit("mov.f32", m[half], f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
         emit("max.nan.f32", m[half], m[half], f32(NEG_FLOOR))
+        emit("mul.f32", neg_m[half], m[half], f32(-1.0))
         moved = prog.reg("pred")
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
         emit("setp.gt.f32", moved, m[half], thr[half])
@@ -267,7 +290,7 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             emit("mov.f32", l_blk[half], f32(0.0))
     for i, si in enumerate(s):
         y = prog.reg("f32")
-        emit("sub.f32", y, si, m[_acc_row_half(i)])
+        emit("fma.f32", y, si, c.fac, neg_m[_acc_row_half(i)])   # the spec's y = fma(S, c, -r)
         w = emit_p_code(prog, y, rule)                       # low byte: the E4M3 code
         codes.append(w)
         if rowsum == "alu":
@@ -420,6 +443,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     _emit_kv_load(prog, c, c.zero)
     prog.label("LOADS_STARTED")
     emit_wait(prog, c.bar_q, 0, "WAIT_Q")
+    _emit_positive_factor(prog, c)
     dq = emit_descriptor(prog, c.smem)
     d_ones = emit_descriptor(prog, ones)
 

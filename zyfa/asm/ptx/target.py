@@ -92,6 +92,10 @@ OPS = {
     "ld.global.f32": "ld.global.nc.f32 {0}, [{1}];",
     "ld.global.v2.f32": "ld.global.nc.v2.f32 {{{0}, {1}}}, [{2}];",
     "st.global.f32": "st.global.f32 [{0}], {1};",
+    "ld.shared.b32": "ld.shared.b32 {0}, [{1}];",
+    "st.shared.b32": "st.shared.b32 [{0}], {1};",
+    "setp.lt.f32": "setp.lt.f32 {0}, {1}, {2};",
+    "setp.eq.f32": "setp.eq.f32 {0}, {1}, {2};",
     "bra.div": "bra {0};",                      # a branch threads of a warp may take apart
 }
 
