@@ -216,3 +216,24 @@ def test_hip_runtime_missing_is_a_clear_error():
     from zyfa.asm.gfx950.loader import hip_runtime
     with pytest.raises(ImportError, match="HIP runtime"):
         hip_runtime("/nonexistent/libamdhip64.so")
+
+
+def test_generated_gfx950_qk_tile_equals_float64():
+    """zyfa's own MFMA code: operands loaded straight into the layout the emulator took from
+    Triton's code, one v_mfma_f32_32x32x64_f8f6f4, the accumulator layout for the stores."""
+    from zyfa.asm.gfx950.loader import kernel_args, pack
+    from zyfa.asm.gfx950.qk_tile import qk_tile_kernel
+    name, text = qk_tile_kernel()
+    assert assemble(text)[:4] == b"\x7fELF"
+    rng = np.random.default_rng(5)
+    q = rng.integers(-6, 7, (32, 64)) / 2.0              # exact in E4M3; exact sums
+    k = rng.integers(-6, 7, (32, 64)) * 1.0
+    q8 = torch.from_numpy(q).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    k8 = torch.from_numpy(k).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    mem = E.Memory()
+    pq, pk, ps = mem.alloc(q8), mem.alloc(k8), mem.alloc(np.zeros((32, 32), np.float32))
+    E.launch(E.parse(text, name), mem, (1,), 64, pack(*kernel_args(text, name), [pq, pk, ps]))
+    s = mem.array(ps, np.float32, 32 * 32).reshape(32, 32)
+    assert np.array_equal(s, (q @ k.T).astype(np.float32))
+    # a transposed or mis-laid operand would not survive: the emulated MFMA is layout-exact
+    assert not np.array_equal(s, (q @ k.T).T.astype(np.float32))

@@ -33,6 +33,11 @@ OPS = {
     "v_lshlrev_b32": "v_lshlrev_b32_e32 {0}, {1}, {2}",
     "v_cmp_gt_u32": "v_cmp_gt_u32_e32 vcc, {0}, {1}",
     "v_perm_b32": "v_perm_b32 {0}, {1}, {2}, {3}",
+    "v_and_b32": "v_and_b32_e32 {0}, {1}, {2}",
+    "v_lshrrev_b32": "v_lshrrev_b32_e32 {0}, {1}, {2}",
+    # matrix cores: {0} D, {1} A, {2} B (register tuples), {3} C (a tuple or 0)
+    "v_mfma_f32_32x32x64_f8f6f4": "v_mfma_f32_32x32x64_f8f6f4 {0}, {1}, {2}, {3}",
+    "s_nop": "s_nop {0}",
     # vector float32: the first source may be a literal (VOP2)
     "v_max_f32": "v_max_f32_e32 {0}, {1}, {2}",
     "v_add_f32": "v_add_f32_e32 {0}, {1}, {2}",
@@ -43,6 +48,8 @@ OPS = {
     # memory: 32-bit VGPR offset from a 64-bit SGPR base
     "global_load_dwordx4": "global_load_dwordx4 {0}, {1}, {2}",
     "global_store_dword": "global_store_dword {0}, {1}, {2}",
+    "global_load_dwordx4_at": "global_load_dwordx4 {0}, {1}, {2} offset:{3}",
+    "global_store_dword_at": "global_store_dword {0}, {1}, {2} offset:{3}",
 }
 
 
