@@ -237,3 +237,44 @@ def test_generated_gfx950_qk_tile_equals_float64():
     assert np.array_equal(s, (q @ k.T).astype(np.float32))
     # a transposed or mis-laid operand would not survive: the emulated MFMA is layout-exact
     assert not np.array_equal(s, (q @ k.T).T.astype(np.float32))
+
+
+@pytest.mark.parametrize("rule", LEAN_RULES)
+def test_generated_gfx950_attention_block_equals_the_spec(rule):
+    """One FP8 attention block on the matrix cores (32 queries x 64 keys, head dim 64): S^T by
+    two MFMAs, row max and row sum across the lane pair, lean P of y = fma(S, c, -m) packed
+    straight into the P.V MFMA's B operand against the host-permuted V^T, normalisation, LSE.
+    With S exact (small-integer Q, K) the P codes equal the spec's, so the output is the spec's
+    up to float32 rounding."""
+    import math
+    from zyfa.asm.gfx950.attention_block import attention_block_kernel, permuted_vt
+    from zyfa.asm.gfx950.loader import kernel_args, pack
+    from zyfa.reference import fp8_attention_spec
+    name, text = attention_block_kernel(rule)
+    assert assemble(text)[:4] == b"\x7fELF"
+    g = torch.Generator().manual_seed(3 + len(rule))
+    q8 = torch.randint(-3, 4, (1, 32, 1, 64), generator=g).float().to(torch.float8_e4m3fn)
+    k8 = torch.randint(-3, 4, (1, 64, 1, 64), generator=g).float().to(torch.float8_e4m3fn)
+    v8 = (torch.randn(1, 64, 1, 32, generator=g) * 32).to(torch.float8_e4m3fn)
+    qd, kd = torch.tensor([[0.9]]), torch.tensor([[0.7]])
+    vd = torch.rand(1, 1, 32, generator=g) / 32
+    c = float(((qd * kd) * (1 / math.sqrt(64) * 1.4426950408889634)).float())
+    spec, lse = fp8_attention_spec(q8, k8, v8, qd, kd, vd, causal=False, p_rule=rule, block_n=64, return_lse=True)
+
+    def run(vt):
+        mem = E.Memory()
+        pq = mem.alloc(q8.view(torch.uint8).reshape(32, 64).numpy())
+        pk = mem.alloc(k8.view(torch.uint8).reshape(64, 64).numpy())
+        pv, pd = mem.alloc(vt), mem.alloc(vd.reshape(32).numpy())
+        po, pl = mem.alloc(np.zeros((32, 32), np.float32)), mem.alloc(np.zeros(32, np.float32))
+        E.launch(E.parse(text, name), mem, (1,), 64, pack(*kernel_args(text, name), [pq, pk, pv, pd, po, pl, c]))
+        return (torch.from_numpy(mem.array(po, np.float32, 32 * 32).reshape(32, 32)).double(),
+                torch.from_numpy(mem.array(pl, np.float32, 32)).double())
+
+    v_bytes = v8.view(torch.uint8).reshape(64, 32).numpy()
+    out, lse_out = run(permuted_vt(v_bytes))
+    ref = spec[0, :, 0, :]
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-6          # float32 rounding; one P code off: ~1e-3
+    assert (lse_out - lse[0, 0]).abs().max().item() < 1e-5
+    wrong, _ = run(np.ascontiguousarray(v_bytes.T))                  # V^T without the key permutation
+    assert ((wrong - ref).norm() / ref.norm()).item() > 1e-2

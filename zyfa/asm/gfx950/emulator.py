@@ -120,7 +120,7 @@ class Kernel:
 
 def parse(text: str, name: str | None = None) -> Kernel:
     """The kernel ``name`` (default: the first) of an AMDGCN assembly text."""
-    lines = [ln.split(";")[0].rstrip() for ln in text.splitlines()]
+    lines = [ln.split(";")[0].split("//")[0].rstrip() for ln in text.splitlines()]   # both comment styles
     names = [m.group(1) for ln in lines if (m := re.match(r"^(\w+):", ln))]
     name = name or next(n for n in names if not n.startswith("."))
     abi, in_kd, code, labels, in_fn = {}, False, [], {}, False
@@ -462,6 +462,10 @@ _OPS.update({
     "v_fma_f32": _fop(lambda a, b, c: fma_f32(a, b, c)),
     "v_fmaak_f32": _fop(lambda a, b, k: fma_f32(a, b, k)),
     "v_fmamk_f32": _fop(lambda a, k, b: fma_f32(a, k, b)),
+    # transcendentals: the hardware's are approximate (about 1 ulp); these are correctly
+    # rounded, so emulated results can differ from a device's in the last bit
+    "v_rcp_f32": _fop(lambda a: (1.0 / a.astype(F64)).astype(F32)),
+    "v_log_f32": _fop(lambda a: np.log2(a.astype(F64)).astype(F32)),
 })
 
 

@@ -35,16 +35,20 @@ def load_constants(prog: Program, rule: str) -> Constants:
     return Constants(eight, slope)
 
 
-def emit_p_code(prog: Program, y: Reg, rule: str, c: Constants) -> Reg:
-    """A VGPR whose low byte is the E4M3 code of 2^(y + 8) (float value MAGIC + code)."""
+def emit_p_code(prog: Program, y: Reg, rule: str, c: Constants, out: Reg | None = None,
+                scratch: list[Reg] | None = None) -> Reg:
+    """A VGPR whose low byte is the E4M3 code of 2^(y + 8) (float value MAGIC + code).
+
+    gfx950's registers are physical: a kernel that makes many codes passes ``out`` and six
+    ``scratch`` VGPRs to reuse (y may be one of them: it is read first)."""
     if rule not in LEAN_RULES:
         raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
-    yc, w = prog.regs("v", 2)
+    yc, a, fl, f, slope, base = scratch if scratch is not None else prog.regs("v", 6)
+    w = out if out is not None else prog.reg("v")
     prog.emit("v_max_f32", yc, lit(F.Y_FLOOR), y)
     if rule == "lean":
         prog.emit("v_fmaak_f32", w, c.eight, yc, lit(F.P_ONE_BITS + F.MAGIC))
         return w
-    a, fl, f, slope, base = prog.regs("v", 5)
     prog.emit("v_add_f32", a, "-0.5", yc)                       # floor(y) = rne(y - 0.5) via MAGIC
     prog.emit("v_add_f32", a, lit(F.MAGIC), a)
     prog.emit("v_add_f32", fl, lit(-F.MAGIC), a)
@@ -52,9 +56,8 @@ def emit_p_code(prog: Program, y: Reg, rule: str, c: Constants) -> Reg:
     if rule == "lean_quad":
         prog.emit("v_fmaak_f32", slope, c.slope, f, lit(8.0 * (1.0 - F.LEAN_QUAD_K)))
     else:   # the coefficients carry the mantissa's factor 8 (exact, as in the PTX emitter)
-        inner = prog.reg("v")
-        prog.emit("v_fmaak_f32", inner, c.slope, f, lit(8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)))
-        prog.emit("v_fmaak_f32", slope, f, inner, lit(8.0 * (1.0 - F.LEAN_CUBIC_A)))
+        prog.emit("v_fmaak_f32", fl, c.slope, f, lit(8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)))   # fl: done
+        prog.emit("v_fmaak_f32", slope, f, fl, lit(8.0 * (1.0 - F.LEAN_CUBIC_A)))
     prog.emit("v_fmaak_f32", base, c.eight, a, lit(F.P_ONE_BITS - 7 * F.MAGIC))   # 8 floor(y) + 120 + MAGIC
     prog.emit("v_fma_f32", w, f, slope, base)
     return w

@@ -21,6 +21,7 @@ OPS = {
     "s_load_dword": "s_load_dword {0}, {1}, {2}",
     "s_load_dwordx2": "s_load_dwordx2 {0}, {1}, {2}",
     "s_load_dwordx4": "s_load_dwordx4 {0}, {1}, {2}",
+    "s_load_dwordx8": "s_load_dwordx8 {0}, {1}, {2}",
     "s_mov_b32": "s_mov_b32 {0}, {1}",
     "s_waitcnt_lgkm": "s_waitcnt lgkmcnt(0)",
     "s_waitcnt_vm": "s_waitcnt vmcnt(0)",
@@ -34,6 +35,11 @@ OPS = {
     "v_cmp_gt_u32": "v_cmp_gt_u32_e32 vcc, {0}, {1}",
     "v_perm_b32": "v_perm_b32 {0}, {1}, {2}, {3}",
     "v_and_b32": "v_and_b32_e32 {0}, {1}, {2}",
+    "v_xor_b32": "v_xor_b32_e32 {0}, {1}, {2}",
+    "v_fmac_f32": "v_fmac_f32_e32 {0}, {1}, {2}",          # {0} += {1} * {2}
+    "v_rcp_f32": "v_rcp_f32_e32 {0}, {1}",
+    "v_log_f32": "v_log_f32_e32 {0}, {1}",                 # log2
+    "ds_bpermute_b32": "ds_bpermute_b32 {0}, {1}, {2}",    # {0} <- {2} of lane {1} / 4
     "v_lshrrev_b32": "v_lshrrev_b32_e32 {0}, {1}, {2}",
     # matrix cores: {0} D, {1} A, {2} B (register tuples), {3} C (a tuple or 0)
     "v_mfma_f32_32x32x64_f8f6f4": "v_mfma_f32_32x32x64_f8f6f4 {0}, {1}, {2}, {3}",
@@ -50,6 +56,7 @@ OPS = {
     "global_store_dword": "global_store_dword {0}, {1}, {2}",
     "global_load_dwordx4_at": "global_load_dwordx4 {0}, {1}, {2} offset:{3}",
     "global_store_dword_at": "global_store_dword {0}, {1}, {2} offset:{3}",
+    "global_store_dwordx4_at": "global_store_dwordx4 {0}, {1}, {2} offset:{3}",
 }
 
 
