@@ -151,10 +151,10 @@ def test_assembler_enforces_gfx9_operand_rules():
 
 def test_emulator_refuses_what_it_does_not_know():
     name, text = p_codes_kernel("lean")
-    kernel = E.parse(text.replace("s_endpgm", "v_exp_f32_e32 v1, v2\n\ts_endpgm"), name)
+    kernel = E.parse(text.replace("s_endpgm", "v_sin_f32_e32 v1, v2\n\ts_endpgm"), name)
     mem = E.Memory()
     ya, oa = mem.alloc(np.zeros(4, np.float32)), mem.alloc(np.zeros(4, np.uint8))
-    with pytest.raises(NotImplementedError, match="v_exp_f32"):
+    with pytest.raises(NotImplementedError, match="v_sin_f32"):
         E.launch(kernel, mem, (1,), 256, struct.pack("<QQI", ya, oa, 1))
 
 
@@ -239,42 +239,71 @@ def test_generated_gfx950_qk_tile_equals_float64():
     assert not np.array_equal(s, (q @ k.T).T.astype(np.float32))
 
 
+GFX950_SHAPES = [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal
+    (1, 32, 64, 1, 1, 64, 32, False),      # one block, one tile
+    (1, 40, 200, 2, 1, 128, 128, True),    # seqlen_q < seqlen_k (bottom-right), GQA, a key tail
+    (1, 100, 100, 1, 1, 128, 128, True),   # several query tiles on the diagonal
+    (1, 70, 130, 1, 1, 64, 64, False),     # non-causal with tails
+    (2, 1, 45, 2, 2, 128, 128, True),      # one query row, batch 2
+]
+
+
+def _small_int_case(shape, seed):
+    B, Sq, Sk, Hq, Hkv, D, Dv, causal = shape
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(-3, 4, (B, Sq, Hq, D), generator=g).float().to(torch.float8_e4m3fn)
+    k = torch.randint(-3, 4, (B, Sk, Hkv, D), generator=g).float().to(torch.float8_e4m3fn)
+    v = (torch.randn(B, Sk, Hkv, Dv, generator=g) * 32).to(torch.float8_e4m3fn)
+    qd, kd = 0.25 + torch.rand(B, Hkv, generator=g), 0.5 + torch.rand(B, Hkv, generator=g)
+    return dict(q=q, k=k, v=v, q_descale=qd, k_descale=kd, v_descale=torch.rand(B, Hkv, Dv, generator=g) / 32)
+
+
 @pytest.mark.parametrize("rule", LEAN_RULES)
-def test_generated_gfx950_attention_block_equals_the_spec(rule):
-    """One FP8 attention block on the matrix cores (32 queries x 64 keys, head dim 64): S^T by
-    two MFMAs, row max and row sum across the lane pair, lean P of y = fma(S, c, -m) packed
-    straight into the P.V MFMA's B operand against the host-permuted V^T, normalisation, LSE.
-    With S exact (small-integer Q, K) the P codes equal the spec's, so the output is the spec's
-    up to float32 rounding."""
-    import math
-    from zyfa.asm.gfx950.attention_block import attention_block_kernel, permuted_vt
-    from zyfa.asm.gfx950.loader import kernel_args, pack
+@pytest.mark.parametrize("shape", GFX950_SHAPES)
+def test_generated_gfx950_attention_equals_the_spec(shape, rule):
+    """The whole per-block algorithm (block_n = 64) on the emulated matrix cores: S^T by MFMA,
+    masks, lane-pair row max and row sum, lazy reference, lean P of y = fma(S, c, -m) packed
+    into the P.V MFMA, two-level accumulation, LSE. The emulated MFMA sums exactly, so the P
+    codes equal the spec's and the output is the spec's up to float32 rounding (one P code
+    off would show as ~1e-3)."""
+    from zyfa.asm.gfx950.attention import attention_kernel, emulate_attention
     from zyfa.reference import fp8_attention_spec
-    name, text = attention_block_kernel(rule)
+    causal = shape[-1]
+    text = attention_kernel(rule, causal, shape[5], shape[6])[1]
     assert assemble(text)[:4] == b"\x7fELF"
-    g = torch.Generator().manual_seed(3 + len(rule))
-    q8 = torch.randint(-3, 4, (1, 32, 1, 64), generator=g).float().to(torch.float8_e4m3fn)
-    k8 = torch.randint(-3, 4, (1, 64, 1, 64), generator=g).float().to(torch.float8_e4m3fn)
-    v8 = (torch.randn(1, 64, 1, 32, generator=g) * 32).to(torch.float8_e4m3fn)
-    qd, kd = torch.tensor([[0.9]]), torch.tensor([[0.7]])
-    vd = torch.rand(1, 1, 32, generator=g) / 32
-    c = float(((qd * kd) * (1 / math.sqrt(64) * 1.4426950408889634)).float())
-    spec, lse = fp8_attention_spec(q8, k8, v8, qd, kd, vd, causal=False, p_rule=rule, block_n=64, return_lse=True)
+    # exp2 only for a block's two factors (alpha, beta); no conversions anywhere
+    assert text.count("v_exp_f32") == 2 and "v_cvt" not in text
+    kw = _small_int_case(shape, seed=shape[1] + len(rule))
+    out, lse = emulate_attention(**kw, causal=causal, p_rule=rule)
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, block_n=64, return_lse=True)
+    assert ((out.double() - spec).norm() / spec.norm()).item() < 1e-6
+    assert (lse.double() - lse_spec).abs().max().item() < 1e-5
 
-    def run(vt):
-        mem = E.Memory()
-        pq = mem.alloc(q8.view(torch.uint8).reshape(32, 64).numpy())
-        pk = mem.alloc(k8.view(torch.uint8).reshape(64, 64).numpy())
-        pv, pd = mem.alloc(vt), mem.alloc(vd.reshape(32).numpy())
-        po, pl = mem.alloc(np.zeros((32, 32), np.float32)), mem.alloc(np.zeros(32, np.float32))
-        E.launch(E.parse(text, name), mem, (1,), 64, pack(*kernel_args(text, name), [pq, pk, pv, pd, po, pl, c]))
-        return (torch.from_numpy(mem.array(po, np.float32, 32 * 32).reshape(32, 32)).double(),
-                torch.from_numpy(mem.array(pl, np.float32, 32)).double())
 
-    v_bytes = v8.view(torch.uint8).reshape(64, 32).numpy()
-    out, lse_out = run(permuted_vt(v_bytes))
-    ref = spec[0, :, 0, :]
-    assert ((out - ref).norm() / ref.norm()).item() < 1e-6          # float32 rounding; one P code off: ~1e-3
-    assert (lse_out - lse[0, 0]).abs().max().item() < 1e-5
-    wrong, _ = run(np.ascontiguousarray(v_bytes.T))                  # V^T without the key permutation
-    assert ((wrong - ref).norm() / ref.norm()).item() > 1e-2
+def test_generated_gfx950_attention_on_realistic_activations():
+    from zyfa.activations import make
+    from zyfa.asm.gfx950.attention import emulate_attention
+    from zyfa.reference import attention_fp64, fp8_attention_spec
+    import zyfa
+    q, k, v = make("realistic", 1, 96, 4, 2, 128, seed=5)
+    x = zyfa.quantize_fp8(q, k, v)
+    out, lse = emulate_attention(**x.kwargs())
+    spec = fp8_attention_spec(**x.kwargs(), block_n=64)
+    ref = attention_fp64(*x.dequantized())
+    assert ((out.double() - spec).norm() / spec.norm()).item() < 1e-6
+    spec_err = ((spec - ref).norm() / ref.norm()).item()
+    assert ((out.double() - ref).norm() / ref.norm()).item() <= 1.0001 * spec_err
+
+
+def test_permuted_vt_puts_every_key_once_per_block():
+    from zyfa.asm.gfx950.attention import key_of_byte, permuted_vt
+    assert sorted(key_of_byte(h, j) for h in (0, 1) for j in range(32)) == list(range(64))
+    v = np.arange(100 * 3, dtype=np.int64).reshape(100, 3) % 251 + 1
+    vt = permuted_vt(v.astype(np.uint8))
+    assert vt.shape == (3, 128)
+    for block in (0, 1):
+        for h in (0, 1):
+            for j in range(32):
+                key = 64 * block + key_of_byte(h, j)
+                want = v[key] if key < 100 else np.zeros(3)
+                assert np.array_equal(vt[:, 64 * block + 32 * h + j], want)

@@ -384,6 +384,7 @@ _OPS.update({
     "s_sub_u32": _sop2(lambda a, b, w: a - b, sets_scc=lambda a, b, r, w: b > a),
     "s_sub_i32": _sop2(lambda a, b, w: a - b),
     "s_mul_i32": _sop2(lambda a, b, w: _signed(a) * _signed(b)),
+    "s_min_u32": _sop2(lambda a, b, w: min(a, b), sets_scc=lambda a, b, r, w: a < b),
     "s_lshl_b32": _sop2(lambda a, b, w: a << (b & 31), sets_scc=lambda a, b, r, w: r != 0),
     "s_ashr_i32": _sop2(lambda a, b, w: _signed(a) >> (b & 31), sets_scc=lambda a, b, r, w: r != 0),
     "s_lshr_b32": _sop2(lambda a, b, w: a >> (b & 31), sets_scc=lambda a, b, r, w: r != 0),
@@ -442,6 +443,9 @@ _OPS.update({
     "v_sub_u32": _vop(lambda a, b: a - b),
     "v_subrev_u32": _vop(lambda a, b: b - a),
     "v_mul_lo_u32": _vop(lambda a, b: (a.astype(U64) * b.astype(U64)).astype(U32)),
+    "v_mad_u32_u24": _vop(lambda a, b, c: ((a & U32(0xFFFFFF)).astype(U64) * (b & U32(0xFFFFFF)) + c).astype(U32)),
+    "v_min_u32": _vop(lambda a, b: np.minimum(a, b)),
+    "v_max_u32": _vop(lambda a, b: np.maximum(a, b)),
     "v_and_b32": _vop(lambda a, b: a & b),
     "v_or_b32": _vop(lambda a, b: a | b),
     "v_xor_b32": _vop(lambda a, b: a ^ b),
@@ -466,6 +470,7 @@ _OPS.update({
     # rounded, so emulated results can differ from a device's in the last bit
     "v_rcp_f32": _fop(lambda a: (1.0 / a.astype(F64)).astype(F32)),
     "v_log_f32": _fop(lambda a: np.log2(a.astype(F64)).astype(F32)),
+    "v_exp_f32": _fop(lambda a: np.exp2(a.astype(F64)).astype(F32)),
 })
 
 

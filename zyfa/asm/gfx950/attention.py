@@ -1,0 +1,302 @@
+"""The generated FP8 attention kernel for gfx950, first version: the whole per-block algorithm
+of ``zyfa.reference.fp8_attention_spec`` with key blocks of 64 (``block_n=64``, ZYFA's block
+size), one wave per 32 queries of one head, operands straight from global memory into the
+matrix cores' layouts (no LDS yet, no ping-pong: correctness first).
+
+Per key block:
+  S^T = K Q^T        per 32-key tile, D / 64 v_mfma_f32_32x32x64_f8f6f4; lane l holds query
+                     l % 32 and keys 32 t + 8 (r // 4) + 4 (l // 32) + r % 4 in register r
+  mask               keys past seqlen_k or past the bottom-right causal limit -> -inf
+  m                  row max over the lane's 32 keys and its partner's (l ^ 32, ds_bpermute);
+                     t = S c is monotone in S for c > 0, so m = max(S) c
+  A, alpha, beta     the lazy reference (moves when m > A + 8) and 2^(A - A'), 2^(m - A')
+  P                  lean-rule codes of y = fma(S, c, -m), row sums of the rounded P, packed
+                     with v_perm straight into the B operand of P.V (byte j: tile j // 16,
+                     register j % 16; V^T's keys permuted on the host to match, ``permuted_vt``)
+  O^T = Vp^T P^T     per 32 value columns one MFMA into a fresh accumulator;
+                     total = total alpha + O beta (two-level accumulation)
+Epilogue: out = total / l * v_descale, LSE = ln2 (A + log2 l - 8).
+
+Wait states around the MFMAs are conservative counts (``HAZARD_NOPS``); the emulator does not
+model them, and no MI355X has run this code. v_exp/v_rcp/v_log are approximate on hardware.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import fp8 as F
+from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
+from .lean_p import LEAN_RULES, emit_p_code, load_constants
+from .target import lit, module, program, span
+
+QUERIES, BLOCK_N = 32, 64
+LN2 = 0.6931471805599453
+HAZARD_NOPS = (15, 1)       # after an MFMA 32x32 before its result is read (as LLVM writes it)
+PACK_PAIR, PACK_HALVES = 0x0C0C0400, 0x05040100
+NEG_INF = 0xFF800000
+
+
+def key_of_byte(half: int, j: int) -> int:
+    """The key (within a 64-key block) whose P code byte j of a lane of half ``half`` carries."""
+    return 32 * (j // 16) + 8 * ((j % 16) // 4) + 4 * half + j % 4
+
+
+def permuted_vt(v: np.ndarray) -> np.ndarray:
+    """(Sk keys, Dv) E4M3 bytes -> (Dv, Sk rounded up to 64): in each 64-key block, byte
+    32 h + j of row n is v[key_of_byte(h, j), n] (zeros past Sk): what lanes of half h load."""
+    sk, dv = v.shape
+    blocks = -(-sk // BLOCK_N)
+    padded = np.zeros((blocks * BLOCK_N, dv), np.uint8)
+    padded[:sk] = v
+    order = np.array([key_of_byte(h, j) for h in (0, 1) for j in range(32)])
+    return np.ascontiguousarray(padded.reshape(blocks, BLOCK_N, dv)[:, order].transpose(2, 0, 1).reshape(dv, -1))
+
+
+def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: int = 128,
+                     value_dim: int = 128) -> tuple[str, str]:
+    """(name, assembly) of the kernel for one head: args q (Sq x D), k (Sk x D) E4M3 row-major,
+    vt = permuted_vt(v), vd (Dv,) float32, out (Sq x Dv) float32, lse (Sq,) float32, c (the
+    spec's factor, > 0), seqlen_q, seqlen_k (seqlen_q <= seqlen_k when causal). Grid: one
+    workgroup of 64 threads per 32 queries."""
+    if rule not in LEAN_RULES:
+        raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
+    if head_dim % 64 or value_dim % 32 or head_dim not in (64, 128, 256):
+        raise ValueError(f"head_dim must be 64, 128 or 256 and value_dim a multiple of 32, got {head_dim}, {value_dim}")
+    chunks, dv_tiles = head_dim // 64, value_dim // 32
+    name = f"zyfa_attn_gfx950_{rule}_d{head_dim}_{value_dim}_{'causal' if causal else 'full'}"
+    prog = program()
+    emit = prog.emit
+    kernarg = prog.aligned("s", 2)
+    (wg,) = prog.regs("s", 1)
+    ptrs = prog.aligned("s", 8, 4)                               # q, k, vt, vd
+    outs = prog.aligned("s", 4, 4)                               # out, lse
+    fac, sq, sk = prog.regs("s", 3)
+    (tid,) = prog.regs("v", 1)
+    emit("s_load_dwordx8", span(ptrs), span(kernarg), 0)
+    emit("s_load_dwordx4", span(outs), span(kernarg), 32)
+    emit("s_load_dword", fac, span(kernarg), 48)
+    emit("s_load_dword", sq, span(kernarg), 52)
+    emit("s_load_dword", sk, span(kernarg), 56)
+    q_ptr, k_ptr, vt_ptr, vd_ptr = (span(ptrs[i:i + 2]) for i in range(0, 8, 2))
+    out_ptr, lse_ptr = span(outs[:2]), span(outs[2:])
+
+    prog.comment("lane coordinates, query limits, the number of key blocks")
+    row, half, t16, query, qload, partner, limit, neg_inf = prog.regs("v", 8)
+    q0, sk_last, n_blocks, skp, tmp = prog.regs("s", 5)
+    emit("v_and_b32", row, 31, tid)
+    emit("v_lshrrev_b32", half, 5, tid)
+    emit("v_lshlrev_b32", t16, 4, half)
+    emit("v_xor_b32", partner, 32, tid)
+    emit("v_lshlrev_b32", partner, 2, partner)                   # ds_bpermute address of lane l ^ 32
+    emit("v_mov_b32", neg_inf, lit(NEG_INF))
+    emit("s_lshl_b32", q0, wg, 5)                                # first query of the tile
+    emit("v_add_u32", query, q0, row)
+    emit("s_waitcnt_lgkm")
+    emit("s_add_u32", sk_last, sk, -1 & 0xFFFFFFFF)
+    emit("s_add_u32", tmp, sq, -1 & 0xFFFFFFFF)
+    emit("v_min_u32", qload, tmp, query)                         # rows past seqlen_q load the last row
+    if causal:
+        emit("s_sub_u32", tmp, sk, sq)                           # bottom-right: query i sees keys <= i + Sk - Sq
+        emit("v_add_u32", limit, tmp, query)
+        emit("v_min_u32", limit, sk_last, limit)
+        emit("s_add_u32", n_blocks, q0, QUERIES)                # keys needed: min(q0 + 32 + Sk - Sq, Sk)
+        emit("s_add_u32", n_blocks, n_blocks, tmp)
+        emit("s_min_u32", n_blocks, n_blocks, sk)
+    else:
+        emit("v_mov_b32", limit, sk_last)
+        emit("s_mov_b32", n_blocks, sk)
+    emit("s_add_u32", n_blocks, n_blocks, BLOCK_N - 1)
+    emit("s_lshr_b32", n_blocks, n_blocks, 6)
+    emit("s_add_u32", skp, sk, BLOCK_N - 1)
+    emit("s_and_b32", skp, skp, -BLOCK_N & 0xFFFFFFFF)           # V^T row stride: Sk padded to 64
+
+    prog.comment("Q as the B operand of S^T = K Q^T, one 8-register slice per 64 head dims")
+    qoff = prog.reg("v")
+    emit("v_lshl_add_u32", qoff, qload, int(np.log2(head_dim)), t16)
+    emit("s_waitcnt_lgkm")
+    qb = [prog.aligned("v", 8, 2) for _ in range(chunks)]
+    for dc, regs in enumerate(qb):
+        emit("global_load_dwordx4_at", span(regs[:4]), qoff, q_ptr, 64 * dc)
+        emit("global_load_dwordx4_at", span(regs[4:]), qoff, q_ptr, 64 * dc + 32)
+
+    prog.comment("V^T row offsets (value column 32 d + lane % 32, this lane half's 32 bytes)")
+    vbase = prog.regs("v", dv_tiles)
+    t32, rowdv = prog.regs("v", 2)
+    emit("v_lshlrev_b32", t32, 5, half)
+    for d, vb in enumerate(vbase):
+        emit("v_add_u32", rowdv, 32 * d, row)
+        emit("v_mad_u32_u24", vb, rowdv, skp, t32)
+
+    prog.comment("running state: total (O^T per value tile), row sum l, reference A")
+    total = [prog.aligned("v", 16, 2) for _ in range(dv_tiles)]
+    for tile in total:
+        for reg in tile:
+            emit("v_mov_b32", reg, 0)
+    l_sum, A = prog.regs("v", 2)
+    emit("v_mov_b32", l_sum, 0)
+    emit("v_mov_b32", A, lit(NEG_FLOOR))
+    consts = load_constants(prog, rule)
+    sel_pair, sel_halves, kb, key0 = prog.regs("s", 4)
+    emit("s_mov_b32", sel_pair, lit(PACK_PAIR))
+    emit("s_mov_b32", sel_halves, lit(PACK_HALVES))
+    emit("s_mov_b32", kb, 0)
+    emit("s_mov_b32", key0, 0)
+
+    s_tiles = [prog.aligned("v", 16, 2) for _ in range(2)]
+    ka = [prog.aligned("v", 8, 2) for _ in range(chunks)]
+    key, koff, kvalid, kbase = prog.regs("v", 4)
+    m, other, neg_m, a_new, alpha, beta, thr, l_blk, shifted, y = prog.regs("v", 10)
+    scratch, quad, (lo, hi) = prog.regs("v", 6), prog.regs("v", 4), prog.regs("v", 2)
+    pb = prog.aligned("v", 8, 2)
+    va = prog.aligned("v", 8, 2)
+    o = prog.aligned("v", 16, 2)
+    voff = prog.reg("v")
+
+    prog.label(".Lblock")
+    prog.comment("S^T for the block's two 32-key tiles")
+    for tile, st in enumerate(s_tiles):
+        emit("v_add_u32", key, key0, row)
+        emit("v_add_u32", key, 32 * tile, key)
+        emit("v_min_u32", key, sk_last, key)                     # keys past seqlen_k load the last key
+        emit("v_lshl_add_u32", koff, key, int(np.log2(head_dim)), t16)
+        for dc, regs in enumerate(ka):
+            emit("global_load_dwordx4_at", span(regs[:4]), koff, k_ptr, 64 * dc)
+            emit("global_load_dwordx4_at", span(regs[4:]), koff, k_ptr, 64 * dc + 32)
+        emit("s_waitcnt_vm")
+        for dc in range(chunks):
+            emit("v_mfma_f32_32x32x64_f8f6f4", span(st), span(ka[dc]), span(qb[dc]), span(st) if dc else 0)
+        for nops in HAZARD_NOPS:
+            emit("s_nop", nops)
+    scores = s_tiles[0] + s_tiles[1]
+
+    prog.comment("mask: key > the query's limit (causal diagonal, or past seqlen_k)")
+    emit("v_lshl_add_u32", kbase, half, 2, key0)                 # the block's first key + 4 half
+    for j, sreg in enumerate(scores):
+        emit("v_add_u32", kvalid, 32 * (j // 16) + 8 * ((j % 16) // 4) + j % 4, kbase)
+        emit("v_cmp_gt_u32_vv", kvalid, limit)
+        emit("v_cndmask_b32", sreg, sreg, neg_inf)
+
+    prog.comment("row max m = max(S) c, lazy reference, factors")
+    emit("v_max_f32", m, scores[0], scores[1])
+    for sreg in scores[2:]:
+        emit("v_max_f32", m, m, sreg)
+    emit("ds_bpermute_b32", other, partner, m)
+    emit("s_waitcnt_lgkm")
+    emit("v_max_f32", m, m, other)
+    emit("v_mul_f32", m, fac, m)
+    emit("v_max_f32", m, lit(NEG_FLOOR), m)                      # all-masked rows keep the floor
+    emit("v_mul_f32", neg_m, "-1.0", m)
+    emit("v_add_f32", thr, lit(RESCALE_THRESHOLD), A)
+    emit("v_cmp_gt_f32", m, thr)
+    emit("v_cndmask_b32", a_new, A, m)                           # m > A + 8 ? m : A
+    emit("v_sub_f32", beta, m, a_new)
+    emit("v_exp_f32", beta, beta)
+    emit("v_sub_f32", alpha, A, a_new)
+    emit("v_exp_f32", alpha, alpha)
+    emit("v_mov_b32", A, a_new)
+
+    prog.comment(f"P codes ({rule}) of y = fma(S, c, -m), row sums, packed into the B operand")
+    emit("v_mov_b32", l_blk, 0)
+    for i, dst in enumerate(pb):
+        for slot, sreg in enumerate(scores[4 * i:4 * i + 4]):
+            emit("v_fma_f32", y, sreg, fac, neg_m)
+            w = emit_p_code(prog, y, rule, consts, out=quad[slot], scratch=scratch)
+            emit("v_lshlrev_b32", shifted, 20, w)                # the code as a float32 is P 2^-120
+            emit("v_fmac_f32", l_blk, lit(2.0 ** 120), shifted)
+        emit("v_perm_b32", lo, quad[1], quad[0], sel_pair)
+        emit("v_perm_b32", hi, quad[3], quad[2], sel_pair)
+        emit("v_perm_b32", dst, hi, lo, sel_halves)
+    emit("ds_bpermute_b32", other, partner, l_blk)
+    emit("s_waitcnt_lgkm")
+    emit("v_add_f32", l_blk, l_blk, other)
+    emit("v_mul_f32", l_sum, l_sum, alpha)
+    emit("v_fmac_f32", l_sum, l_blk, beta)
+
+    prog.comment("O^T = Vp^T P^T per 32 value columns, fresh accumulator; total = total alpha + O beta")
+    emit("s_nop", 4)                                             # VALU writes of B before the MFMA reads
+    for d, tile in enumerate(total):
+        emit("v_add_u32", voff, key0, vbase[d])
+        emit("global_load_dwordx4_at", span(va[:4]), voff, vt_ptr, 0)
+        emit("global_load_dwordx4_at", span(va[4:]), voff, vt_ptr, 16)
+        emit("s_waitcnt_vm")
+        emit("v_mfma_f32_32x32x64_f8f6f4", span(o), span(va), span(pb), 0)
+        for nops in HAZARD_NOPS:
+            emit("s_nop", nops)
+        for treg, oreg in zip(tile, o):
+            emit("v_mul_f32", treg, treg, alpha)
+            emit("v_fmac_f32", treg, oreg, beta)
+    emit("s_add_u32", kb, kb, 1)
+    emit("s_add_u32", key0, key0, BLOCK_N)
+    emit("s_cmp_lt_u32", kb, n_blocks)
+    emit("s_cbranch_scc1", ".Lblock")
+
+    prog.comment("epilogue: out[query, n] = total / l * vd[n]; register r holds n = 32 d + 8 (r // 4) + 4 half + r % 4")
+    inv, oo, lg, lse_off = prog.regs("v", 4)
+    saved = prog.aligned("s", 2)
+    vd = prog.aligned("v", 16, 4)
+    emit("v_rcp_f32", inv, l_sum)
+    emit("v_lshlrev_b32", oo, int(np.log2(value_dim)) + 2, query)   # query * Dv * 4
+    emit("v_add_u32", oo, oo, t16)                               # + 16 half bytes (4 half floats)
+    emit("v_log_f32", lg, l_sum)
+    emit("v_add_f32", lg, lg, A)
+    emit("v_add_f32", lg, lit(-float(F.P_OFFSET_LOG2)), lg)
+    emit("v_mul_f32", lg, lit(LN2), lg)
+    emit("v_lshlrev_b32", lse_off, 2, query)
+    emit("v_cmp_gt_u32", sq, query)                              # rows past seqlen_q store nothing
+    emit("s_and_saveexec_b64", span(saved), "vcc")
+    for d, tile in enumerate(total):
+        for g in range(4):
+            emit("global_load_dwordx4_at", span(vd[4 * g:4 * g + 4]), t16, vd_ptr, 128 * d + 32 * g)
+        emit("s_waitcnt_vm")
+        for r, reg in enumerate(tile):
+            emit("v_mul_f32", reg, reg, inv)
+            emit("v_mul_f32", reg, reg, vd[r])
+        for g in range(4):
+            emit("global_store_dwordx4_at", oo, span(tile[4 * g:4 * g + 4]), out_ptr, 128 * d + 32 * g)
+    emit("v_cmp_eq_u32", 0, half)
+    emit("s_and_b64", "exec", "exec", "vcc")
+    emit("global_store_dword", lse_off, lg, lse_ptr)
+    emit("s_endpgm")
+    abi = {"user_sgpr_count": 2, "user_sgpr_kernarg_segment_ptr": 1, "system_sgpr_workgroup_id_x": 1,
+           "system_vgpr_workitem_id": 0}
+    args = [("global_buffer", 8 * i, 8) for i in range(6)] + [("by_value", 48, 4), ("by_value", 52, 4),
+                                                             ("by_value", 56, 4)]
+    return name, module(name, prog, args, kernarg_size=64, abi=abi, workgroup_size=64)
+
+
+def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_rule="lean_cubic",
+                      softmax_scale=None):
+    """Run the generated gfx950 kernel in the emulator on FlashAttention-layout FP8 tensors
+    (per-head descales, GQA allowed), one head at a time. Returns (out float32
+    (B, Sq, Hq, Dv), lse float32 (B, Hq, Sq)). Slow: it is a CPU emulation, for checks."""
+    import math
+
+    import torch
+
+    from ...reference import LOG2E
+    from ...scales import normalize_descales
+    from . import emulator as E
+    from .loader import kernel_args, pack
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    qs, ks, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
+    name, text = attention_kernel(p_rule, causal, D, Dv)
+    kernel, (args, size) = E.parse(text, name), kernel_args(text, name)
+    out = torch.zeros(B, Sq, Hq, Dv, dtype=torch.float32)
+    lse = torch.zeros(B, Hq, Sq, dtype=torch.float32)
+    group = Hq // Hkv
+    for b in range(B):
+        for h in range(Hq):
+            kvh = h // group
+            c = float((qs[b, h, 0] * ks[b, kvh, 0]) * (scale * LOG2E))    # float32, as the spec forms it
+            mem = E.Memory()
+            pq = mem.alloc(q[b, :, h].contiguous().view(torch.uint8).numpy())
+            pk = mem.alloc(k[b, :, kvh].contiguous().view(torch.uint8).numpy())
+            pv = mem.alloc(permuted_vt(v[b, :, kvh].contiguous().view(torch.uint8).numpy()))
+            pd = mem.alloc(vs[b, kvh].contiguous().numpy())
+            po, pl = mem.alloc(np.zeros((Sq, Dv), np.float32)), mem.alloc(np.zeros(Sq, np.float32))
+            E.launch(kernel, mem, (-(-Sq // QUERIES),), 64, pack(args, size, [pq, pk, pv, pd, po, pl, c, Sq, Sk]))
+            out[b, :, h] = torch.from_numpy(mem.array(po, np.float32, Sq * Dv).reshape(Sq, Dv))
+            lse[b, h] = torch.from_numpy(mem.array(pl, np.float32, Sq))
+    return out, lse
