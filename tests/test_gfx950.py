@@ -2,6 +2,7 @@
 Triton's own gfx950 code; the generated kernels assembled and linked by Triton's LLVM and
 run in the emulator against the spec. No AMD GPU is involved anywhere.
 """
+import dataclasses
 import functools
 import os
 import struct
@@ -307,3 +308,62 @@ def test_permuted_vt_puts_every_key_once_per_block():
                 key = 64 * block + key_of_byte(h, j)
                 want = v[key] if key < 100 else np.zeros(3)
                 assert np.array_equal(vt[:, 64 * block + 32 * h + j], want)
+
+
+# ---------------------------------------------------------------- dispatch and runtime on a faked MI355X
+def test_dispatch_selects_gfx950_on_a_faked_mi355x(monkeypatch):
+    from zyfa import backends, dispatch
+    problem = dispatch.Problem(device=torch.device("cuda", 0), arch="gfx950", is_fp8=True, head_dims=(128, 128),
+                               causal=True, seqlen_q=4096, seqlen_k=4096, p_rule="lean_cubic", ref_rule="block")
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    monkeypatch.setattr(backends, "_HIP_RUNTIME", True)
+    assert dispatch.select(problem).name == "gfx950"
+    for other, why in ((dict(arch="gfx942"), "targets gfx950"), (dict(is_fp8=False), "FP8 only"),
+                       (dict(p_rule="exact"), "p_rule"), (dict(per_token_descales=True), "per-token"),
+                       (dict(head_dims=(192, 128)), "head dims")):
+        ok, reason = backends._gfx950_ok(dataclasses.replace(problem, **other))
+        assert not ok and why in reason, reason
+    monkeypatch.setattr(backends, "_HIP_RUNTIME", False)
+    ok, reason = backends._gfx950_ok(problem)
+    assert not ok and "HIP runtime" in reason
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    assert not backends._gfx950_ok(problem)[0]
+
+
+class _EmulatedHip(_FakeHip):
+    """A HIP runtime whose launches run the kernel's assembly in the emulator, on the memory
+    the kernel arguments point to (CPU tensors stand in for device memory)."""
+
+    def hipModuleLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, config):
+        import ctypes
+        import re
+        from zyfa.asm.gfx950.attention import attention_kernel
+        size = ctypes.cast(config[3], ctypes.POINTER(ctypes.c_size_t)).contents.value
+        kernargs = ctypes.string_at(config[1], size)
+        rule, dim, vdim, mode = re.match(r"zyfa_attn_gfx950_(\w+)_d(\d+)_(\d+)_(causal|full)$",
+                                         self.name.decode()).groups()
+        name, text = attention_kernel(rule, mode == "causal", int(dim), int(vdim))
+        E.launch(E.parse(text, name), E.HostMemory(), (gx, gy, gz), bx, kernargs)
+        self.launches.append((gx, bx))
+        return 0
+
+
+def test_gfx950_backend_runs_through_the_hip_loader(monkeypatch):
+    """flash_attn's gfx950 path up to the device: per-head buffers, V^T permutation, c, kernel
+    arguments packed from the metadata, the launch; the fake runtime executes the assembly."""
+    from zyfa.asm.gfx950 import kernels
+    from zyfa.reference import fp8_attention_spec
+    fake = _EmulatedHip()
+    monkeypatch.setattr(kernels, "hip_runtime", lambda: fake)
+    kernels._kernel.cache_clear()
+    try:
+        kw = _small_int_case((1, 40, 100, 2, 1, 128, 128, True), seed=9)
+        out, lse = kernels.attention_fp8(**kw, causal=True, p_rule="lean_cubic")
+    finally:
+        kernels._kernel.cache_clear()
+    spec, lse_spec = fp8_attention_spec(**kw, causal=True, block_n=64, return_lse=True)
+    assert out.dtype == torch.bfloat16 and out.shape == (1, 40, 2, 128)
+    rounding = ((spec.bfloat16().double() - spec).norm() / spec.norm()).item()
+    assert ((out.double() - spec).norm() / spec.norm()).item() <= 1.5 * rounding
+    assert (lse.double() - lse_spec).abs().max().item() < 1e-5
+    assert fake.launches == [(2, 64), (2, 64)]                 # one launch per head, 2 query tiles

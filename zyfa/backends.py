@@ -1,6 +1,7 @@
 """The backends zyfa ships, registered fastest first."""
 from __future__ import annotations
 
+import ctypes.util
 import importlib.util
 
 import torch
@@ -49,6 +50,39 @@ def _ptx_run(q, k, v, **kw):
     return attention_fp8(q, k, v, **kw)
 
 
+# whether a HIP runtime library is installed, looked up once (dispatch runs inside traces)
+_HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None
+
+
+def _gfx950_ok(p: dispatch.Problem):
+    """The generated gfx950 kernel: FP8, head dim 64/128/256, value dim a multiple of 32, coarse
+    q/k descales, lean P, block references; verified in an emulator, never run on hardware."""
+    from .asm.gfx950.lean_p import LEAN_RULES
+    if p.device.type != "cuda" or torch.version.hip is None:
+        return False, "generated gfx950 assembly runs on AMD GPUs under ROCm"
+    if p.arch != "gfx950":
+        return False, f"generated gfx950 assembly targets gfx950 (MI355X), device is {p.arch}"
+    if not p.is_fp8:
+        return False, "the generated gfx950 kernel is FP8 only"
+    D, Dv = p.head_dims
+    if D not in (64, 128, 256) or Dv % 32 or Dv > 256:
+        return False, f"the generated gfx950 kernel takes head dims 64/128/256 and value dims in 32s, not {p.head_dims}"
+    if p.p_rule not in LEAN_RULES:
+        return False, f"the generated gfx950 kernel implements p_rule {LEAN_RULES}, not {p.p_rule!r}"
+    if p.ref_rule != "block":
+        return False, f"the generated gfx950 kernel implements ref_rule 'block', not {p.ref_rule!r}"
+    if p.per_token_descales:
+        return False, "the generated gfx950 kernel takes per-head (or per-tensor) q/k descales, not per-token"
+    if not _HIP_RUNTIME:
+        return False, "the HIP runtime (libamdhip64) is not installed"
+    return True, "generated gfx950 assembly, 64-key blocks (verified in an emulator; not yet run on MI355X)"
+
+
+def _gfx950_run(q, k, v, **kw):
+    from .asm.gfx950.kernels import attention_fp8
+    return attention_fp8(q, k, v, **kw)
+
+
 def _triton_ok(p: dispatch.Problem):
     from .triton_kernels.tuning import interpreter_active
     if p.device.type == "cuda":
@@ -80,6 +114,7 @@ def _reference_run(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_d
 
 
 dispatch.register(dispatch.Backend("ptx", _ptx_ok, _ptx_run))
+dispatch.register(dispatch.Backend("gfx950", _gfx950_ok, _gfx950_run))
 dispatch.register(dispatch.Backend("triton", _triton_ok, _triton_run))
 dispatch.register(dispatch.Backend("reference", lambda p: (True, "float64 / bit-level spec in torch (slow)"),
                                    _reference_run))

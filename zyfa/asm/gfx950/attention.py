@@ -41,15 +41,22 @@ def key_of_byte(half: int, j: int) -> int:
     return 32 * (j // 16) + 8 * ((j % 16) // 4) + 4 * half + j % 4
 
 
-def permuted_vt(v: np.ndarray) -> np.ndarray:
-    """(Sk keys, Dv) E4M3 bytes -> (Dv, Sk rounded up to 64): in each 64-key block, byte
-    32 h + j of row n is v[key_of_byte(h, j), n] (zeros past Sk): what lanes of half h load."""
+BYTE_ORDER = [key_of_byte(h, j) for h in (0, 1) for j in range(32)]
+
+
+def permuted_vt(v):
+    """(Sk keys, Dv) E4M3 bytes (numpy or torch uint8) -> (Dv, Sk rounded up to 64): in each
+    64-key block, byte 32 h + j of row n is v[key_of_byte(h, j), n] (zeros past Sk): what
+    the lanes of half h load."""
     sk, dv = v.shape
     blocks = -(-sk // BLOCK_N)
-    padded = np.zeros((blocks * BLOCK_N, dv), np.uint8)
+    if isinstance(v, np.ndarray):
+        padded = np.zeros((blocks * BLOCK_N, dv), np.uint8)
+        padded[:sk] = v
+        return np.ascontiguousarray(padded.reshape(blocks, BLOCK_N, dv)[:, BYTE_ORDER].transpose(2, 0, 1).reshape(dv, -1))
+    padded = v.new_zeros(blocks * BLOCK_N, dv)
     padded[:sk] = v
-    order = np.array([key_of_byte(h, j) for h in (0, 1) for j in range(32)])
-    return np.ascontiguousarray(padded.reshape(blocks, BLOCK_N, dv)[:, order].transpose(2, 0, 1).reshape(dv, -1))
+    return padded.reshape(blocks, BLOCK_N, dv)[:, BYTE_ORDER].permute(2, 0, 1).reshape(dv, -1).contiguous()
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: int = 128,

@@ -96,6 +96,33 @@ class Memory:
         return self.data[start:start + n].copy().view(dtype)
 
 
+class HostMemory(Memory):
+    """The process's own memory as the device's: addresses are real pointers (of numpy arrays
+    or CPU tensors), so a kernel can run on the caller's buffers (a fake HIP runtime uses it)."""
+
+    def __init__(self):
+        self._keep = []
+
+    def alloc(self, array: np.ndarray) -> int:
+        buf = np.ascontiguousarray(array).copy()
+        self._keep.append(buf)
+        return buf.ctypes.data
+
+    def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        import ctypes
+        return np.stack([np.frombuffer(ctypes.string_at(int(a), nbytes), np.uint8) for a in addr]) if len(addr) \
+            else np.zeros((0, nbytes), np.uint8)
+
+    def write(self, addr: np.ndarray, data: np.ndarray) -> None:
+        import ctypes
+        for a, row in zip(addr, np.ascontiguousarray(data)):
+            ctypes.memmove(int(a), row.ctypes.data, row.size)
+
+    def array(self, addr: int, dtype, count: int) -> np.ndarray:
+        import ctypes
+        return np.frombuffer(ctypes.string_at(addr, np.dtype(dtype).itemsize * count), dtype).copy()
+
+
 # ------------------------------------------------------------------ parsing
 @dataclasses.dataclass
 class Instr:
