@@ -22,24 +22,34 @@ def _has_cuda_python() -> bool:
 _CUDA_PYTHON = _has_cuda_python()
 
 
+def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, head_dims_text: str):
+    """What both generated kernels implement: FP8, lean P, block references, per-head (or
+    per-tensor) q/k descales. None if the problem fits, else (False, reason)."""
+    from .fp8 import P_RULES
+    lean = tuple(r for r in P_RULES if r.startswith("lean"))
+    if not p.is_fp8:
+        return False, f"the {kernel} is FP8 only"
+    if not head_dims_ok:
+        return False, f"the {kernel} takes head dims {head_dims_text}, not {p.head_dims}"
+    if p.p_rule not in lean:
+        return False, f"the {kernel} implements p_rule {lean}, not {p.p_rule!r}"
+    if p.ref_rule != "block":
+        return False, f"the {kernel} implements ref_rule 'block', not {p.ref_rule!r}"
+    if p.per_token_descales:
+        return False, f"the {kernel} takes per-head (or per-tensor) q/k descales, not per-token"
+    return None
+
+
 def _ptx_ok(p: dispatch.Problem):
     """The generated sm_90a kernel: FP8, head dims 128, coarse q/k descales, lean P, block references."""
-    from .asm.ptx.lean_p import LEAN_RULES
     if p.device.type != "cuda" or torch.version.hip is not None:
         return False, f"generated PTX runs on NVIDIA GPUs, tensors are on {p.device.type}" + (
             " (ROCm)" if torch.version.hip is not None and p.device.type == "cuda" else "")
     if p.arch != "sm90":
         return False, f"generated PTX targets sm_90a (Hopper), device is {p.arch}"
-    if not p.is_fp8:
-        return False, "the generated kernel is FP8 only"
-    if p.head_dims != (128, 128):
-        return False, f"the generated kernel has head dims (128, 128), not {p.head_dims}"
-    if p.p_rule not in LEAN_RULES:
-        return False, f"the generated kernel implements p_rule {LEAN_RULES}, not {p.p_rule!r}"
-    if p.ref_rule != "block":
-        return False, f"the generated kernel implements ref_rule 'block', not {p.ref_rule!r}"
-    if p.per_token_descales:
-        return False, "the generated kernel takes per-head (or per-tensor) q/k descales, not per-token"
+    refusal = _generated_fp8_limits(p, "generated kernel", p.head_dims == (128, 128), "(128, 128)")
+    if refusal:
+        return refusal
     if not _CUDA_PYTHON:
         return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
     return True, "generated PTX kernel for sm_90a (FP8, d128)"
@@ -57,22 +67,15 @@ _HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None
 def _gfx950_ok(p: dispatch.Problem):
     """The generated gfx950 kernel: FP8, head dim 64/128/256, value dim a multiple of 32, coarse
     q/k descales, lean P, block references; verified in an emulator, never run on hardware."""
-    from .asm.gfx950.lean_p import LEAN_RULES
     if p.device.type != "cuda" or torch.version.hip is None:
         return False, "generated gfx950 assembly runs on AMD GPUs under ROCm"
     if p.arch != "gfx950":
         return False, f"generated gfx950 assembly targets gfx950 (MI355X), device is {p.arch}"
-    if not p.is_fp8:
-        return False, "the generated gfx950 kernel is FP8 only"
     D, Dv = p.head_dims
-    if D not in (64, 128, 256) or Dv % 32 or Dv > 256:
-        return False, f"the generated gfx950 kernel takes head dims 64/128/256 and value dims in 32s, not {p.head_dims}"
-    if p.p_rule not in LEAN_RULES:
-        return False, f"the generated gfx950 kernel implements p_rule {LEAN_RULES}, not {p.p_rule!r}"
-    if p.ref_rule != "block":
-        return False, f"the generated gfx950 kernel implements ref_rule 'block', not {p.ref_rule!r}"
-    if p.per_token_descales:
-        return False, "the generated gfx950 kernel takes per-head (or per-tensor) q/k descales, not per-token"
+    refusal = _generated_fp8_limits(p, "generated gfx950 kernel", D in (64, 128, 256) and Dv % 32 == 0 and Dv <= 256,
+                                    "64/128/256 with value dims in 32s")
+    if refusal:
+        return refusal
     if not _HIP_RUNTIME:
         return False, "the HIP runtime (libamdhip64) is not installed"
     return True, "generated gfx950 assembly, 64-key blocks (verified in an emulator; not yet run on MI355X)"
