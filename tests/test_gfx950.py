@@ -367,3 +367,20 @@ def test_gfx950_backend_runs_through_the_hip_loader(monkeypatch):
     assert ((out.double() - spec).norm() / spec.norm()).item() <= 1.5 * rounding
     assert (lse.double() - lse_spec).abs().max().item() < 1e-5
     assert fake.launches == [(2, 64), (2, 64)]                 # one launch per head, 2 query tiles
+
+
+# ---------------------------------------------------------------- the cycle model
+def test_cycle_model_reproduces_zyfas_arithmetic_and_counts_the_generated_loop():
+    from zyfa.asm.gfx950 import cycle_model as C
+    published = C.zyfa_published()
+    assert (published["exact"].matrix, published["exact"].vector, published["lean"].vector) == (1024, 896, 384)
+    mine = C.zyfa_generated("lean_cubic")
+    assert mine.matrix == 1024                  # the same matrix work per step: 16 MFMAs' worth
+    assert 0 < mine.busy_serial() <= mine.busy_pingpong() <= 1
+    text = "\n".join([".Lblock:", "v_mfma_f32_32x32x64_f8f6f4 v[0:15], v[16:23], v[24:31], 0",
+                      "v_pk_fma_f32 v[0:1], v[2:3], v[4:5], v[6:7]", "v_exp_f32_e32 v1, v2", "ds_read_b128 v[4:7], v1",
+                      "s_nop 3", "s_add_u32 s0, s0, 1", "s_cbranch_scc1 .Lblock"])
+    p = C.loop_cycles(text)
+    assert (p.matrix, p.vector, p.lds, p.scalar) == (64, 4 + 8, 4, 4 + 1)
+    report = C.report()
+    assert "86%" in report and "zyfa generated gfx950, lean_cubic" in report
