@@ -246,6 +246,7 @@ GFX950_SHAPES = [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal
     (1, 100, 100, 1, 1, 128, 128, True),   # several query tiles on the diagonal
     (1, 70, 130, 1, 1, 64, 64, False),     # non-causal with tails
     (2, 1, 45, 2, 2, 128, 128, True),      # one query row, batch 2
+    (1, 48, 96, 2, 2, 192, 128, True),     # MLA head dims
 ]
 
 
@@ -320,7 +321,7 @@ def test_dispatch_selects_gfx950_on_a_faked_mi355x(monkeypatch):
     assert dispatch.select(problem).name == "gfx950"
     for other, why in ((dict(arch="gfx942"), "targets gfx950"), (dict(is_fp8=False), "FP8 only"),
                        (dict(p_rule="exact"), "p_rule"), (dict(per_token_descales=True), "per-token"),
-                       (dict(head_dims=(192, 128)), "head dims")):
+                       (dict(head_dims=(96, 128)), "head dims")):
         ok, reason = backends._gfx950_ok(dataclasses.replace(problem, **other))
         assert not ok and why in reason, reason
     monkeypatch.setattr(backends, "_HIP_RUNTIME", False)

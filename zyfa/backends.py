@@ -65,15 +65,15 @@ _HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None
 
 
 def _gfx950_ok(p: dispatch.Problem):
-    """The generated gfx950 kernel: FP8, head dim 64/128/256, value dim a multiple of 32, coarse
+    """The generated gfx950 kernel: FP8, head dim 64/128/192/256, value dim a multiple of 32, coarse
     q/k descales, lean P, block references; verified in an emulator, never run on hardware."""
     if p.device.type != "cuda" or torch.version.hip is None:
         return False, "generated gfx950 assembly runs on AMD GPUs under ROCm"
     if p.arch != "gfx950":
         return False, f"generated gfx950 assembly targets gfx950 (MI355X), device is {p.arch}"
     D, Dv = p.head_dims
-    refusal = _generated_fp8_limits(p, "generated gfx950 kernel", D in (64, 128, 256) and Dv % 32 == 0 and Dv <= 256,
-                                    "64/128/256 with value dims in 32s")
+    refusal = _generated_fp8_limits(p, "generated gfx950 kernel", D in (64, 128, 192, 256) and Dv % 32 == 0 and Dv <= 256,
+                                    "64/128/192/256 with value dims in 32s")
     if refusal:
         return refusal
     if not _HIP_RUNTIME:

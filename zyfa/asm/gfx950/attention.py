@@ -30,6 +30,7 @@ from .lean_p import LEAN_RULES, emit_p_code, load_constants
 from .target import lit, module, program, span
 
 QUERIES, BLOCK_N = 32, 64
+HEAD_DIMS = (64, 128, 192, 256)      # in slices of 64 (192: MLA's query/key dim)
 LN2 = 0.6931471805599453
 HAZARD_NOPS = (15, 1)       # after an MFMA 32x32 before its result is read (as LLVM writes it)
 PACK_PAIR, PACK_HALVES = 0x0C0C0400, 0x05040100
@@ -67,8 +68,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     workgroup of 64 threads per 32 queries."""
     if rule not in LEAN_RULES:
         raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
-    if head_dim % 64 or value_dim % 32 or head_dim not in (64, 128, 256):
-        raise ValueError(f"head_dim must be 64, 128 or 256 and value_dim a multiple of 32, got {head_dim}, {value_dim}")
+    if head_dim not in HEAD_DIMS or value_dim % 32 or not 32 <= value_dim <= 256:
+        raise ValueError(f"head_dim must be one of {HEAD_DIMS} and value_dim a multiple of 32 up to 256, "
+                         f"got {head_dim}, {value_dim}")
     chunks, dv_tiles = head_dim // 64, value_dim // 32
     name = f"zyfa_attn_gfx950_{rule}_d{head_dim}_{value_dim}_{'causal' if causal else 'full'}"
     prog = program()
@@ -119,7 +121,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
 
     prog.comment("Q as the B operand of S^T = K Q^T, one 8-register slice per 64 head dims")
     qoff = prog.reg("v")
-    emit("v_lshl_add_u32", qoff, qload, int(np.log2(head_dim)), t16)
+    (dim,) = prog.regs("s", 1)
+    emit("s_mov_b32", dim, head_dim)
+    emit("v_mad_u32_u24", qoff, qload, dim, t16)                 # row * D + 16 half
     emit("s_waitcnt_lgkm")
     qb = [prog.aligned("v", 8, 2) for _ in range(chunks)]
     for dc, regs in enumerate(qb):
@@ -165,7 +169,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("v_add_u32", key, key0, row)
         emit("v_add_u32", key, 32 * tile, key)
         emit("v_min_u32", key, sk_last, key)                     # keys past seqlen_k load the last key
-        emit("v_lshl_add_u32", koff, key, int(np.log2(head_dim)), t16)
+        emit("v_mad_u32_u24", koff, key, dim, t16)
         for dc, regs in enumerate(ka):
             emit("global_load_dwordx4_at", span(regs[:4]), koff, k_ptr, 64 * dc)
             emit("global_load_dwordx4_at", span(regs[4:]), koff, k_ptr, 64 * dc + 32)
@@ -242,7 +246,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     saved = prog.aligned("s", 2)
     vd = prog.aligned("v", 16, 4)
     emit("v_rcp_f32", inv, l_sum)
-    emit("v_lshlrev_b32", oo, int(np.log2(value_dim)) + 2, query)   # query * Dv * 4
+    (row_bytes,) = prog.regs("s", 1)
+    emit("s_mov_b32", row_bytes, 4 * value_dim)
+    emit("v_mul_lo_u32", oo, query, row_bytes)                   # query * Dv * 4
     emit("v_add_u32", oo, oo, t16)                               # + 16 half bytes (4 half floats)
     emit("v_log_f32", lg, l_sum)
     emit("v_add_f32", lg, lg, A)
