@@ -321,7 +321,7 @@ def test_dispatch_selects_gfx950_on_a_faked_mi355x(monkeypatch):
     assert dispatch.select(problem).name == "gfx950"
     for other, why in ((dict(arch="gfx942"), "targets gfx950"), (dict(is_fp8=False), "FP8 only"),
                        (dict(p_rule="exact"), "p_rule"), (dict(per_token_descales=True), "per-token"),
-                       (dict(head_dims=(96, 128)), "head dims")):
+                       (dict(head_dims=(96, 128)), "head dims"), (dict(head_dims=(256, 256)), "head dims")):
         ok, reason = backends._gfx950_ok(dataclasses.replace(problem, **other))
         assert not ok and why in reason, reason
     monkeypatch.setattr(backends, "_HIP_RUNTIME", False)
@@ -379,9 +379,10 @@ def test_cycle_model_reproduces_zyfas_arithmetic_and_counts_the_generated_loop()
     assert mine.matrix == 1024                  # the same matrix work per step: 16 MFMAs' worth
     assert 0 < mine.busy_serial() <= mine.busy_pingpong() <= 1
     text = "\n".join([".Lblock:", "v_mfma_f32_32x32x64_f8f6f4 v[0:15], v[16:23], v[24:31], 0",
+                      "s_cbranch_scc1 .Lskip", "v_mov_b32 v1, v2", ".Lskip:",
                       "v_pk_fma_f32 v[0:1], v[2:3], v[4:5], v[6:7]", "v_exp_f32_e32 v1, v2", "ds_read_b128 v[4:7], v1",
                       "s_nop 3", "s_add_u32 s0, s0, 1", "s_cbranch_scc1 .Lblock"])
     p = C.loop_cycles(text)
-    assert (p.matrix, p.vector, p.lds, p.scalar) == (64, 4 + 8, 4, 4 + 1)
+    assert (p.matrix, p.vector, p.lds, p.scalar) == (64, 4 + 8, 4, 1 + 4 + 1)     # the skipped mov not counted
     report = C.report()
     assert "86%" in report and "zyfa generated gfx950, lean_cubic" in report

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import importlib.util
 
 import torch
@@ -64,16 +65,22 @@ def _ptx_run(q, k, v, **kw):
 _HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None
 
 
+@functools.cache
+def _gfx950_fits(head_dim: int, value_dim: int) -> bool:
+    """Whether the generated kernel takes these head dims (it must fit a wave's registers)."""
+    from .asm.gfx950.attention import HEAD_DIMS, fits
+    return head_dim in HEAD_DIMS and value_dim % 32 == 0 and 32 <= value_dim <= 256 and fits(head_dim, value_dim)
+
+
 def _gfx950_ok(p: dispatch.Problem):
-    """The generated gfx950 kernel: FP8, head dim 64/128/192/256, value dim a multiple of 32, coarse
+    """The generated gfx950 kernel: FP8, head dims (64|128, 32..128) or (192, 128), coarse
     q/k descales, lean P, block references; verified in an emulator, never run on hardware."""
     if p.device.type != "cuda" or torch.version.hip is None:
         return False, "generated gfx950 assembly runs on AMD GPUs under ROCm"
     if p.arch != "gfx950":
         return False, f"generated gfx950 assembly targets gfx950 (MI355X), device is {p.arch}"
-    D, Dv = p.head_dims
-    refusal = _generated_fp8_limits(p, "generated gfx950 kernel", D in (64, 128, 192, 256) and Dv % 32 == 0 and Dv <= 256,
-                                    "64/128/192/256 with value dims in 32s")
+    refusal = _generated_fp8_limits(p, "generated gfx950 kernel", _gfx950_fits(*p.head_dims),
+                                    "64 or 128 (value dims in 32s up to 128) or 192/128")
     if refusal:
         return refusal
     if not _HIP_RUNTIME:

@@ -26,11 +26,21 @@ import numpy as np
 
 from ... import fp8 as F
 from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
-from .lean_p import LEAN_RULES, emit_p_code, load_constants
+from .lean_p import LEAN_RULES, emit_p_codes, load_constants
 from .target import lit, module, program, span
 
 QUERIES, BLOCK_N = 32, 64
 HEAD_DIMS = (64, 128, 192, 256)      # in slices of 64 (192: MLA's query/key dim)
+MAX_VGPRS = 256                      # architected VGPRs a wave addresses (AGPRs are not used yet)
+
+
+def fits(head_dim: int, value_dim: int) -> bool:
+    """Whether the kernel for these head dims fits a wave's registers (it raises otherwise)."""
+    try:
+        attention_kernel("lean_cubic", True, head_dim, value_dim)
+    except ValueError:
+        return False
+    return True
 LN2 = 0.6931471805599453
 HAZARD_NOPS = (15, 1)       # after an MFMA 32x32 before its result is read (as LLVM writes it)
 PACK_PAIR, PACK_HALVES = 0x0C0C0400, 0x05040100
@@ -90,7 +100,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     out_ptr, lse_ptr = span(outs[:2]), span(outs[2:])
 
     prog.comment("lane coordinates, query limits, the number of key blocks")
-    row, half, t16, query, qload, partner, limit, neg_inf = prog.regs("v", 8)
+    s_tiles = [prog.aligned("v", 16, 2) for _ in range(2)]       # scores: free before the loop, so
+    qload, qoff, t32, rowdv = s_tiles[1][4:8]                    # the prologue's temporaries live there
+    row, half, t16, query, partner, limit, neg_inf = prog.regs("v", 7)
     q0, sk_last, n_blocks, skp, tmp = prog.regs("s", 5)
     emit("v_and_b32", row, 31, tid)
     emit("v_lshrrev_b32", half, 5, tid)
@@ -116,11 +128,17 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("s_mov_b32", n_blocks, sk)
     emit("s_add_u32", n_blocks, n_blocks, BLOCK_N - 1)
     emit("s_lshr_b32", n_blocks, n_blocks, 6)
+    band = prog.reg("s")                                         # blocks from here on need a mask
+    emit("s_and_b32", band, sk, -BLOCK_N & 0xFFFFFFFF)
+    if causal:
+        emit("s_add_u32", tmp, tmp, q0)                          # q0 + Sk - Sq + 1: keys below are seen by all
+        emit("s_add_u32", tmp, tmp, 1)
+        emit("s_and_b32", tmp, tmp, -BLOCK_N & 0xFFFFFFFF)
+        emit("s_min_u32", band, band, tmp)
     emit("s_add_u32", skp, sk, BLOCK_N - 1)
     emit("s_and_b32", skp, skp, -BLOCK_N & 0xFFFFFFFF)           # V^T row stride: Sk padded to 64
 
     prog.comment("Q as the B operand of S^T = K Q^T, one 8-register slice per 64 head dims")
-    qoff = prog.reg("v")
     (dim,) = prog.regs("s", 1)
     emit("s_mov_b32", dim, head_dim)
     emit("v_mad_u32_u24", qoff, qload, dim, t16)                 # row * D + 16 half
@@ -132,7 +150,6 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
 
     prog.comment("V^T row offsets (value column 32 d + lane % 32, this lane half's 32 bytes)")
     vbase = prog.regs("v", dv_tiles)
-    t32, rowdv = prog.regs("v", 2)
     emit("v_lshlrev_b32", t32, 5, half)
     for d, vb in enumerate(vbase):
         emit("v_add_u32", rowdv, 32 * d, row)
@@ -153,11 +170,14 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("s_mov_b32", kb, 0)
     emit("s_mov_b32", key0, 0)
 
-    s_tiles = [prog.aligned("v", 16, 2) for _ in range(2)]
     ka = [prog.aligned("v", 8, 2) for _ in range(chunks)]
     key, koff, kvalid, kbase = prog.regs("v", 4)
-    m, other, neg_m, a_new, alpha, beta, thr, l_blk, shifted, y = prog.regs("v", 10)
-    scratch, quad, (lo, hi) = prog.regs("v", 6), prog.regs("v", 4), prog.regs("v", 2)
+    m, other, a_new, alpha, beta, thr = prog.regs("v", 6)
+    y, shifted, c_pair, neg_m_pair, l_pair, two120 = (prog.aligned("v", 2, 2) for _ in range(6))
+    neg_m, l_blk = neg_m_pair[0], l_pair[0]
+    scratch, quad, (lo, hi) = [prog.aligned("v", 2, 2) for _ in range(6)], prog.aligned("v", 4, 2), prog.regs("v", 2)
+    for reg in two120:
+        emit("v_mov_b32", reg, lit(2.0 ** 120))
     pb = prog.aligned("v", 8, 2)
     va = prog.aligned("v", 8, 2)
     o = prog.aligned("v", 16, 2)
@@ -180,12 +200,15 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
             emit("s_nop", nops)
     scores = s_tiles[0] + s_tiles[1]
 
-    prog.comment("mask: key > the query's limit (causal diagonal, or past seqlen_k)")
+    prog.comment("mask (diagonal band and key tail only): key > the query's limit -> -inf")
+    emit("s_cmp_lt_u32", key0, band)
+    emit("s_cbranch_scc1", ".Lmasked")
     emit("v_lshl_add_u32", kbase, half, 2, key0)                 # the block's first key + 4 half
     for j, sreg in enumerate(scores):
         emit("v_add_u32", kvalid, 32 * (j // 16) + 8 * ((j % 16) // 4) + j % 4, kbase)
         emit("v_cmp_gt_u32_vv", kvalid, limit)
         emit("v_cndmask_b32", sreg, sreg, neg_inf)
+    prog.label(".Lmasked")
 
     prog.comment("row max m = max(S) c, lazy reference, factors")
     emit("v_max_f32", m, scores[0], scores[1])
@@ -206,17 +229,24 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("v_exp_f32", alpha, alpha)
     emit("v_mov_b32", A, a_new)
 
-    prog.comment(f"P codes ({rule}) of y = fma(S, c, -m), row sums, packed into the B operand")
-    emit("v_mov_b32", l_blk, 0)
+    prog.comment(f"P codes ({rule}) of y = fma(S, c, -m), two scores an instruction; row sums; B operand")
+    for reg in c_pair:
+        emit("v_mov_b32", reg, fac)
+    emit("v_mov_b32", neg_m_pair[1], neg_m)
+    for reg in l_pair:
+        emit("v_mov_b32", reg, 0)
     for i, dst in enumerate(pb):
-        for slot, sreg in enumerate(scores[4 * i:4 * i + 4]):
-            emit("v_fma_f32", y, sreg, fac, neg_m)
-            w = emit_p_code(prog, y, rule, consts, out=quad[slot], scratch=scratch)
-            emit("v_lshlrev_b32", shifted, 20, w)                # the code as a float32 is P 2^-120
-            emit("v_fmac_f32", l_blk, lit(2.0 ** 120), shifted)
+        for q2 in (0, 1):
+            pair = scores[4 * i + 2 * q2:4 * i + 2 * q2 + 2]
+            emit("v_pk_fma_f32", span(y), span(pair), span(c_pair), span(neg_m_pair))
+            w = emit_p_codes(prog, y, rule, consts, out=quad[2 * q2:2 * q2 + 2], scratch=scratch)
+            for h in (0, 1):                                     # the code as a float32 is P 2^-120
+                emit("v_lshlrev_b32", shifted[h], 20, w[h])
+            emit("v_pk_fma_f32", span(l_pair), span(shifted), span(two120), span(l_pair))
         emit("v_perm_b32", lo, quad[1], quad[0], sel_pair)
         emit("v_perm_b32", hi, quad[3], quad[2], sel_pair)
         emit("v_perm_b32", dst, hi, lo, sel_halves)
+    emit("v_add_f32", l_blk, l_pair[0], l_pair[1])             # l_blk is l_pair[0]
     emit("ds_bpermute_b32", other, partner, l_blk)
     emit("s_waitcnt_lgkm")
     emit("v_add_f32", l_blk, l_blk, other)
@@ -242,9 +272,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("s_cbranch_scc1", ".Lblock")
 
     prog.comment("epilogue: out[query, n] = total / l * vd[n]; register r holds n = 32 d + 8 (r // 4) + 4 half + r % 4")
-    inv, oo, lg, lse_off = prog.regs("v", 4)
+    inv, oo, lg, lse_off = s_tiles[1][:4]                         # the scores are dead by now
     saved = prog.aligned("s", 2)
-    vd = prog.aligned("v", 16, 4)
+    vd = s_tiles[0]                                              # the scores are dead by now
     emit("v_rcp_f32", inv, l_sum)
     (row_bytes,) = prog.regs("s", 1)
     emit("s_mov_b32", row_bytes, 4 * value_dim)
@@ -270,6 +300,10 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("s_and_b64", "exec", "exec", "vcc")
     emit("global_store_dword", lse_off, lg, lse_ptr)
     emit("s_endpgm")
+    vgprs = prog.register_counts().get("v", 0)
+    if vgprs > MAX_VGPRS:
+        raise ValueError(f"head dims ({head_dim}, {value_dim}) need {vgprs} VGPRs, more than the {MAX_VGPRS} a wave "
+                         f"addresses; this kernel does not take them yet")
     abi = {"user_sgpr_count": 2, "user_sgpr_kernarg_segment_ptr": 1, "system_sgpr_workgroup_id_x": 1,
            "system_vgpr_workitem_id": 0}
     args = [("global_buffer", 8 * i, 8) for i in range(6)] + [("by_value", 48, 4), ("by_value", 52, 4),

@@ -508,6 +508,33 @@ def _v_fmac(w, i):
     w.set_v(i.args[0], _u(fma_f32(a, b, d)))
 
 
+def _packed_f32(fn):
+    """VOP3P packed FP32 on register pairs: each half is an ordinary float32 operation."""
+    def run(w, i):
+        if any(m in i.mods for m in ("op_sel", "op_sel_hi", "neg_lo", "neg_hi")):
+            raise NotImplementedError(f"packed-FP32 modifiers in {i.line}")
+        halves = []
+        for tok in i.args[1:]:
+            kind, lo, hi = w._regs(tok)
+            if hi != lo + 1:
+                raise ValueError(f"packed FP32 takes register pairs: {i.line}")
+            halves.append((_f(w.file(kind)[lo].copy()) if kind in "va" else None,
+                           _f(w.file(kind)[lo + 1].copy()) if kind in "va" else None))
+        kind, lo, _ = w._regs(i.args[0])
+        act = w.active()
+        for h in (0, 1):
+            res = _u(fn(*[pair[h] for pair in halves]))
+            w.file(kind)[lo + h] = np.where(act, res, w.file(kind)[lo + h])
+    return run
+
+
+_OPS.update({
+    "v_pk_fma_f32": _packed_f32(fma_f32),
+    "v_pk_add_f32": _packed_f32(lambda a, b: a + b),
+    "v_pk_mul_f32": _packed_f32(lambda a, b: a * b),
+})
+
+
 @op("v_cndmask_b32")
 def _v_cndmask(w, i):
     a, b = w.vsrc(i.args[1]), w.vsrc(i.args[2])

@@ -1,6 +1,7 @@
-"""The lean P rules in generated gfx950 assembly, bit-identical to ``zyfa.fp8.p_bits``: VALU
-float32 arithmetic and the magic-number trick (no v_exp_f32, no float-to-int conversion),
-the same operations in the same order as the spec and the PTX emitter (zyfa.asm.ptx.lean_p).
+"""The lean P rules in generated gfx950 assembly, bit-identical to ``zyfa.fp8.p_bits``: packed
+FP32 arithmetic (two scores an instruction) and the magic-number trick (no v_exp_f32, no
+float-to-int conversion), the same operations in the same order as the spec and the PTX
+emitter (zyfa.asm.ptx.lean_p).
 
 ``p_codes_kernel`` wraps them into a standalone kernel (one thread per four values, codes
 packed four to a dword with v_perm_b32), which CI assembles and runs in the emulator.
@@ -21,45 +22,64 @@ PACK_HALVES = 0x05040100    # v_perm: bytes 0-1 of src1, then bytes 0-1 of src0
 
 @dataclasses.dataclass
 class Constants:
-    """VGPRs holding the constants an FMA needs beside its literal K (GFX9's constant bus
-    takes one SGPR or literal an instruction, so these cannot be SGPRs)."""
-    eight: Reg
-    slope: Reg            # 8 k (quad) or 8 b (cubic)
+    """VGPR pairs, each value twice: packed FP32 instructions take no literals."""
+    pairs: dict
+
+
+def constant_values(rule: str) -> dict:
+    values = {"eight": 8.0}
+    if rule == "lean":
+        return {**values, "one_magic": F.P_ONE_BITS + F.MAGIC}
+    values.update(neg_half=-0.5, magic=F.MAGIC, neg_magic=-F.MAGIC, minus_one=-1.0,
+                  base=F.P_ONE_BITS - 7 * F.MAGIC)          # 8 floor(y) + 120 + MAGIC = 8 a + base
+    if rule == "lean_quad":
+        return {**values, "k": 8.0 * F.LEAN_QUAD_K, "k_rest": 8.0 * (1.0 - F.LEAN_QUAD_K)}
+    # the cubic's coefficients carry the mantissa's factor 8 (exact, as in the PTX emitter)
+    return {**values, "b": 8.0 * F.LEAN_CUBIC_B, "ab": 8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B),
+            "a": 8.0 * (1.0 - F.LEAN_CUBIC_A)}
 
 
 def load_constants(prog: Program, rule: str) -> Constants:
-    eight, slope = prog.regs("v", 2)
-    prog.emit("v_mov_b32", eight, lit(8.0))
-    k = 8.0 * (F.LEAN_QUAD_K if rule == "lean_quad" else F.LEAN_CUBIC_B)
-    prog.emit("v_mov_b32", slope, lit(k))
-    return Constants(eight, slope)
+    pairs = {}
+    for name, value in constant_values(rule).items():
+        pair = prog.aligned("v", 2, 2)
+        for reg in pair:
+            prog.emit("v_mov_b32", reg, lit(value))
+        pairs[name] = pair
+    return Constants(pairs)
 
 
-def emit_p_code(prog: Program, y: Reg, rule: str, c: Constants, out: Reg | None = None,
-                scratch: list[Reg] | None = None) -> Reg:
-    """A VGPR whose low byte is the E4M3 code of 2^(y + 8) (float value MAGIC + code).
+def emit_p_codes(prog: Program, y: list[Reg], rule: str, c: Constants, out: list[Reg] | None = None,
+                 scratch: list[list[Reg]] | None = None) -> list[Reg]:
+    """A VGPR pair whose low bytes are the E4M3 codes of 2^(y + 8) for the two values of the
+    pair ``y`` (float values MAGIC + code), two scores an instruction with packed FP32 (the
+    same IEEE operations per element as the spec: the subtraction as an exact FMA by -1).
 
     gfx950's registers are physical: a kernel that makes many codes passes ``out`` and six
-    ``scratch`` VGPRs to reuse (y may be one of them: it is read first)."""
+    ``scratch`` pairs to reuse (y may be one of them: it is read first)."""
     if rule not in LEAN_RULES:
         raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
-    yc, a, fl, f, slope, base = scratch if scratch is not None else prog.regs("v", 6)
-    w = out if out is not None else prog.reg("v")
-    prog.emit("v_max_f32", yc, lit(F.Y_FLOOR), y)
+    yc, a, fl, f, slope, base = scratch if scratch is not None else [prog.aligned("v", 2, 2) for _ in range(6)]
+    w = out if out is not None else prog.aligned("v", 2, 2)
+    k = {name: span(pair) for name, pair in c.pairs.items()}
+    for i in (0, 1):                                              # no packed max: one a score
+        prog.emit("v_max_f32", yc[i], lit(F.Y_FLOOR), y[i])
+    pk_fma = lambda d, x, y_, z: prog.emit("v_pk_fma_f32", span(d), x if isinstance(x, str) else span(x),  # noqa: E731
+                                          y_ if isinstance(y_, str) else span(y_), z if isinstance(z, str) else span(z))
     if rule == "lean":
-        prog.emit("v_fmaak_f32", w, c.eight, yc, lit(F.P_ONE_BITS + F.MAGIC))
+        pk_fma(w, yc, k["eight"], k["one_magic"])
         return w
-    prog.emit("v_add_f32", a, "-0.5", yc)                       # floor(y) = rne(y - 0.5) via MAGIC
-    prog.emit("v_add_f32", a, lit(F.MAGIC), a)
-    prog.emit("v_add_f32", fl, lit(-F.MAGIC), a)
-    prog.emit("v_sub_f32", f, yc, fl)                            # fraction in [0, 1]
+    prog.emit("v_pk_add_f32", span(a), span(yc), k["neg_half"])    # floor(y) = rne(y - 0.5) via MAGIC
+    prog.emit("v_pk_add_f32", span(a), span(a), k["magic"])
+    prog.emit("v_pk_add_f32", span(fl), span(a), k["neg_magic"])
+    pk_fma(f, fl, k["minus_one"], yc)                             # f = y - floor(y), one rounding
     if rule == "lean_quad":
-        prog.emit("v_fmaak_f32", slope, c.slope, f, lit(8.0 * (1.0 - F.LEAN_QUAD_K)))
-    else:   # the coefficients carry the mantissa's factor 8 (exact, as in the PTX emitter)
-        prog.emit("v_fmaak_f32", fl, c.slope, f, lit(8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)))   # fl: done
-        prog.emit("v_fmaak_f32", slope, f, fl, lit(8.0 * (1.0 - F.LEAN_CUBIC_A)))
-    prog.emit("v_fmaak_f32", base, c.eight, a, lit(F.P_ONE_BITS - 7 * F.MAGIC))   # 8 floor(y) + 120 + MAGIC
-    prog.emit("v_fma_f32", w, f, slope, base)
+        pk_fma(slope, f, k["k"], k["k_rest"])
+    else:
+        pk_fma(fl, f, k["b"], k["ab"])                            # fl is done: reuse it for the inner term
+        pk_fma(slope, f, fl, k["a"])
+    pk_fma(base, a, k["eight"], k["base"])
+    pk_fma(w, f, slope, base)
     return w
 
 
@@ -99,7 +119,8 @@ def p_codes_kernel(rule: str) -> tuple[str, str]:
     ys = prog.aligned("v", 4, 4)
     emit("global_load_dwordx4", span(ys), off, span(ptrs[:2]))
     emit("s_waitcnt_vm")
-    packed = emit_pack4(prog, [emit_p_code(prog, y, rule, c) for y in ys], sel_pair, sel_halves)
+    codes = emit_p_codes(prog, ys[:2], rule, c) + emit_p_codes(prog, ys[2:], rule, c)
+    packed = emit_pack4(prog, codes, sel_pair, sel_halves)
     emit("v_lshlrev_b32", off, 2, gid)
     emit("global_store_dword", off, packed, span(ptrs[2:]))
     prog.label(".Lend")

@@ -59,6 +59,10 @@ OPS = {
     "v_log_f32": "v_log_f32_e32 {0}, {1}",                 # log2
     "ds_bpermute_b32": "ds_bpermute_b32 {0}, {1}, {2}",    # {0} <- {2} of lane {1} / 4
     "v_lshrrev_b32": "v_lshrrev_b32_e32 {0}, {1}, {2}",
+    # packed FP32 (VOP3P): two values a register pair, IEEE per element; no literals
+    "v_pk_fma_f32": "v_pk_fma_f32 {0}, {1}, {2}, {3}",
+    "v_pk_add_f32": "v_pk_add_f32 {0}, {1}, {2}",
+    "v_pk_mul_f32": "v_pk_mul_f32 {0}, {1}, {2}",
     # matrix cores: {0} D, {1} A, {2} B (register tuples), {3} C (a tuple or 0)
     "v_mfma_f32_32x32x64_f8f6f4": "v_mfma_f32_32x32x64_f8f6f4 {0}, {1}, {2}, {3}",
     "s_nop": "s_nop {0}",
