@@ -14,7 +14,8 @@ Per key block:
                      with v_perm straight into the B operand of P.V (byte j: tile j // 16,
                      register j % 16; V^T's keys permuted on the host to match, ``permuted_vt``)
   O^T = Vp^T P^T     per 32 value columns one MFMA into a fresh accumulator;
-                     total = total alpha + O beta (two-level accumulation)
+                     total = total alpha + O beta (two-level accumulation; packed FP32, and
+                     the multiply by alpha only when some lane's reference moved)
 Epilogue: out = total / l * v_descale, LSE = ln2 (A + log2 l - 8).
 
 Wait states around the MFMAs are conservative counts (``HAZARD_NOPS``); the emulator does not
@@ -173,7 +174,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     ka = [prog.aligned("v", 8, 2) for _ in range(chunks)]
     key, koff, kvalid, kbase = prog.regs("v", 4)
     m, other, a_new, alpha, beta, thr = prog.regs("v", 6)
-    y, shifted, c_pair, neg_m_pair, l_pair, two120 = (prog.aligned("v", 2, 2) for _ in range(6))
+    y, shifted, c_pair, neg_m_pair, l_pair, two120, alpha_pair, beta_pair = (prog.aligned("v", 2, 2) for _ in range(8))
     neg_m, l_blk = neg_m_pair[0], l_pair[0]
     scratch, quad, (lo, hi) = [prog.aligned("v", 2, 2) for _ in range(6)], prog.aligned("v", 4, 2), prog.regs("v", 2)
     for reg in two120:
@@ -211,9 +212,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     prog.label(".Lmasked")
 
     prog.comment("row max m = max(S) c, lazy reference, factors")
-    emit("v_max_f32", m, scores[0], scores[1])
-    for sreg in scores[2:]:
-        emit("v_max_f32", m, m, sreg)
+    emit("v_max3_f32", m, scores[0], scores[1], scores[2])
+    for k in range(3, len(scores), 2):                           # three-input max: half the instructions
+        emit("v_max3_f32", m, m, scores[k], scores[k + 1]) if k + 1 < len(scores) else emit("v_max_f32", m, m, scores[k])
     emit("ds_bpermute_b32", other, partner, m)
     emit("s_waitcnt_lgkm")
     emit("v_max_f32", m, m, other)
@@ -253,7 +254,19 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("v_mul_f32", l_sum, l_sum, alpha)
     emit("v_fmac_f32", l_sum, l_blk, beta)
 
-    prog.comment("O^T = Vp^T P^T per 32 value columns, fresh accumulator; total = total alpha + O beta")
+    prog.comment("total *= alpha, skipped when no lane's reference moved (alpha = 1 exactly)")
+    emit("v_mov_b32", alpha_pair[0], alpha)
+    emit("v_mov_b32", alpha_pair[1], alpha)
+    emit("v_mov_b32", beta_pair[0], beta)
+    emit("v_mov_b32", beta_pair[1], beta)
+    emit("v_cmp_neq_f32", 1.0, alpha)
+    emit("s_cbranch_vccz", ".Lrescaled")
+    for tile in total:
+        for t in range(0, 16, 2):
+            emit("v_pk_mul_f32", span(tile[t:t + 2]), span(tile[t:t + 2]), span(alpha_pair))
+    prog.label(".Lrescaled")
+
+    prog.comment("O^T = Vp^T P^T per 32 value columns, fresh accumulator; total += O beta")
     emit("s_nop", 4)                                             # VALU writes of B before the MFMA reads
     for d, tile in enumerate(total):
         emit("v_add_u32", voff, key0, vbase[d])
@@ -263,9 +276,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("v_mfma_f32_32x32x64_f8f6f4", span(o), span(va), span(pb), 0)
         for nops in HAZARD_NOPS:
             emit("s_nop", nops)
-        for treg, oreg in zip(tile, o):
-            emit("v_mul_f32", treg, treg, alpha)
-            emit("v_fmac_f32", treg, oreg, beta)
+        for t in range(0, 16, 2):                                # two elements an instruction
+            emit("v_pk_fma_f32", span(tile[t:t + 2]), span(o[t:t + 2]), span(beta_pair), span(tile[t:t + 2]))
     emit("s_add_u32", kb, kb, 1)
     emit("s_add_u32", key0, key0, BLOCK_N)
     emit("s_cmp_lt_u32", kb, n_blocks)

@@ -485,6 +485,7 @@ _OPS.update({
     "v_and_or_b32": _vop(lambda a, b, c: (a & b) | c),
     "v_or3_b32": _vop(lambda a, b, c: a | b | c),
     "v_max_f32": _fop(lambda a, b: np.fmax(a, b)),
+    "v_max3_f32": _fop(lambda a, b, c: np.fmax(np.fmax(a, b), c)),
     "v_min_f32": _fop(lambda a, b: np.fmin(a, b)),
     "v_add_f32": _fop(lambda a, b: a + b),
     "v_sub_f32": _fop(lambda a, b: a - b),
@@ -580,7 +581,7 @@ def _vcmp(fn, kind):
     return run
 
 
-for _name, _fn in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+for _name, _fn in {"eq": np.equal, "ne": np.not_equal, "neq": lambda a, b: ~np.equal(a, b), "lt": np.less, "le": np.less_equal, "gt": np.greater,
                    "ge": np.greater_equal}.items():
     for _kind in ("i32", "u32", "f32"):
         _OPS[f"v_cmp_{_name}_{_kind}"] = _vcmp(_fn, _kind)

@@ -45,6 +45,9 @@ OPS = {
     "v_cmp_gt_u32_vv": "v_cmp_gt_u32_e32 vcc, {0}, {1}",
     "v_cmp_gt_f32": "v_cmp_gt_f32_e32 vcc, {0}, {1}",
     "v_cmp_eq_u32": "v_cmp_eq_u32_e32 vcc, {0}, {1}",
+    "v_cmp_neq_f32": "v_cmp_neq_f32_e32 vcc, {0}, {1}",
+    "s_cbranch_vccz": "s_cbranch_vccz {0}",
+    "v_max3_f32": "v_max3_f32 {0}, {1}, {2}, {3}",
     "v_cndmask_b32": "v_cndmask_b32_e32 {0}, {1}, {2}, vcc",   # vcc ? {2} : {1}
     "v_add_u32": "v_add_u32_e32 {0}, {1}, {2}",
     "v_min_u32": "v_min_u32_e32 {0}, {1}, {2}",
