@@ -10,9 +10,11 @@ Per key block:
   m                  row max over the lane's 32 keys and its partner's (l ^ 32, ds_bpermute);
                      t = S c is monotone in S for c > 0, so m = max(S) c
   A, alpha, beta     the lazy reference (moves when m > A + 8) and 2^(A - A'), 2^(m - A')
-  P                  lean-rule codes of y = fma(S, c, -m), row sums of the rounded P, packed
-                     with v_perm straight into the B operand of P.V (byte j: tile j // 16,
-                     register j % 16; V^T's keys permuted on the host to match, ``permuted_vt``)
+  P                  lean-rule codes of y = fma(S, c, -m), packed with v_perm straight into
+                     the B operand of P.V (byte j: tile j // 16, register j % 16; V^T's keys
+                     permuted on the host to match, ``permuted_vt``)
+  l                  row sums of the rounded P on the matrix cores: one more MFMA, E4M3 ones
+                     against P^T (ZYFA's way; every lane gets its query's whole sum)
   O^T = Vp^T P^T     per 32 value columns one MFMA into a fresh accumulator;
                      total = total alpha + O beta (two-level accumulation; packed FP32, and
                      the multiply by alpha only when some lane's reference moved)
@@ -46,6 +48,7 @@ LN2 = 0.6931471805599453
 HAZARD_NOPS = (15, 1)       # after an MFMA 32x32 before its result is read (as LLVM writes it)
 PACK_PAIR, PACK_HALVES = 0x0C0C0400, 0x05040100
 NEG_INF = 0xFF800000
+E4M3_ONES = 0x38383838      # four E4M3 1.0
 
 
 def key_of_byte(half: int, j: int) -> int:
@@ -173,12 +176,15 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
 
     ka = [prog.aligned("v", 8, 2) for _ in range(chunks)]
     key, koff, kvalid, kbase = prog.regs("v", 4)
-    m, other, a_new, alpha, beta, thr = prog.regs("v", 6)
-    y, shifted, c_pair, neg_m_pair, l_pair, two120, alpha_pair, beta_pair = (prog.aligned("v", 2, 2) for _ in range(8))
-    neg_m, l_blk = neg_m_pair[0], l_pair[0]
-    scratch, quad, (lo, hi) = [prog.aligned("v", 2, 2) for _ in range(6)], prog.aligned("v", 4, 2), prog.regs("v", 2)
-    for reg in two120:
-        emit("v_mov_b32", reg, lit(2.0 ** 120))
+    m, other, a_new, alpha, beta = prog.regs("v", 5)
+    thr = other                                                   # the partner's max is dead by then
+    y, c_pair, neg_m_pair, alpha_pair, beta_pair = (prog.aligned("v", 2, 2) for _ in range(5))
+    neg_m = neg_m_pair[0]
+    ones = prog.aligned("v", 8, 2)                               # an A operand of E4M3 ones: P^T's row sums
+    for reg in ones:
+        emit("v_mov_b32", reg, lit(E4M3_ONES))
+    scratch, quad = [prog.aligned("v", 2, 2) for _ in range(6)], prog.aligned("v", 4, 2)
+    lo, hi = y                                                   # y is dead once a quad's codes are made
     pb = prog.aligned("v", 8, 2)
     va = prog.aligned("v", 8, 2)
     o = prog.aligned("v", 16, 2)
@@ -230,29 +236,26 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("v_exp_f32", alpha, alpha)
     emit("v_mov_b32", A, a_new)
 
-    prog.comment(f"P codes ({rule}) of y = fma(S, c, -m), two scores an instruction; row sums; B operand")
+    prog.comment(f"P codes ({rule}) of y = fma(S, c, -m), two scores an instruction, into the B operand")
     for reg in c_pair:
         emit("v_mov_b32", reg, fac)
     emit("v_mov_b32", neg_m_pair[1], neg_m)
-    for reg in l_pair:
-        emit("v_mov_b32", reg, 0)
     for i, dst in enumerate(pb):
         for q2 in (0, 1):
             pair = scores[4 * i + 2 * q2:4 * i + 2 * q2 + 2]
             emit("v_pk_fma_f32", span(y), span(pair), span(c_pair), span(neg_m_pair))
-            w = emit_p_codes(prog, y, rule, consts, out=quad[2 * q2:2 * q2 + 2], scratch=scratch)
-            for h in (0, 1):                                     # the code as a float32 is P 2^-120
-                emit("v_lshlrev_b32", shifted[h], 20, w[h])
-            emit("v_pk_fma_f32", span(l_pair), span(shifted), span(two120), span(l_pair))
+            emit_p_codes(prog, y, rule, consts, out=quad[2 * q2:2 * q2 + 2], scratch=scratch)
         emit("v_perm_b32", lo, quad[1], quad[0], sel_pair)
         emit("v_perm_b32", hi, quad[3], quad[2], sel_pair)
         emit("v_perm_b32", dst, hi, lo, sel_halves)
-    emit("v_add_f32", l_blk, l_pair[0], l_pair[1])             # l_blk is l_pair[0]
-    emit("ds_bpermute_b32", other, partner, l_blk)
-    emit("s_waitcnt_lgkm")
-    emit("v_add_f32", l_blk, l_blk, other)
+
+    prog.comment("row sums of the rounded P on the matrix cores: ones (32 x 64) . P^T, every row the sum")
+    emit("s_nop", 4)                                             # VALU writes of B before the MFMA reads
+    emit("v_mfma_f32_32x32x64_f8f6f4", span(o), span(ones), span(pb), 0)
+    for nops in HAZARD_NOPS:
+        emit("s_nop", nops)
     emit("v_mul_f32", l_sum, l_sum, alpha)
-    emit("v_fmac_f32", l_sum, l_blk, beta)
+    emit("v_fmac_f32", l_sum, o[0], beta)
 
     prog.comment("total *= alpha, skipped when no lane's reference moved (alpha = 1 exactly)")
     emit("v_mov_b32", alpha_pair[0], alpha)
@@ -267,7 +270,6 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     prog.label(".Lrescaled")
 
     prog.comment("O^T = Vp^T P^T per 32 value columns, fresh accumulator; total += O beta")
-    emit("s_nop", 4)                                             # VALU writes of B before the MFMA reads
     for d, tile in enumerate(total):
         emit("v_add_u32", voff, key0, vbase[d])
         emit("global_load_dwordx4_at", span(va[:4]), voff, vt_ptr, 0)
