@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from conftest import HAS_GPU, describe_mismatch, gpu, rel_err
+from conftest import HAS_GPU, describe_mismatch, rel_err
 import zyfa
 from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn

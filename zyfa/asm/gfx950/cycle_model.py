@@ -23,7 +23,6 @@ waits no static count sees; the model does not pretend to reproduce it.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 MFMA_CYCLES = 64
 VALU_CYCLES = 4

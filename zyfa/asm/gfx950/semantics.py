@@ -1,0 +1,408 @@
+"""Instruction semantics of zyfa's gfx950 emulator: one handler per opcode (or family),
+registered into ``emulator.OPS``. Each reads its operands through the ``Wave`` and writes
+its results respecting the exec mask, as the hardware does; where documentation and
+Triton's compiled code disagree, Triton's code was the judge (see the MFMA layout).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .emulator import F32, F64, I32, LANES, OPS, U32, U64, WAVE, _REG, _f, _literal, _u, fma_f32, lanes_of
+
+
+_OPS = OPS
+
+
+def op(*names):
+    def deco(fn):
+        for n in names:
+            _OPS[n] = fn
+        return fn
+    return deco
+
+
+@op("s_waitcnt", "s_nop", "s_setprio", "s_sleep")
+def _nop(w, i):
+    pass
+
+
+@op("s_load_dword", "s_load_dwordx2", "s_load_dwordx4", "s_load_dwordx8", "s_load_dwordx16")
+def _s_load(w, i):
+    n = {"s_load_dword": 1}.get(i.op, int(i.op.rsplit("x", 1)[-1]) if "x" in i.op.rsplit("_", 1)[-1] else 1)
+    base = w.sval(i.args[1], 64) + (w.sval(i.args[2]) if len(i.args) > 2 else 0)
+    words = w.mem.read(np.array([base]), 4 * n).view(U32).reshape(-1)
+    w.set_s(i.args[0], sum(int(x) << (32 * j) for j, x in enumerate(words)))
+
+
+@op("s_branch")
+def _s_branch(w, i):
+    w.jump(i.args[0])
+
+
+@op("s_cbranch_execz", "s_cbranch_execnz", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz")
+def _s_cbranch(w, i):
+    cond = {"execz": w.exec == 0, "execnz": w.exec != 0, "scc0": w.scc == 0, "scc1": w.scc == 1,
+            "vccz": w.vcc == 0, "vccnz": w.vcc != 0}[i.op.rsplit("_", 1)[1]]
+    if cond:
+        w.jump(i.args[0])
+
+
+def _sop2(fn, bits=32, sets_scc=None):
+    def run(w, i):
+        a, b = w.sval(i.args[1], bits), w.sval(i.args[2], bits)
+        r = fn(a, b, w) & ((1 << bits) - 1)
+        w.set_s(i.args[0], r)
+        if sets_scc is not None:
+            w.scc = int(sets_scc(a, b, r, w))
+    return run
+
+
+def _signed(x, bits=32):
+    return x - (1 << bits) if x >> (bits - 1) else x
+
+
+_OPS.update({
+    "s_mov_b32": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1])),
+    "s_mov_b64": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1], 64)),
+    "s_add_u32": _sop2(lambda a, b, w: a + b, sets_scc=lambda a, b, r, w: a + b > 0xFFFFFFFF),
+    "s_addc_u32": _sop2(lambda a, b, w: a + b + w.scc, sets_scc=lambda a, b, r, w: a + b + w.scc > 0xFFFFFFFF),
+    "s_add_i32": _sop2(lambda a, b, w: a + b),
+    "s_sub_u32": _sop2(lambda a, b, w: a - b, sets_scc=lambda a, b, r, w: b > a),
+    "s_sub_i32": _sop2(lambda a, b, w: a - b),
+    "s_mul_i32": _sop2(lambda a, b, w: _signed(a) * _signed(b)),
+    "s_min_u32": _sop2(lambda a, b, w: min(a, b), sets_scc=lambda a, b, r, w: a < b),
+    "s_lshl_b32": _sop2(lambda a, b, w: a << (b & 31), sets_scc=lambda a, b, r, w: r != 0),
+    "s_ashr_i32": _sop2(lambda a, b, w: _signed(a) >> (b & 31), sets_scc=lambda a, b, r, w: r != 0),
+    "s_lshr_b32": _sop2(lambda a, b, w: a >> (b & 31), sets_scc=lambda a, b, r, w: r != 0),
+    "s_and_b32": _sop2(lambda a, b, w: a & b, sets_scc=lambda a, b, r, w: r != 0),
+    "s_or_b32": _sop2(lambda a, b, w: a | b, sets_scc=lambda a, b, r, w: r != 0),
+    "s_and_b64": _sop2(lambda a, b, w: a & b, 64, sets_scc=lambda a, b, r, w: r != 0),
+    "s_or_b64": _sop2(lambda a, b, w: a | b, 64, sets_scc=lambda a, b, r, w: r != 0),
+    "s_andn2_b64": _sop2(lambda a, b, w: a & ~b, 64, sets_scc=lambda a, b, r, w: r != 0),
+    "s_xor_b64": _sop2(lambda a, b, w: a ^ b, 64, sets_scc=lambda a, b, r, w: r != 0),
+})
+
+
+def _scmp(fn, signed=False):
+    def run(w, i):
+        a, b = w.sval(i.args[0]), w.sval(i.args[1])
+        if signed:
+            a, b = _signed(a), _signed(b)
+        w.scc = int(fn(a, b))
+    return run
+
+
+for _name, _fn in {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "lt": lambda a, b: a < b,
+                   "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}.items():
+    _OPS[f"s_cmp_{_name}_u32"] = _scmp(_fn)
+    _OPS[f"s_cmp_{_name}_i32"] = _scmp(_fn, signed=True)
+
+
+@op("s_and_saveexec_b64")
+def _s_and_saveexec(w, i):
+    old = w.exec
+    w.set_s(i.args[0], old)
+    w.exec = w.sval(i.args[1], 64) & old
+    w.scc = int(w.exec != 0)
+
+
+# ---- VALU
+def _vop(fn, float_op=False):
+    def run(w, i):
+        srcs = [w.vsrc(t, float_op) for t in i.args[1:]]
+        w.set_v(i.args[0], fn(*srcs))
+    return run
+
+
+def _fop(fn):
+    """A float32 operation on uint32 lanes."""
+    return _vop(lambda *xs: _u(fn(*[_f(x) for x in xs])), float_op=True)
+
+
+def _i(x):
+    return x.view(I32)
+
+
+_OPS.update({
+    "v_mov_b32": _vop(lambda a: a),
+    "v_add_u32": _vop(lambda a, b: a + b),
+    "v_sub_u32": _vop(lambda a, b: a - b),
+    "v_subrev_u32": _vop(lambda a, b: b - a),
+    "v_mul_lo_u32": _vop(lambda a, b: (a.astype(U64) * b.astype(U64)).astype(U32)),
+    "v_mad_u32_u24": _vop(lambda a, b, c: ((a & U32(0xFFFFFF)).astype(U64) * (b & U32(0xFFFFFF)) + c).astype(U32)),
+    "v_min_u32": _vop(lambda a, b: np.minimum(a, b)),
+    "v_max_u32": _vop(lambda a, b: np.maximum(a, b)),
+    "v_and_b32": _vop(lambda a, b: a & b),
+    "v_or_b32": _vop(lambda a, b: a | b),
+    "v_xor_b32": _vop(lambda a, b: a ^ b),
+    "v_lshlrev_b32": _vop(lambda s, a: a << (s & U32(31))),
+    "v_lshrrev_b32": _vop(lambda s, a: a >> (s & U32(31))),
+    "v_ashrrev_i32": _vop(lambda s, a: (_i(a) >> _i(s & U32(31))).view(U32)),
+    "v_lshl_or_b32": _vop(lambda a, s, c: (a << (s & U32(31))) | c),
+    "v_lshl_add_u32": _vop(lambda a, s, c: (a << (s & U32(31))) + c),
+    "v_add_lshl_u32": _vop(lambda a, b, s: (a + b) << (s & U32(31))),
+    "v_and_or_b32": _vop(lambda a, b, c: (a & b) | c),
+    "v_or3_b32": _vop(lambda a, b, c: a | b | c),
+    "v_max_f32": _fop(lambda a, b: np.fmax(a, b)),
+    "v_max3_f32": _fop(lambda a, b, c: np.fmax(np.fmax(a, b), c)),
+    "v_min_f32": _fop(lambda a, b: np.fmin(a, b)),
+    "v_add_f32": _fop(lambda a, b: a + b),
+    "v_sub_f32": _fop(lambda a, b: a - b),
+    "v_subrev_f32": _fop(lambda a, b: b - a),
+    "v_mul_f32": _fop(lambda a, b: a * b),
+    "v_fma_f32": _fop(lambda a, b, c: fma_f32(a, b, c)),
+    "v_fmaak_f32": _fop(lambda a, b, k: fma_f32(a, b, k)),
+    "v_fmamk_f32": _fop(lambda a, k, b: fma_f32(a, k, b)),
+    # transcendentals: the hardware's are approximate (about 1 ulp); these are correctly
+    # rounded, so emulated results can differ from a device's in the last bit
+    "v_rcp_f32": _fop(lambda a: (1.0 / a.astype(F64)).astype(F32)),
+    "v_log_f32": _fop(lambda a: np.log2(a.astype(F64)).astype(F32)),
+    "v_exp_f32": _fop(lambda a: np.exp2(a.astype(F64)).astype(F32)),
+})
+
+
+@op("v_fmac_f32")
+def _v_fmac(w, i):
+    a, b = (_f(w.vsrc(t, True)) for t in i.args[1:3])
+    d = _f(w.vsrc(i.args[0], True))
+    w.set_v(i.args[0], _u(fma_f32(a, b, d)))
+
+
+def _packed_f32(fn):
+    """VOP3P packed FP32 on register pairs: each half is an ordinary float32 operation."""
+    def run(w, i):
+        if any(m in i.mods for m in ("op_sel", "op_sel_hi", "neg_lo", "neg_hi")):
+            raise NotImplementedError(f"packed-FP32 modifiers in {i.line}")
+        halves = []
+        for tok in i.args[1:]:
+            kind, lo, hi = w._regs(tok)
+            if hi != lo + 1:
+                raise ValueError(f"packed FP32 takes register pairs: {i.line}")
+            halves.append((_f(w.file(kind)[lo].copy()) if kind in "va" else None,
+                           _f(w.file(kind)[lo + 1].copy()) if kind in "va" else None))
+        kind, lo, _ = w._regs(i.args[0])
+        act = w.active()
+        for h in (0, 1):
+            res = _u(fn(*[pair[h] for pair in halves]))
+            w.file(kind)[lo + h] = np.where(act, res, w.file(kind)[lo + h])
+    return run
+
+
+_OPS.update({
+    "v_pk_fma_f32": _packed_f32(fma_f32),
+    "v_pk_add_f32": _packed_f32(lambda a, b: a + b),
+    "v_pk_mul_f32": _packed_f32(lambda a, b: a * b),
+})
+
+
+@op("v_cndmask_b32")
+def _v_cndmask(w, i):
+    a, b = w.vsrc(i.args[1]), w.vsrc(i.args[2])
+    mask = w.sval(i.args[3], 64) if len(i.args) > 3 else w.vcc
+    sel = lanes_of(mask)
+    w.set_v(i.args[0], np.where(sel, b, a))
+
+
+@op("v_perm_b32")
+def _v_perm(w, i):
+    """Byte select: bytes of {src0, src1} (src1 the low word) by the selector's bytes."""
+    s0, s1, sel = (w.vsrc(t) for t in i.args[1:])
+    pool = np.stack([s1 & 0xFF, (s1 >> 8) & 0xFF, (s1 >> 16) & 0xFF, s1 >> 24,
+                     s0 & 0xFF, (s0 >> 8) & 0xFF, (s0 >> 16) & 0xFF, s0 >> 24]).astype(U32)
+    out = np.zeros(WAVE, U32)
+    for byte in range(4):
+        code = (sel >> U32(8 * byte)) & U32(0xFF)
+        if np.any((code > 7) & (code != 0x0C)):
+            raise NotImplementedError("v_perm_b32 selectors above 7 other than 0x0c (zero)")
+        picked = pool[np.minimum(code, 7), LANES]
+        out |= np.where(code == 0x0C, U32(0), picked) << U32(8 * byte)
+    w.set_v(i.args[0], out)
+
+
+@op("v_lshlrev_b64")
+def _v_lshlrev_b64(w, i):
+    s = w.vsrc(i.args[1]).astype(U64) & U64(63)
+    w.set_v(i.args[0], w.vsrc64(i.args[2]) << s)
+
+
+@op("v_lshl_add_u64")
+def _v_lshl_add_u64(w, i):
+    a, s, b = w.vsrc64(i.args[1]), w.vsrc(i.args[2]).astype(U64) & U64(7), w.vsrc64(i.args[3])
+    w.set_v(i.args[0], (a << s) + b)
+
+
+def _vcmp(fn, kind):
+    conv = {"i32": lambda x: _i(x), "u32": lambda x: x, "f32": lambda x: _f(x)}[kind]
+
+    def run(w, i):
+        a, b = conv(w.vsrc(i.args[1], kind == "f32")), conv(w.vsrc(i.args[2], kind == "f32"))
+        w.set_s(i.args[0], w.mask_from(fn(a, b)))
+    return run
+
+
+for _name, _fn in {"eq": np.equal, "ne": np.not_equal, "neq": lambda a, b: ~np.equal(a, b), "lt": np.less, "le": np.less_equal, "gt": np.greater,
+                   "ge": np.greater_equal}.items():
+    for _kind in ("i32", "u32", "f32"):
+        _OPS[f"v_cmp_{_name}_{_kind}"] = _vcmp(_fn, _kind)
+
+
+# ---- global memory: "global_load_dword vdst, vaddr(64-bit), off" or "vdst, voffset(32-bit), sbase"
+def _global_addr(w, i, addr_tok, base_tok):
+    off = int(i.mods.get("offset", "0"), 0)
+    if base_tok == "off":
+        return w.vsrc64(addr_tok) + U64(off)
+    return w.vsrc(addr_tok).astype(U64) + U64(w.sval(base_tok, 64)) + U64(off)
+
+
+@op("global_load_dword", "global_load_dwordx2", "global_load_dwordx4", "global_load_ubyte")
+def _global_load(w, i):
+    n = {"global_load_dword": 4, "global_load_dwordx2": 8, "global_load_dwordx4": 16, "global_load_ubyte": 1}[i.op]
+    addr = _global_addr(w, i, i.args[1], i.args[2])
+    act = w.active()
+    data = np.zeros((WAVE, max(n, 4)), np.uint8)
+    if act.any():
+        data[act, :n] = w.mem.read(addr[act], n)
+    w.set_block(i.args[0], data.view(U32))
+
+
+@op("global_store_dword", "global_store_dwordx2", "global_store_dwordx4", "global_store_byte")
+def _global_store(w, i):
+    n = {"global_store_dword": 4, "global_store_dwordx2": 8, "global_store_dwordx4": 16, "global_store_byte": 1}[i.op]
+    addr = _global_addr(w, i, i.args[0], i.args[2])
+    data = np.ascontiguousarray(w.block(i.args[1])).view(np.uint8)[:, :n]
+    act = w.active()
+    if act.any():
+        w.mem.write(addr[act], data[act])
+
+
+# ---- LDS ("ds_*"): per-workgroup bytes; address = VGPR + offset
+def _lds_index(w, addr, nbytes):
+    idx = addr.astype(np.int64)[:, None] + np.arange(nbytes)
+    if idx.size and (idx.min() < 0 or idx.max() >= len(w.lds)):
+        raise IndexError(f"LDS access out of bounds ({len(w.lds)} bytes)")
+    return idx
+
+
+@op("ds_write_b8", "ds_write_b16", "ds_write_b32", "ds_write_b64", "ds_write_b128")
+def _ds_write(w, i):
+    n = int(i.op.rsplit("_b", 1)[1]) // 8
+    addr = w.vsrc(i.args[0]) + U32(int(i.mods.get("offset", "0"), 0))
+    data = np.ascontiguousarray(w.block(i.args[1])).view(np.uint8)[:, :n]
+    act = w.active()
+    w.lds[_lds_index(w, addr[act], n)] = data[act]
+
+
+@op("ds_read_b32", "ds_read_b64", "ds_read_b128")
+def _ds_read(w, i):
+    n = int(i.op.rsplit("_b", 1)[1]) // 8
+    addr = w.vsrc(i.args[1]) + U32(int(i.mods.get("offset", "0"), 0))
+    data = np.zeros((WAVE, n), np.uint8)
+    act = w.active()
+    data[act] = w.lds[_lds_index(w, addr[act], n)]
+    w.set_block(i.args[0], data.view(U32))
+
+
+@op("ds_bpermute_b32")
+def _ds_bpermute(w, i):
+    """Lane l receives data from lane (address + offset) / 4 (mod 64)."""
+    addr = w.vsrc(i.args[1]) + U32(int(i.mods.get("offset", "0"), 0))
+    data = w.vsrc(i.args[2])
+    w.set_v(i.args[0], data[(addr >> U32(2)) & U32(63)])
+
+
+# ---- sub-dword addressing (SDWA) and gfx950's bit operations
+_SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8), "WORD_0": (0, 16),
+        "WORD_1": (16, 16), "DWORD": (0, 32)}
+
+
+def _field_mask(width):
+    return U32((1 << width) - 1)
+
+
+def _sdwa(fn):
+    """A 32-bit op whose sources are byte/word fields (zero-extended) and whose result goes
+    into a field of the destination (UNUSED_PAD: zeros around it; UNUSED_PRESERVE: the old bits)."""
+    def run(w, i):
+        if "sext" in i.line:
+            raise NotImplementedError(f"SDWA sign extension ({i.line})")
+        srcs = []
+        for tok, key in zip(i.args[1:], ("src0_sel", "src1_sel")):
+            shift, width = _SEL[i.mods.get(key, "DWORD")]
+            srcs.append((w.vsrc(tok) >> U32(shift)) & _field_mask(width))
+        shift, width = _SEL[i.mods.get("dst_sel", "DWORD")]
+        field = (fn(*srcs) & _field_mask(width)) << U32(shift)
+        unused = i.mods.get("dst_unused", "UNUSED_PAD")
+        if unused == "UNUSED_PRESERVE":
+            field |= w.vsrc(i.args[0]) & ~(_field_mask(width) << U32(shift))
+        elif unused != "UNUSED_PAD":
+            raise NotImplementedError(f"SDWA {unused} ({i.line})")
+        w.set_v(i.args[0], field)
+    return run
+
+
+_OPS.update({
+    "v_or_b32_sdwa": _sdwa(lambda a, b: a | b),
+    "v_and_b32_sdwa": _sdwa(lambda a, b: a & b),
+    "v_add_u32_sdwa": _sdwa(lambda a, b: a + b),
+    "v_lshlrev_b16": _vop(lambda s, a: ((a & U32(0xFFFF)) << (s & U32(15))) & U32(0xFFFF)),   # high half zeroed
+    "v_xad_u32": _vop(lambda a, b, c: (a ^ b) + c),
+})
+
+
+@op("v_bitop3_b32")
+def _v_bitop3(w, i):
+    """Each result bit is bit (s0 << 2 | s1 << 1 | s2) of the 8-bit truth table."""
+    table = int(i.mods["bitop3"], 0)
+    s0, s1, s2 = (w.vsrc(t) for t in i.args[1:4])
+    out = np.zeros(WAVE, U32)
+    for index in range(8):
+        if table >> index & 1:
+            pick = ((s0 if index & 4 else ~s0) & (s1 if index & 2 else ~s1) & (s2 if index & 1 else ~s2))
+            out |= pick
+    w.set_v(i.args[0], out)
+
+
+# ---- matrix cores
+def _e4m3_table() -> np.ndarray:
+    b = np.arange(256)
+    e, m = (b >> 3) & 15, (b & 7).astype(F64)
+    mag = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7.0))
+    mag = np.where((b & 0x7F) == 0x7F, np.nan, mag)
+    return np.where(b & 0x80, -mag, mag)
+
+
+E4M3 = _e4m3_table()
+
+
+@op("v_mfma_f32_32x32x64_f8f6f4")
+def _mfma_32x32x64_f8(w, i):
+    """D (32x32 f32) = A (32x64) B (64x32) + C, both inputs E4M3 (cbsz = blgp = 0).
+
+    Byte j of lane l's 8 registers is A row l % 32 (B: column l % 32) at
+    k = 32 (j // 16) + 16 (l // 32) + j % 16: two 16-byte halves, lanes 32-63 holding the
+    upper 16 of each 32. That is how Triton's compiled gfx950 code arranges its operands
+    (tests/test_gfx950.py), which the issue takes as the judge over prose documentation.
+    D/C register r of lane l is row 8 (r // 4) + 4 (l // 32) + r % 4, column l % 32.
+    Products are exact and summed in float64, then rounded once to float32."""
+    for mod in ("cbsz", "blgp", "abid"):
+        if int(i.mods.get(mod, "0"), 0):
+            raise NotImplementedError(f"MFMA {mod} (formats other than E4M3) in {i.line}")
+    lanes = np.arange(WAVE)
+    a_bytes = np.ascontiguousarray(w.block(i.args[1])).view(np.uint8)     # (64, 32)
+    b_bytes = np.ascontiguousarray(w.block(i.args[2])).view(np.uint8)
+    rows = lanes % 32
+    A = np.zeros((32, 64))
+    B = np.zeros((64, 32))
+    for j in range(32):
+        k = 32 * (j // 16) + 16 * (lanes // 32) + j % 16
+        A[rows, k] = E4M3[a_bytes[:, j]]
+        B[k, rows] = E4M3[b_bytes[:, j]]
+    reg = np.arange(16)
+    out_rows = (8 * (reg // 4))[None, :] + (4 * (lanes // 32))[:, None] + (reg % 4)[None, :]   # (64, 16)
+    out_cols = np.broadcast_to((lanes % 32)[:, None], (WAVE, 16))
+    if _REG.match(i.args[3]):
+        C = w.block(i.args[3]).view(F32).astype(F64)[:, :16]
+    else:
+        C = np.full((WAVE, 16), _f(np.array([_literal(i.args[3], 32, True)], U32))[0], F64)
+    D = (A @ B)[out_rows, out_cols] + C
+    w.set_block(i.args[0], D.astype(F32).view(U32), masked=False)
