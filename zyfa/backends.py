@@ -93,13 +93,21 @@ def _gfx950_run(q, k, v, **kw):
     return attention_fp8(q, k, v, **kw)
 
 
+def _capability(arch: str) -> tuple:
+    """(major, minor) from an NVIDIA arch string such as "sm90" (Problem.arch: one query per call)."""
+    digits = arch[2:]
+    return int(digits[:-1]), int(digits[-1])
+
+
 def _triton_ok(p: dispatch.Problem):
     from .triton_kernels.tuning import interpreter_active
     if p.device.type == "cuda":
-        if torch.version.hip is None and torch.cuda.get_device_capability(p.device) < (8, 0):
-            return False, f"Triton kernels need sm_80 or newer, device is {p.arch}"
-        if p.is_fp8 and torch.version.hip is None and torch.cuda.get_device_capability(p.device) < (8, 9):
-            return False, f"FP8 needs sm_89 or newer, device is {p.arch}"
+        if torch.version.hip is None:
+            capability = _capability(p.arch)
+            if capability < (8, 0):
+                return False, f"Triton kernels need sm_80 or newer, device is {p.arch}"
+            if p.is_fp8 and capability < (8, 9):
+                return False, f"FP8 needs sm_89 or newer, device is {p.arch}"
         return True, "Triton kernel for this GPU"
     if p.device.type == "cpu" and interpreter_active():
         return True, "Triton interpreter (TRITON_INTERPRET=1), CPU tensors"
