@@ -8,11 +8,14 @@ spec's block_n; grid (batch * heads, query tiles), heaviest query tiles first):
              unmasked part and the masked diagonal band (bottom-right causal, tails)
   per block  thread 0 starts the TMA loads of the next block into the other stage;
              S = Q K^T (4 x wgmma m64n128k32, both operands in shared memory);
-             t = S * factor; mask (band and tail blocks only); row max over the quad;
-             lazy reference A; P codes by the lean rule (FMA pipe + magic number);
-             row sum of the rounded P from the codes; P packed with prmt into the A
-             operand; block = P V^T (4 x wgmma, A from registers) in a fresh accumulator;
-             total = total * alpha + block * beta (two-level accumulation)
+             mask S (band and tail blocks only); row max over the quad, taken on S
+             (m = max(S) c: c > 0, made so by flipping Q's signs for a negative descale);
+             lazy reference A; P codes by the lean rule of y = fma(S, c, -m) (FMA pipe +
+             magic number); row sum of the rounded P from the codes (float32, or the
+             tensor cores with rowsum="mma"); P packed with prmt into the A operand;
+             block = P V^T (4 x wgmma, A from registers) in a fresh accumulator;
+             total = total * alpha + block * beta (two-level accumulation; the multiply
+             only when a reference moved)
   epilogue   out = total / l * v_descale in BF16, LSE = ln2 (A + log2 l - 8)
 
 V^T arrives with its keys permuted inside each 16-key group (fragments.KEY_OF_SLOT) so P
