@@ -69,7 +69,7 @@ _HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None
 def _gfx950_fits(head_dim: int, value_dim: int) -> bool:
     """Whether the generated kernel takes these head dims (it must fit a wave's registers)."""
     from .asm.gfx950.attention import HEAD_DIMS, fits
-    return head_dim in HEAD_DIMS and value_dim % 32 == 0 and 32 <= value_dim <= 256 and fits(head_dim, value_dim)
+    return head_dim in HEAD_DIMS and value_dim % 32 == 0 and 32 <= value_dim <= 128 and fits(head_dim, value_dim)
 
 
 def _gfx950_ok(p: dispatch.Problem):

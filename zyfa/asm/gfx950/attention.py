@@ -33,6 +33,7 @@ from .lean_p import LEAN_RULES, emit_p_codes, load_constants
 from .target import lit, module, program, span
 
 QUERIES, BLOCK_N = 32, 64
+WAVES = 4                            # waves of a workgroup: 128 queries share each K/V block in LDS
 HEAD_DIMS = (64, 128, 192, 256)      # in slices of 64 (192: MLA's query/key dim)
 MAX_VGPRS = 256                      # architected VGPRs a wave addresses (AGPRs are not used yet)
 
@@ -82,8 +83,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     workgroup of 64 threads per 32 queries."""
     if rule not in LEAN_RULES:
         raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
-    if head_dim not in HEAD_DIMS or value_dim % 32 or not 32 <= value_dim <= 256:
-        raise ValueError(f"head_dim must be one of {HEAD_DIMS} and value_dim a multiple of 32 up to 256, "
+    if head_dim not in HEAD_DIMS or value_dim % 32 or not 32 <= value_dim <= 128:
+        raise ValueError(f"head_dim must be one of {HEAD_DIMS} and value_dim a multiple of 32 up to 128, "
                          f"got {head_dim}, {value_dim}")
     chunks, dv_tiles = head_dim // 64, value_dim // 32
     name = f"zyfa_attn_gfx950_{rule}_d{head_dim}_{value_dim}_{'causal' if causal else 'full'}"
@@ -106,16 +107,20 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     prog.comment("lane coordinates, query limits, the number of key blocks")
     s_tiles = [prog.aligned("v", 16, 2) for _ in range(2)]       # scores: free before the loop, so
     qload, qoff, t32, rowdv = s_tiles[1][4:8]                    # the prologue's temporaries live there
-    row, half, t16, query, partner, limit, neg_inf = prog.regs("v", 7)
+    row, half, t16, query, partner, limit, neg_inf, lane, w16 = prog.regs("v", 9)
     q0, sk_last, n_blocks, skp, tmp = prog.regs("s", 5)
     emit("v_and_b32", row, 31, tid)
-    emit("v_lshrrev_b32", half, 5, tid)
+    emit("v_and_b32", lane, 63, tid)
+    emit("v_lshrrev_b32", half, 5, lane)
     emit("v_lshlrev_b32", t16, 4, half)
+    emit("v_lshrrev_b32", w16, 6, tid)                           # the wave within the workgroup
+    emit("v_lshlrev_b32", w16, 4, w16)                           # its 16-byte column of each K/V row
     emit("v_xor_b32", partner, 32, tid)
     emit("v_lshlrev_b32", partner, 2, partner)                   # ds_bpermute address of lane l ^ 32
     emit("v_mov_b32", neg_inf, lit(NEG_INF))
-    emit("s_lshl_b32", q0, wg, 5)                                # first query of the tile
-    emit("v_add_u32", query, q0, row)
+    emit("s_lshl_b32", q0, wg, 7)                                # first query of the workgroup
+    emit("v_lshl_add_u32", query, w16, 1, row)                   # + 32 wave + row
+    emit("v_add_u32", query, q0, query)
     emit("s_waitcnt_lgkm")
     emit("s_add_u32", sk_last, sk, -1 & 0xFFFFFFFF)
     emit("s_add_u32", tmp, sq, -1 & 0xFFFFFFFF)
@@ -124,7 +129,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("s_sub_u32", tmp, sk, sq)                           # bottom-right: query i sees keys <= i + Sk - Sq
         emit("v_add_u32", limit, tmp, query)
         emit("v_min_u32", limit, sk_last, limit)
-        emit("s_add_u32", n_blocks, q0, QUERIES)                # keys needed: min(q0 + 32 + Sk - Sq, Sk)
+        emit("s_add_u32", n_blocks, q0, QUERIES * WAVES)        # keys needed: min(q0 + 128 + Sk - Sq, Sk)
         emit("s_add_u32", n_blocks, n_blocks, tmp)
         emit("s_min_u32", n_blocks, n_blocks, sk)
     else:
@@ -152,12 +157,16 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("global_load_dwordx4_at", span(regs[:4]), qoff, q_ptr, 64 * dc)
         emit("global_load_dwordx4_at", span(regs[4:]), qoff, q_ptr, 64 * dc + 32)
 
-    prog.comment("V^T row offsets (value column 32 d + lane % 32, this lane half's 32 bytes)")
-    vbase = prog.regs("v", dv_tiles)
+    prog.comment("LDS: K block (64 keys x D bytes), then V^T block (Dv rows x 64 bytes); where this")
+    prog.comment("thread stages K and V^T bytes, and where its lane reads its MFMA operands")
+    k_read, v_read, k_stage, vg_stage = prog.regs("v", 4)
+    (sk64,) = prog.regs("s", 1)
+    emit("v_mad_u32_u24", k_read, row, dim, t16)                 # (32 t + row) * D + 16 half (+ 32 t D)
     emit("v_lshlrev_b32", t32, 5, half)
-    for d, vb in enumerate(vbase):
-        emit("v_add_u32", rowdv, 32 * d, row)
-        emit("v_mad_u32_u24", vb, rowdv, skp, t32)
+    emit("v_lshl_add_u32", v_read, row, 6, t32)                  # (32 d + row) * 64 + 32 half
+    emit("v_mad_u32_u24", k_stage, lane, dim, w16)               # lane (a key) * D + 16 wave
+    emit("v_mad_u32_u24", vg_stage, lane, skp, w16)              # global: row * Sk_padded + 16 wave
+    emit("s_lshl_b32", sk64, skp, 6)                             # 64 V^T rows further
 
     prog.comment("running state: total (O^T per value tile), row sum l, reference A")
     total = [prog.aligned("v", 16, 2) for _ in range(dv_tiles)]
@@ -175,7 +184,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("s_mov_b32", key0, 0)
 
     ka = [prog.aligned("v", 8, 2) for _ in range(chunks)]
-    key, koff, kvalid, kbase = prog.regs("v", 4)
+    key, koff = prog.regs("v", 2)
+    kbase, kvalid = key, koff                                    # the mask reuses the staging registers
     m, other, a_new, alpha, beta = prog.regs("v", 5)
     thr = other                                                   # the partner's max is dead by then
     y, c_pair, neg_m_pair, alpha_pair, beta_pair = (prog.aligned("v", 2, 2) for _ in range(5))
@@ -189,18 +199,46 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     va = prog.aligned("v", 8, 2)
     o = prog.aligned("v", 16, 2)
     voff = prog.reg("v")
+    exec_saved = prog.aligned("s", 2)
+    v_lds = 64 * head_dim                                        # V^T follows K in LDS
 
     prog.label(".Lblock")
-    prog.comment("S^T for the block's two 32-key tiles")
+    prog.comment("stage the block: K rows (a key a lane, a 16-byte column a wave) and V^T rows into LDS")
+    emit("s_barrier")                                            # every wave is done with the last block
+    staged = [r for regs in ka for r in regs]                    # the K operand registers are free here
+    k_cols = head_dim // 16 // WAVES
+    emit("v_add_u32", key, key0, lane)
+    emit("v_min_u32", key, sk_last, key)                         # keys past seqlen_k load the last key
+    emit("v_mad_u32_u24", koff, key, dim, w16)
+    for c in range(k_cols):
+        emit("global_load_dwordx4_at", span(staged[4 * c:4 * c + 4]), koff, k_ptr, 64 * c)
+    v_rows = max(value_dim // 64, 1)
+    emit("v_add_u32", voff, key0, vg_stage)
+    for i in range(v_rows):
+        emit("global_load_dwordx4_at", span(va[4 * i:4 * i + 4]), voff, vt_ptr, 0)
+        if i + 1 < v_rows:
+            emit("v_add_u32", voff, sk64, voff)
+    emit("s_waitcnt_vm")
+    for c in range(k_cols):
+        emit("ds_write_b128_at", k_stage, span(staged[4 * c:4 * c + 4]), 64 * c)
+    v_stage = voff
+    emit("v_lshl_add_u32", v_stage, lane, 6, w16)                # lane (a V^T row) * 64 + 16 wave
+    if value_dim < 64:                                           # V^T has fewer rows than lanes
+        emit("v_cmp_gt_u32", value_dim, lane)
+        emit("s_and_saveexec_b64", span(exec_saved), "vcc")
+    for i in range(v_rows):
+        emit("ds_write_b128_at", v_stage, span(va[4 * i:4 * i + 4]), v_lds + 64 * 64 * i)
+    if value_dim < 64:
+        emit("s_mov_b64", "exec", span(exec_saved))
+    emit("s_waitcnt_lgkm")
+    emit("s_barrier")                                            # the block is staged
+
+    prog.comment("S^T for the block's two 32-key tiles, K from LDS")
     for tile, st in enumerate(s_tiles):
-        emit("v_add_u32", key, key0, row)
-        emit("v_add_u32", key, 32 * tile, key)
-        emit("v_min_u32", key, sk_last, key)                     # keys past seqlen_k load the last key
-        emit("v_mad_u32_u24", koff, key, dim, t16)
         for dc, regs in enumerate(ka):
-            emit("global_load_dwordx4_at", span(regs[:4]), koff, k_ptr, 64 * dc)
-            emit("global_load_dwordx4_at", span(regs[4:]), koff, k_ptr, 64 * dc + 32)
-        emit("s_waitcnt_vm")
+            emit("ds_read_b128_at", span(regs[:4]), k_read, 32 * head_dim * tile + 64 * dc)
+            emit("ds_read_b128_at", span(regs[4:]), k_read, 32 * head_dim * tile + 64 * dc + 32)
+        emit("s_waitcnt_lgkm")
         for dc in range(chunks):
             emit("v_mfma_f32_32x32x64_f8f6f4", span(st), span(ka[dc]), span(qb[dc]), span(st) if dc else 0)
         for nops in HAZARD_NOPS:
@@ -271,10 +309,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
 
     prog.comment("O^T = Vp^T P^T per 32 value columns, fresh accumulator; total += O beta")
     for d, tile in enumerate(total):
-        emit("v_add_u32", voff, key0, vbase[d])
-        emit("global_load_dwordx4_at", span(va[:4]), voff, vt_ptr, 0)
-        emit("global_load_dwordx4_at", span(va[4:]), voff, vt_ptr, 16)
-        emit("s_waitcnt_vm")
+        emit("ds_read_b128_at", span(va[:4]), v_read, v_lds + 32 * 64 * d)
+        emit("ds_read_b128_at", span(va[4:]), v_read, v_lds + 32 * 64 * d + 16)
+        emit("s_waitcnt_lgkm")
         emit("v_mfma_f32_32x32x64_f8f6f4", span(o), span(va), span(pb), 0)
         for nops in HAZARD_NOPS:
             emit("s_nop", nops)
@@ -322,7 +359,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
            "system_vgpr_workitem_id": 0}
     args = [("global_buffer", 8 * i, 8) for i in range(6)] + [("by_value", 48, 4), ("by_value", 52, 4),
                                                              ("by_value", 56, 4)]
-    return name, module(name, prog, args, kernarg_size=64, abi=abi, workgroup_size=64)
+    return name, module(name, prog, args, kernarg_size=64, abi=abi, workgroup_size=64 * WAVES,
+                        lds_bytes=64 * (head_dim + value_dim))
 
 
 def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_rule="lean_cubic",
@@ -357,7 +395,7 @@ def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_r
             pv = mem.alloc(permuted_vt(v[b, :, kvh].contiguous().view(torch.uint8).numpy()))
             pd = mem.alloc(vs[b, kvh].contiguous().numpy())
             po, pl = mem.alloc(np.zeros((Sq, Dv), np.float32)), mem.alloc(np.zeros(Sq, np.float32))
-            E.launch(kernel, mem, (-(-Sq // QUERIES),), 64, pack(args, size, [pq, pk, pv, pd, po, pl, c, Sq, Sk]))
+            E.launch(kernel, mem, (-(-Sq // (QUERIES * WAVES)),), 64 * WAVES, pack(args, size, [pq, pk, pv, pd, po, pl, c, Sq, Sk]))
             out[b, :, h] = torch.from_numpy(mem.array(po, np.float32, Sq * Dv).reshape(Sq, Dv))
             lse[b, h] = torch.from_numpy(mem.array(pl, np.float32, Sq))
     return out, lse

@@ -14,7 +14,7 @@ import torch
 
 from ...reference import LOG2E
 from ...scales import coarse_descale, per_channel_v_descale
-from .attention import QUERIES, attention_kernel, permuted_vt
+from .attention import QUERIES, WAVES, attention_kernel, permuted_vt
 from .loader import HipKernel, hip_runtime, kernel_args
 from .target import assemble
 
@@ -58,7 +58,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
             vt = permuted_vt(v[b, :, kvh].contiguous().view(torch.uint8))
             oh = torch.empty(Sq, Dv, dtype=torch.float32, device=dev)
             lh = torch.empty(Sq, dtype=torch.float32, device=dev)
-            kernel((-(-Sq // QUERIES),), (64,), [qh.data_ptr(), kh.data_ptr(), vt.data_ptr(), vd[b, kvh].data_ptr(),
+            kernel((-(-Sq // (QUERIES * WAVES)),), (64 * WAVES,), [qh.data_ptr(), kh.data_ptr(), vt.data_ptr(), vd[b, kvh].data_ptr(),
                                                  oh.data_ptr(), lh.data_ptr(), float(factors[b, kvh]), Sq, Sk],
                    stream=stream)
             out[b, :, h] = oh

@@ -37,6 +37,10 @@ OPS = {
     "s_and_saveexec_b64": "s_and_saveexec_b64 {0}, {1}",
     "s_cbranch_execz": "s_cbranch_execz {0}",
     "s_endpgm": "s_endpgm",
+    "s_barrier": "s_barrier",
+    "s_mov_b64": "s_mov_b64 {0}, {1}",
+    "ds_write_b128_at": "ds_write_b128 {0}, {1} offset:{2}",
+    "ds_read_b128_at": "ds_read_b128 {0}, {1} offset:{2}",
     # vector integer
     "v_mov_b32": "v_mov_b32_e32 {0}, {1}",
     "v_lshl_add_u32": "v_lshl_add_u32 {0}, {1}, {2}, {3}",
@@ -109,7 +113,7 @@ def program() -> Program:
 
 
 def module(name: str, prog: Program, args: list[tuple[str, int, int]], kernarg_size: int,
-           abi: dict, workgroup_size: int) -> str:
+           abi: dict, workgroup_size: int, lds_bytes: int = 0) -> str:
     """A complete gfx950 code object source: the kernel, its descriptor and its metadata.
 
     args: (value kind: "global_buffer" | "by_value", offset, size) per kernel argument;
@@ -117,7 +121,7 @@ def module(name: str, prog: Program, args: list[tuple[str, int, int]], kernarg_s
     counts = prog.register_counts()
     vgprs, sgprs = max(counts.get("v", 0), 1), max(counts.get("s", 0), 1)
     accum_offset = (vgprs + 3) // 4 * 4            # AGPRs start after the VGPRs (none used yet)
-    kd = {"group_segment_fixed_size": 0, "private_segment_fixed_size": 0, "kernarg_size": kernarg_size,
+    kd = {"group_segment_fixed_size": lds_bytes, "private_segment_fixed_size": 0, "kernarg_size": kernarg_size,
           **abi, "next_free_vgpr": accum_offset, "next_free_sgpr": sgprs, "accum_offset": accum_offset,
           "reserve_vcc": 1, "float_denorm_mode_32": 3, "float_denorm_mode_16_64": 3, "ieee_mode": 1,
           "dx10_clamp": 1}
@@ -150,7 +154,7 @@ def module(name: str, prog: Program, args: list[tuple[str, int, int]], kernarg_s
         f"    .symbol: {name}.kd",
         f"    .kernarg_segment_size: {kernarg_size}",
         "    .kernarg_segment_align: 8",
-        "    .group_segment_fixed_size: 0",
+        f"    .group_segment_fixed_size: {lds_bytes}",
         "    .private_segment_fixed_size: 0",
         f"    .max_flat_workgroup_size: {workgroup_size}",
         "    .wavefront_size: 64",
