@@ -175,7 +175,7 @@ def speed(rec, tuned, quick):
 
 # ---------------------------------------------------------------- kernel-only error
 def kernel_error(rec, quick, backend="triton"):
-    from zyfa.asm.ptx.lean_p import LEAN_RULES
+    from zyfa.fp8 import LEAN_RULES
     fa = fa3()
     rules = LEAN_RULES if backend == "ptx" else F.P_RULES
     for S in ([2048] if quick else [2048, 65536]):

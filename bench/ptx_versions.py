@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import zyfa  # noqa: E402
 from zyfa.asm.ptx import attention as attn  # noqa: E402
 from zyfa.asm.ptx.kernels import attention_fp8, permuted_vt  # noqa: E402
-from zyfa.asm.ptx.lean_p import LEAN_RULES  # noqa: E402
+from zyfa.fp8 import LEAN_RULES  # noqa: E402
 from zyfa.bench.cases import model_cases  # noqa: E402
 from zyfa.bench.measure import median_ms, rel_err  # noqa: E402
 from zyfa.bench.methods import all_methods  # noqa: E402

@@ -8,7 +8,8 @@ from zyfa import fp8 as F
 from zyfa.asm.program import Program
 from zyfa.asm.ptx import target as T
 from zyfa.asm.ptx.assemble import assemble
-from zyfa.asm.ptx.lean_p import LEAN_RULES, p_codes_kernel
+from zyfa.asm.ptx.lean_p import p_codes_kernel
+from zyfa.fp8 import LEAN_RULES
 
 from conftest import gpu
 

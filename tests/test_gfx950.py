@@ -17,7 +17,8 @@ import torch
 from conftest import DEVICE, HAS_GPU
 from zyfa import fp8 as F
 from zyfa.asm.gfx950 import emulator as E
-from zyfa.asm.gfx950.lean_p import LEAN_RULES, p_codes_kernel
+from zyfa.asm.gfx950.lean_p import p_codes_kernel
+from zyfa.fp8 import LEAN_RULES
 from zyfa.asm.gfx950.target import assemble
 from zyfa.asm.gfx950.triton_reference import dot_fp8, p_codes
 from zyfa.triton_kernels.p_rules import P_RULE_IDS

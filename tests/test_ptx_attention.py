@@ -18,7 +18,7 @@ from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.fragments import KEY_OF_SLOT, a_operand_position, accumulator_position, p_sources
-from zyfa.asm.ptx.lean_p import LEAN_RULES
+from zyfa.fp8 import LEAN_RULES
 from zyfa.reference import attention_fp64, fp8_attention_spec
 
 H100_CLASS = HAS_GPU and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)

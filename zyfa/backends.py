@@ -8,6 +8,7 @@ import importlib.util
 import torch
 
 from . import dispatch
+from .fp8 import LEAN_RULES
 from .ops import out_dtype
 from .reference import attention_fp64, fp8_attention_spec
 
@@ -26,8 +27,7 @@ _CUDA_PYTHON = _has_cuda_python()
 def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, head_dims_text: str):
     """What both generated kernels implement: FP8, lean P, block references, per-head (or
     per-tensor) q/k descales. None if the problem fits, else (False, reason)."""
-    from .fp8 import P_RULES
-    lean = tuple(r for r in P_RULES if r.startswith("lean"))
+    lean = LEAN_RULES
     if not p.is_fp8:
         return False, f"the {kernel} is FP8 only"
     if not head_dims_ok:

@@ -29,6 +29,7 @@ LEAN_CUBIC_A = float(torch.tensor(0.3048215, dtype=torch.float32))
 LEAN_CUBIC_B = float(torch.tensor(0.0776252, dtype=torch.float32))
 
 P_RULES = ("exact", "lean", "lean_quad", "lean_cubic")
+LEAN_RULES = ("lean", "lean_quad", "lean_cubic")   # no exponential: the rules the generated kernels take
 REF_RULES = ("block", "running", "block_pow2")
 
 

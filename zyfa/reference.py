@@ -37,9 +37,8 @@ import math
 import torch
 
 from .fp8 import P_OFFSET_LOG2, P_RULES, REF_RULES, e4m3_decode, fma32, p_bits
-from .scales import is_per_token, normalize_descales
+from .scales import LOG2E, is_per_token, normalize_descales
 
-LOG2E = 1.4426950408889634
 NEG_FLOOR = -1.0e30          # finite stand-in for -inf in references, so 2^(a - b) never sees inf - inf
 RESCALE_THRESHOLD = 8.0      # log2 units the block max may exceed A before A moves
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+LOG2E = 1.4426950408889634
+
 
 def _coarse(d: torch.Tensor, B: int, Hkv: int, name: str) -> torch.Tensor:
     """scalar | (Hkv,) | (B, Hkv) -> (B, Hkv)."""
@@ -68,6 +70,16 @@ def normalize_descales(q, k, v, q_descale=None, k_descale=None, v_descale=None):
         qs = _coarse(qd, B, Hkv, "q_descale").repeat_interleave(group, dim=1)[..., None].expand(B, Hq, Sq)
     ks = kd if kd.dim() == 3 else _coarse(kd, B, Hkv, "k_descale")[..., None].expand(B, Hkv, Sk)
     return qs.contiguous(), ks.contiguous(), per_channel_v_descale(vd, B, Hkv, Dv)
+
+
+def head_factor(q_descale: torch.Tensor, k_descale: torch.Tensor, B: int, Hkv: int, softmax_scale: float,
+                device) -> torch.Tensor:
+    """c = (dq * dk) * (softmax_scale * log2 e) per (batch, kv head), float32 (B, Hkv): the
+    factor from raw FP8 dot products to the log2 domain for per-head (or per-tensor) descales,
+    formed as the spec and every kernel form it."""
+    qd = coarse_descale(q_descale.to(device), B, Hkv, "q_descale")
+    kd = coarse_descale(k_descale.to(device), B, Hkv, "k_descale")
+    return ((qd * kd) * (softmax_scale * LOG2E)).float().contiguous()
 
 
 def per_channel_v_descale(vd: torch.Tensor, B: int, Hkv: int, Dv: int) -> torch.Tensor:

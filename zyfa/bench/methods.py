@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 import zyfa
-from zyfa.asm.ptx.lean_p import LEAN_RULES
+from zyfa.fp8 import LEAN_RULES
 from zyfa.fp8 import P_RULES
 from zyfa.quantize import FP8Inputs, quantize_fp8
 from zyfa.reference import attention_fp64

@@ -9,12 +9,11 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..ops import out_dtype
 from ..tma import tma_aligned, tma_ready
-from ..scales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
+from ..scales import LOG2E, coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from .attention import REF_RULE_IDS, attention_fwd_kernel
 from .p_rules import P_RULE_IDS
 from .tuning import TileConfig, choose, interpreter_active, tuning_key
 
-LOG2E = 1.4426950408889634
 
 
 def device_arch(device: torch.device) -> str:

@@ -372,14 +372,14 @@ def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_r
 
     import torch
 
-    from ...reference import LOG2E
-    from ...scales import normalize_descales
+    from ...scales import head_factor, normalize_descales
     from . import emulator as E
     from .loader import kernel_args, pack
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
-    qs, ks, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
+    _, _, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
+    factors = head_factor(q_descale, k_descale, B, Hkv, scale, q.device)
     name, text = attention_kernel(p_rule, causal, D, Dv)
     kernel, (args, size) = E.parse(text, name), kernel_args(text, name)
     out = torch.zeros(B, Sq, Hq, Dv, dtype=torch.float32)
@@ -388,7 +388,7 @@ def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_r
     for b in range(B):
         for h in range(Hq):
             kvh = h // group
-            c = float((qs[b, h, 0] * ks[b, kvh, 0]) * (scale * LOG2E))    # float32, as the spec forms it
+            c = float(factors[b, kvh])
             mem = E.Memory()
             pq = mem.alloc(q[b, :, h].contiguous().view(torch.uint8).numpy())
             pk = mem.alloc(k[b, :, kvh].contiguous().view(torch.uint8).numpy())

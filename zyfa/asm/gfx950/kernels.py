@@ -12,8 +12,7 @@ import math
 
 import torch
 
-from ...reference import LOG2E
-from ...scales import coarse_descale, per_channel_v_descale
+from ...scales import head_factor, per_channel_v_descale
 from .attention import QUERIES, WAVES, attention_kernel, permuted_vt
 from .loader import HipKernel, hip_runtime, kernel_args
 from .target import assemble
@@ -41,9 +40,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     dev = q.device
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
-    qd = coarse_descale(q_descale.to(dev), B, Hkv, "q_descale")
-    kd = coarse_descale(k_descale.to(dev), B, Hkv, "k_descale")
-    factors = ((qd * kd) * (scale * LOG2E)).float().cpu()       # the spec's c per (batch, kv head)
+    factors = head_factor(q_descale, k_descale, B, Hkv, scale, dev).cpu()   # the kernel takes c by value
     vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     kernel = _kernel(p_rule, bool(causal), D, Dv, dev.index or 0)
     stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0

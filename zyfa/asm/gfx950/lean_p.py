@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 
 from ... import fp8 as F
+from ...fp8 import LEAN_RULES
 from ..program import Program, Reg
 from .target import lit, module, program, span
 
-LEAN_RULES = ("lean", "lean_quad", "lean_cubic")
 WORKGROUP = 256
 PACK_PAIR = 0x0C0C0400      # v_perm: byte 0 of src1, byte 0 of src0, zeros
 PACK_HALVES = 0x05040100    # v_perm: bytes 0-1 of src1, then bytes 0-1 of src0

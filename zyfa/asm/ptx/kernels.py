@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ...scales import coarse_descale, per_channel_v_descale
+from ...scales import head_factor, per_channel_v_descale
 from ...tma import tma_ready
 from . import attention as attn
 from .assemble import assemble
@@ -15,7 +15,6 @@ from .lean_p import p_codes_kernel
 from .loader import Kernel, tensor_map
 from .qk_tile import ROWS, qk_tile_kernel
 
-LOG2E = 1.4426950408889634
 
 
 @functools.cache
@@ -96,9 +95,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
         raise ValueError(f"the generated kernel is for head dims (128, 128), got ({D}, {Dv})")
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dev = q.device
-    qd = coarse_descale(q_descale.to(dev), B, Hkv, "q_descale")
-    kd = coarse_descale(k_descale.to(dev), B, Hkv, "k_descale")
-    fac = ((qd * kd) * (scale * LOG2E)).contiguous()       # as the Triton kernel forms it
+    fac = head_factor(q_descale, k_descale, B, Hkv, scale, dev)
     vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
     vt = permuted_vt(v).reshape(B * Hkv, Dv, -1)

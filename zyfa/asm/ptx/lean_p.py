@@ -8,10 +8,10 @@ that turns float32 y = t - r into packed E4M3 codes, four per 32-bit word with p
 from __future__ import annotations
 
 from ... import fp8 as F
+from ...fp8 import LEAN_RULES
 from ..program import Program, Reg
 from .target import f32, module, program
 
-LEAN_RULES = ("lean", "lean_quad", "lean_cubic")
 
 
 def emit_p_code(prog: Program, y: Reg, rule: str) -> Reg:
