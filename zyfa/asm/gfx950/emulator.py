@@ -413,4 +413,3 @@ def _run_group(group) -> None:
 
 from . import semantics as _semantics  # noqa: E402  (registers the handlers into OPS)
 from .semantics import E4M3  # noqa: E402,F401  (re-exported: E4M3 byte -> value table)
-_OPS = OPS              # the table under its older name

@@ -10,13 +10,12 @@ import numpy as np
 from .emulator import F32, F64, I32, LANES, OPS, U32, U64, WAVE, _REG, _f, _literal, _u, fma_f32, lanes_of
 
 
-_OPS = OPS
 
 
 def op(*names):
     def deco(fn):
         for n in names:
-            _OPS[n] = fn
+            OPS[n] = fn
         return fn
     return deco
 
@@ -61,7 +60,7 @@ def _signed(x, bits=32):
     return x - (1 << bits) if x >> (bits - 1) else x
 
 
-_OPS.update({
+OPS.update({
     "s_mov_b32": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1])),
     "s_mov_b64": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1], 64)),
     "s_add_u32": _sop2(lambda a, b, w: a + b, sets_scc=lambda a, b, r, w: a + b > 0xFFFFFFFF),
@@ -94,8 +93,8 @@ def _scmp(fn, signed=False):
 
 for _name, _fn in {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "lt": lambda a, b: a < b,
                    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}.items():
-    _OPS[f"s_cmp_{_name}_u32"] = _scmp(_fn)
-    _OPS[f"s_cmp_{_name}_i32"] = _scmp(_fn, signed=True)
+    OPS[f"s_cmp_{_name}_u32"] = _scmp(_fn)
+    OPS[f"s_cmp_{_name}_i32"] = _scmp(_fn, signed=True)
 
 
 @op("s_and_saveexec_b64")
@@ -123,7 +122,7 @@ def _i(x):
     return x.view(I32)
 
 
-_OPS.update({
+OPS.update({
     "v_mov_b32": _vop(lambda a: a),
     "v_add_u32": _vop(lambda a, b: a + b),
     "v_sub_u32": _vop(lambda a, b: a - b),
@@ -188,7 +187,7 @@ def _packed_f32(fn):
     return run
 
 
-_OPS.update({
+OPS.update({
     "v_pk_fma_f32": _packed_f32(fma_f32),
     "v_pk_add_f32": _packed_f32(lambda a, b: a + b),
     "v_pk_mul_f32": _packed_f32(lambda a, b: a * b),
@@ -243,7 +242,7 @@ def _vcmp(fn, kind):
 for _name, _fn in {"eq": np.equal, "ne": np.not_equal, "neq": lambda a, b: ~np.equal(a, b), "lt": np.less, "le": np.less_equal, "gt": np.greater,
                    "ge": np.greater_equal}.items():
     for _kind in ("i32", "u32", "f32"):
-        _OPS[f"v_cmp_{_name}_{_kind}"] = _vcmp(_fn, _kind)
+        OPS[f"v_cmp_{_name}_{_kind}"] = _vcmp(_fn, _kind)
 
 
 # ---- global memory: "global_load_dword vdst, vaddr(64-bit), off" or "vdst, voffset(32-bit), sbase"
@@ -340,7 +339,7 @@ def _sdwa(fn):
     return run
 
 
-_OPS.update({
+OPS.update({
     "v_or_b32_sdwa": _sdwa(lambda a, b: a | b),
     "v_and_b32_sdwa": _sdwa(lambda a, b: a & b),
     "v_add_u32_sdwa": _sdwa(lambda a, b: a + b),
