@@ -91,3 +91,14 @@ def test_qk_tile_equals_float64(q_row, k_row):
     assert err < 5e-4, f"rel err {err:.3e}; worst at {divmod(int((s.double() - ref).abs().argmax()), 64)}"
     shuffled = ((s.double()[:, torch.randperm(64, device="cuda")] - ref).norm() / ref.norm()).item()
     assert shuffled > 0.5
+
+
+@pytest.mark.parametrize("op,sass_name", [("ffma", "FFMA"), ("fmnmx", "FMNMX"), ("prmt", "PRMT"),
+                                          ("mufu_ex2", "MUFU.EX2"), ("cvt_e4m3x2", "F2FP"), ("hfma2", "HFMA2")])
+def test_microbench_kernels_keep_the_instruction_under_test(op, sass_name):
+    """A throughput kernel is wrong if ptxas folds its instruction away: each chain's
+    instruction must survive into the SASS."""
+    from zyfa.asm.ptx.microbench import microbench_kernel
+    chains = 16
+    sass = assemble(microbench_kernel(op, chains)[1]).sass()
+    assert sass.count(sass_name) >= chains, f"{sass_name} appears {sass.count(sass_name)} times"
