@@ -302,7 +302,7 @@ def test_permuted_vt_puts_every_key_once_per_block():
     from zyfa.asm.gfx950.attention import key_of_byte, permuted_vt
     assert sorted(key_of_byte(h, j) for h in (0, 1) for j in range(32)) == list(range(64))
     v = np.arange(100 * 3, dtype=np.int64).reshape(100, 3) % 251 + 1
-    vt = permuted_vt(v.astype(np.uint8))
+    vt = permuted_vt(torch.from_numpy(v.astype(np.uint8))).numpy()
     assert vt.shape == (3, 128)
     for block in (0, 1):
         for h in (0, 1):

@@ -76,10 +76,11 @@ def select(problem: Problem, requested: str = "auto") -> Backend:
         if ok:
             # once per distinct fallback, and not inside torch.compile's trace (dynamo
             # cannot trace logging)
-            note = f"zyfa: using {b.name} ({'; '.join(skipped)})"
-            if skipped and note not in _LOGGED and not torch.compiler.is_compiling():
-                _LOGGED.add(note)
-                log.info(note)
+            if skipped and not torch.compiler.is_compiling():
+                note = f"zyfa: using {b.name} ({'; '.join(skipped)})"
+                if note not in _LOGGED:
+                    _LOGGED.add(note)
+                    log.info(note)
             return b
         skipped.append(f"{b.name}: {why}")
     raise RuntimeError("no zyfa backend can run this call: " + "; ".join(skipped))

@@ -61,15 +61,11 @@ BYTE_ORDER = [key_of_byte(h, j) for h in (0, 1) for j in range(32)]
 
 
 def permuted_vt(v):
-    """(Sk keys, Dv) E4M3 bytes (numpy or torch uint8) -> (Dv, Sk rounded up to 64): in each
+    """(Sk keys, Dv) E4M3 bytes (a torch uint8 tensor) -> (Dv, Sk rounded up to 64): in each
     64-key block, byte 32 h + j of row n is v[key_of_byte(h, j), n] (zeros past Sk): what
     the lanes of half h load."""
     sk, dv = v.shape
     blocks = -(-sk // BLOCK_N)
-    if isinstance(v, np.ndarray):
-        padded = np.zeros((blocks * BLOCK_N, dv), np.uint8)
-        padded[:sk] = v
-        return np.ascontiguousarray(padded.reshape(blocks, BLOCK_N, dv)[:, BYTE_ORDER].transpose(2, 0, 1).reshape(dv, -1))
     padded = v.new_zeros(blocks * BLOCK_N, dv)
     padded[:sk] = v
     return padded.reshape(blocks, BLOCK_N, dv)[:, BYTE_ORDER].permute(2, 0, 1).reshape(dv, -1).contiguous()
@@ -392,7 +388,7 @@ def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_r
             mem = E.Memory()
             pq = mem.alloc(q[b, :, h].contiguous().view(torch.uint8).numpy())
             pk = mem.alloc(k[b, :, kvh].contiguous().view(torch.uint8).numpy())
-            pv = mem.alloc(permuted_vt(v[b, :, kvh].contiguous().view(torch.uint8).numpy()))
+            pv = mem.alloc(permuted_vt(v[b, :, kvh].contiguous().view(torch.uint8)).numpy())
             pd = mem.alloc(vs[b, kvh].contiguous().numpy())
             po, pl = mem.alloc(np.zeros((Sq, Dv), np.float32)), mem.alloc(np.zeros(Sq, np.float32))
             E.launch(kernel, mem, (-(-Sq // (QUERIES * WAVES)),), 64 * WAVES, pack(args, size, [pq, pk, pv, pd, po, pl, c, Sq, Sk]))
