@@ -128,6 +128,43 @@ def test_emulator_runs_tritons_gfx950_fp8_dot():
     assert torch.equal(c.cpu(), torch.from_numpy(want))
 
 
+def test_emulator_runs_tritons_gfx950_scaled_fp8_dot():
+    """Triton's scaled FP8 dot for gfx950 (128 x 64 x 256, 4 waves): E8M0 scales per row and
+    32 k picked from VGPR bytes by op_sel/op_sel_hi (all four bytes used), B read from LDS with
+    ds_read_b64_tr_b8, 16-bit bit operations. With scales spanning 2^-7..2^7 the emulated C
+    equals, bit for bit, the float32 accumulation of the exact 64-k partial products in k order
+    (one rounding per MFMA); moving one scale moves exactly the column it scales."""
+    kernel = _gfx950("dot_scaled_fp8")
+    M, N, K = 128, 64, 256
+    rng = np.random.default_rng(5)
+    a = rng.integers(-8, 9, (M, K)) / 4.0
+    b = rng.integers(-8, 9, (K, N)) * 2.0
+    sa = rng.integers(120, 135, (M, K // 32)).astype(np.uint8)
+    sb = rng.integers(120, 135, (N, K // 32)).astype(np.uint8)
+    a8 = torch.from_numpy(a).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    b8 = torch.from_numpy(b).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+
+    def run(sa, sb):
+        mem = E.Memory()
+        ptrs = [mem.alloc(x) for x in (a8, sa, b8, sb, np.zeros((M, N), np.float32))]
+        E.launch(kernel, mem, (1,), 256, struct.pack("<7Q", *ptrs, 0, 0))
+        return mem.array(ptrs[-1], np.float32, M * N).reshape(M, N)
+
+    def want(sa, sb):
+        A = a * np.repeat(np.exp2(sa - 127.0), 32, axis=1)
+        B = b * np.repeat(np.exp2(sb - 127.0), 32, axis=1).T
+        c = np.zeros((M, N), np.float32)
+        for k0 in range(0, K, 64):
+            c = (A[:, k0:k0 + 64] @ B[k0:k0 + 64] + c.astype(np.float64)).astype(np.float32)
+        return c
+
+    assert np.array_equal(run(sa, sb).view(np.uint32), want(sa, sb).view(np.uint32))
+    moved = sb.copy()
+    moved[5, 3] += 4                                        # column 5, k 96-127 scaled by 16 more
+    got, expect = run(sa, moved), want(sa, moved)
+    assert np.array_equal(got, expect) and not np.array_equal(got[:, 5], want(sa, sb)[:, 5])
+
+
 # ---------------------------------------------------------------- zyfa's generated gfx950 kernels
 @pytest.mark.parametrize("rule", LEAN_RULES)
 def test_generated_gfx950_p_codes_assemble_and_equal_the_spec(rule):

@@ -62,6 +62,7 @@ def _signed(x, bits=32):
 
 OPS.update({
     "s_mov_b32": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1])),
+    "s_movk_i32": lambda w, i: w.set_s(i.args[0], _signed(w.sval(i.args[1]) & 0xFFFF, 16) & 0xFFFFFFFF),
     "s_mov_b64": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1], 64)),
     "s_add_u32": _sop2(lambda a, b, w: a + b, sets_scc=lambda a, b, r, w: a + b > 0xFFFFFFFF),
     "s_addc_u32": _sop2(lambda a, b, w: a + b + w.scc, sets_scc=lambda a, b, r, w: a + b + w.scc > 0xFFFFFFFF),
@@ -142,6 +143,9 @@ OPS.update({
     "v_add_lshl_u32": _vop(lambda a, b, s: (a + b) << (s & U32(31))),
     "v_and_or_b32": _vop(lambda a, b, c: (a & b) | c),
     "v_or3_b32": _vop(lambda a, b, c: a | b | c),
+    "v_add3_u32": _vop(lambda a, b, c: a + b + c),
+    "v_bfe_u32": _vop(lambda a, off, width: (a >> (off & U32(31))) & ((U32(1) << (width & U32(31))) - U32(1))),
+    "v_bfe_i32": _vop(lambda a, off, width: _bfe_signed(a, off & U32(31), width & U32(31))),
     "v_max_f32": _fop(lambda a, b: np.fmax(a, b)),
     "v_max3_f32": _fop(lambda a, b, c: np.fmax(np.fmax(a, b), c)),
     "v_min_f32": _fop(lambda a, b: np.fmin(a, b)),
@@ -158,6 +162,25 @@ OPS.update({
     "v_log_f32": _fop(lambda a: np.log2(a.astype(F64)).astype(F32)),
     "v_exp_f32": _fop(lambda a: np.exp2(a.astype(F64)).astype(F32)),
 })
+
+
+def _bfe_signed(a, off, width):
+    """Bits [off, off + width) of a, sign-extended from the field's top bit."""
+    field = ((a.astype(np.int64) >> off.astype(np.int64)) & ((1 << width.astype(np.int64)) - 1))
+    sign = (field >> np.maximum(width.astype(np.int64) - 1, 0)) & 1
+    return np.where((width > 0) & (sign == 1), field - (1 << width.astype(np.int64)), field).astype(np.int64).astype(U32)
+
+
+@op("v_add_co_u32", "v_addc_co_u32")
+def _v_add_co(w, i):
+    """32-bit add with carry out into an SGPR pair (vcc); the _addc form adds a carry in."""
+    a, b = (w.vsrc(t).astype(U64) for t in i.args[2:4])
+    if i.op == "v_addc_co_u32":
+        b = b + lanes_of(w.sval(i.args[4], 64)).astype(U64)
+    total = a + b
+    carry = w.mask_from(total > U64(0xFFFFFFFF))
+    w.set_v(i.args[0], (total & U64(0xFFFFFFFF)).astype(U32))
+    w.set_s(i.args[1], carry)
 
 
 @op("v_fmac_f32")
@@ -247,10 +270,10 @@ for _name, _fn in {"eq": np.equal, "ne": np.not_equal, "neq": lambda a, b: ~np.e
 
 # ---- global memory: "global_load_dword vdst, vaddr(64-bit), off" or "vdst, voffset(32-bit), sbase"
 def _global_addr(w, i, addr_tok, base_tok):
-    off = int(i.mods.get("offset", "0"), 0)
+    off = U64(int(i.mods.get("offset", "0"), 0) & 0xFFFFFFFFFFFFFFFF)     # signed (13 bits): wraps
     if base_tok == "off":
-        return w.vsrc64(addr_tok) + U64(off)
-    return w.vsrc(addr_tok).astype(U64) + U64(w.sval(base_tok, 64)) + U64(off)
+        return w.vsrc64(addr_tok) + off
+    return w.vsrc(addr_tok).astype(U64) + U64(w.sval(base_tok, 64)) + off
 
 
 @op("global_load_dword", "global_load_dwordx2", "global_load_dwordx4", "global_load_ubyte")
@@ -301,6 +324,33 @@ def _ds_read(w, i):
     w.set_block(i.args[0], data.view(U32))
 
 
+@op("ds_read_u8", "ds_read_u16")
+def _ds_read_narrow(w, i):
+    n = 1 if i.op == "ds_read_u8" else 2
+    addr = w.vsrc(i.args[1]) + U32(int(i.mods.get("offset", "0"), 0))
+    data = np.zeros((WAVE, 4), np.uint8)
+    act = w.active()
+    data[act, :n] = w.lds[_lds_index(w, addr[act], n)]
+    w.set_v(i.args[0], data.view(U32).reshape(-1))
+
+
+@op("ds_read_b64_tr_b8")
+def _ds_read_tr_b8(w, i):
+    """Transpose read: each lane names 8 bytes; within each 16 lanes, byte b of lane i is byte
+    i % 8 of the 8 named by lane 2 b + i // 8 (two interleaved 8 x 8 byte transposes: lanes
+    0-7 from the even lanes, 8-15 from the odd). Of four readings of the prose this is the one
+    under which Triton's compiled scaled FP8 dots give their exact products (tests/test_gfx950.py)."""
+    addr = w.vsrc(i.args[1]) + U32(int(i.mods.get("offset", "0"), 0))
+    act = w.active()
+    if not act.all():
+        raise NotImplementedError(f"transpose reads with lanes off ({i.line})")
+    rows = w.lds[_lds_index(w, addr, 8)]                    # (64 lanes, 8 bytes) at each lane's address
+    lane, byte = np.meshgrid(np.arange(WAVE), np.arange(8), indexing="ij")
+    src_lane, src_byte = 2 * byte + (lane % 16) // 8, lane % 8
+    out = rows[16 * (lane // 16) + src_lane, src_byte]
+    w.set_block(i.args[0], np.ascontiguousarray(out.astype(np.uint8)).view(U32))
+
+
 @op("ds_bpermute_b32")
 def _ds_bpermute(w, i):
     """Lane l receives data from lane (address + offset) / 4 (mod 64)."""
@@ -344,13 +394,17 @@ OPS.update({
     "v_and_b32_sdwa": _sdwa(lambda a, b: a & b),
     "v_add_u32_sdwa": _sdwa(lambda a, b: a + b),
     "v_lshlrev_b16": _vop(lambda s, a: ((a & U32(0xFFFF)) << (s & U32(15))) & U32(0xFFFF)),   # high half zeroed
+    "v_lshrrev_b16": _vop(lambda s, a: (a & U32(0xFFFF)) >> (s & U32(15))),
     "v_xad_u32": _vop(lambda a, b, c: (a ^ b) + c),
 })
 
 
-@op("v_bitop3_b32")
+@op("v_bitop3_b32", "v_bitop3_b16")
 def _v_bitop3(w, i):
-    """Each result bit is bit (s0 << 2 | s1 << 1 | s2) of the 8-bit truth table."""
+    """Each result bit is bit (s0 << 2 | s1 << 1 | s2) of the 8-bit truth table (the b16 form:
+    the low halves, the high half of the result zeroed as other 16-bit VALU ops do here)."""
+    if "op_sel" in i.mods:
+        raise NotImplementedError(f"op_sel on v_bitop3 ({i.line})")
     table = int(i.mods["bitop3"], 0)
     s0, s1, s2 = (w.vsrc(t) for t in i.args[1:4])
     out = np.zeros(WAVE, U32)
@@ -358,7 +412,7 @@ def _v_bitop3(w, i):
         if table >> index & 1:
             pick = ((s0 if index & 4 else ~s0) & (s1 if index & 2 else ~s1) & (s2 if index & 1 else ~s2))
             out |= pick
-    w.set_v(i.args[0], out)
+    w.set_v(i.args[0], out & U32(0xFFFF) if i.op.endswith("b16") else out)
 
 
 # ---- matrix cores
@@ -373,8 +427,7 @@ def _e4m3_table() -> np.ndarray:
 E4M3 = _e4m3_table()
 
 
-@op("v_mfma_f32_32x32x64_f8f6f4")
-def _mfma_32x32x64_f8(w, i):
+def _mfma_32x32x64_e4m3(w, i, scale_a=None, scale_b=None):
     """D (32x32 f32) = A (32x64) B (64x32) + C, both inputs E4M3 (cbsz = blgp = 0).
 
     Byte j of lane l's 8 registers is A row l % 32 (B: column l % 32) at
@@ -382,6 +435,8 @@ def _mfma_32x32x64_f8(w, i):
     upper 16 of each 32. That is how Triton's compiled gfx950 code arranges its operands
     (tests/test_gfx950.py), which the issue takes as the judge over prose documentation.
     D/C register r of lane l is row 8 (r // 4) + 4 (l // 32) + r % 4, column l % 32.
+    ``scale_a``/``scale_b`` (64 lanes of E8M0 exponents) multiply A's row l % 32 (B's column
+    l % 32) over the 32 k of block l // 32 by 2^(e - 127).
     Products are exact and summed in float64, then rounded once to float32."""
     for mod in ("cbsz", "blgp", "abid"):
         if int(i.mods.get(mod, "0"), 0):
@@ -396,6 +451,16 @@ def _mfma_32x32x64_f8(w, i):
         k = 32 * (j // 16) + 16 * (lanes // 32) + j % 16
         A[rows, k] = E4M3[a_bytes[:, j]]
         B[k, rows] = E4M3[b_bytes[:, j]]
+    for scale, side in ((scale_a, "A"), (scale_b, "B")):
+        if scale is None:
+            continue
+        if np.any(scale == 255):
+            raise NotImplementedError(f"E8M0 NaN scale (255) in {i.line}")
+        factor = np.exp2(scale.astype(F64) - 127).reshape(2, 32)          # [k block, row]
+        if side == "A":
+            A *= np.repeat(factor.T, 32, axis=1)
+        else:
+            B *= np.repeat(factor, 32, axis=0)
     reg = np.arange(16)
     out_rows = (8 * (reg // 4))[None, :] + (4 * (lanes // 32))[:, None] + (reg % 4)[None, :]   # (64, 16)
     out_cols = np.broadcast_to((lanes % 32)[:, None], (WAVE, 16))
@@ -405,3 +470,24 @@ def _mfma_32x32x64_f8(w, i):
         C = np.full((WAVE, 16), _f(np.array([_literal(i.args[3], 32, True)], U32))[0], F64)
     D = (A @ B)[out_rows, out_cols] + C
     w.set_block(i.args[0], D.astype(F32).view(U32), masked=False)
+
+
+@op("v_mfma_f32_32x32x64_f8f6f4")
+def _mfma_32x32x64_f8(w, i):
+    _mfma_32x32x64_e4m3(w, i)
+
+
+def _op_sel(i, key):
+    return [int(x) for x in i.mods.get(key, "[0,0,0]").strip("[]").split(",")]
+
+
+@op("v_mfma_scale_f32_32x32x64_f8f6f4")
+def _mfma_scale_32x32x64_f8(w, i):
+    """The MFMA with E8M0 block scales from VGPRs (operands 4 and 5); op_sel[s] picks the
+    byte of scale register s (op_sel_hi[s] the upper two bytes), as Triton writes it."""
+    lo, hi = _op_sel(i, "op_sel"), _op_sel(i, "op_sel_hi")
+    scales = []
+    for s, tok in enumerate(i.args[4:6]):
+        byte = lo[s] + 2 * hi[s]
+        scales.append(((w.vsrc(tok) >> U32(8 * byte)) & U32(0xFF)).astype(np.int64))
+    _mfma_32x32x64_e4m3(w, i, *scales)

@@ -47,12 +47,29 @@ def dot_fp8(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
     tl.store(C + m[:, None] * N + n[None, :], tl.dot(a, b))
 
 
+@triton.jit
+def dot_scaled_fp8(A, A_SCALE, B, B_SCALE, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    """C (M x N, float32) = (A 2^(A_SCALE - 127)) @ (B 2^(B_SCALE - 127)), E4M3 inputs with an
+    E8M0 scale per row of A (column of B) per 32 k. On gfx950 with 4 warps this is
+    v_mfma_scale_f32_32x32x64_f8f6f4 with the scale bytes picked by op_sel/op_sel_hi, and B
+    (row-major, k by n) read from LDS with ds_read_b64_tr_b8."""
+    m, n, k, kb = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K), tl.arange(0, K // 32)
+    a = tl.load(A + m[:, None] * K + k[None, :])
+    b = tl.load(B + k[:, None] * N + n[None, :])
+    a_scale = tl.load(A_SCALE + m[:, None] * (K // 32) + kb[None, :])
+    b_scale = tl.load(B_SCALE + n[:, None] * (K // 32) + kb[None, :])
+    tl.store(C + m[:, None] * N + n[None, :], tl.dot_scaled(a, a_scale, "e4m3", b, b_scale, "e4m3"))
+
+
 def _specs():
     out = {f"p_codes_{rule}": (p_codes, {"Y": "*fp32", "OUT": "*i32", "n": "i32", "RULE": "constexpr",
                                          "BLOCK": "constexpr"}, {"RULE": P_RULE_IDS[rule], "BLOCK": 256}, 4)
            for rule in ("lean", "lean_quad", "lean_cubic")}
     out["dot_fp8"] = (dot_fp8, {"A": "*fp8e4nv", "B": "*fp8e4nv", "C": "*fp32", "M": "constexpr", "N": "constexpr",
                                 "K": "constexpr"}, {"M": 32, "N": 32, "K": 64}, 1)
+    out["dot_scaled_fp8"] = (dot_scaled_fp8, {"A": "*fp8e4nv", "A_SCALE": "*u8", "B": "*fp8e4nv", "B_SCALE": "*u8",
+                                              "C": "*fp32", "M": "constexpr", "N": "constexpr", "K": "constexpr"},
+                             {"M": 128, "N": 64, "K": 256}, 4)
     out["colsum"] = (colsum, {"X": "*fp32", "OUT": "*fp32", "rows": "i32", "cols": "i32", "scale": "fp32",
                               "BLOCK": "constexpr"}, {"BLOCK": 128}, 2)
     return out
