@@ -285,6 +285,7 @@ GFX950_SHAPES = [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal
     (1, 70, 130, 1, 1, 64, 64, False),     # non-causal with tails
     (2, 1, 45, 2, 2, 128, 128, True),      # one query row, batch 2
     (1, 48, 96, 2, 2, 192, 128, True),     # MLA head dims
+    (1, 300, 420, 1, 1, 64, 64, True),     # two workgroups, 7 blocks: the buffers turn over
 ]
 
 
@@ -298,26 +299,48 @@ def _small_int_case(shape, seed):
     return dict(q=q, k=k, v=v, q_descale=qd, k_descale=kd, v_descale=torch.rand(B, Hkv, Dv, generator=g) / 32)
 
 
+@pytest.mark.parametrize("ref_rule", ["block", "block_pow2"])
 @pytest.mark.parametrize("rule", LEAN_RULES)
 @pytest.mark.parametrize("shape", GFX950_SHAPES)
-def test_generated_gfx950_attention_equals_the_spec(shape, rule):
-    """The whole per-block algorithm (block_n = 64) on the emulated matrix cores: S^T by MFMA,
-    masks, lane-pair row max and row sum, lazy reference, lean P of y = fma(S, c, -m) packed
-    into the P.V MFMA, two-level accumulation, LSE. The emulated MFMA sums exactly, so the P
-    codes equal the spec's and the output is the spec's up to float32 rounding (one P code
-    off would show as ~1e-3)."""
+def test_generated_gfx950_attention_equals_the_spec(shape, rule, ref_rule):
+    """The whole per-block algorithm (block_n = 64) on the emulated matrix cores, 8 waves in
+    ping-pong over double-buffered LDS (the emulator would raise on a race between barriers):
+    S^T by MFMA, masks, lane-pair row max, lazy reference, lean P of y = fma(S, c, -r) packed
+    into the P.V MFMA, row sums by MFMA, LSE; block: two-level accumulation; block_pow2: the
+    block weight applied by the scaled MFMA's E8M0 operand. The emulated MFMA sums exactly, so
+    the P codes equal the spec's and the output is the spec's up to float32 rounding (one P
+    code off would show as ~1e-3)."""
     from zyfa.asm.gfx950.attention import attention_kernel, emulate_attention
     from zyfa.reference import fp8_attention_spec
     causal = shape[-1]
-    text = attention_kernel(rule, causal, shape[5], shape[6])[1]
+    text = attention_kernel(rule, causal, shape[5], shape[6], ref_rule)[1]
     assert assemble(text)[:4] == b"\x7fELF"
-    # exp2 only for a block's two factors (alpha, beta); no conversions anywhere
-    assert text.count("v_exp_f32") == 2 and "v_cvt" not in text
+    # exp2 only for a block's factors (alpha, and beta unless the MFMA scales); no per-score conversion
+    assert text.count("v_exp_f32") == (1 if ref_rule == "block_pow2" else 2)
+    assert text.count("v_cvt") == (1 if ref_rule == "block_pow2" else 0)    # the block's scale byte
+    assert ("v_mfma_scale" in text) == (ref_rule == "block_pow2")
     kw = _small_int_case(shape, seed=shape[1] + len(rule))
-    out, lse = emulate_attention(**kw, causal=causal, p_rule=rule)
-    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, block_n=64, return_lse=True)
+    out, lse = emulate_attention(**kw, causal=causal, p_rule=rule, ref_rule=ref_rule)
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, ref_rule=ref_rule, block_n=64,
+                                        return_lse=True)
     assert ((out.double() - spec).norm() / spec.norm()).item() < 1e-6
     assert (lse.double() - lse_spec).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("barrier", [0, 1])
+def test_emulator_catches_the_race_a_missing_barrier_makes(barrier, monkeypatch):
+    """Drop either barrier of the generated kernel's loop: waves then read K/V^T bytes other
+    waves are writing in the same interval, and the emulator refuses instead of answering."""
+    from zyfa.asm.gfx950 import attention as AT
+    name, text = AT.attention_kernel("lean_cubic", True, 128, 128, "block_pow2")
+    lines = text.splitlines()
+    loop = lines.index(".Lblock:")
+    barriers = [i for i in range(loop, len(lines)) if lines[i].strip() == "s_barrier"]
+    mutated = "\n".join(ln for i, ln in enumerate(lines) if i != barriers[barrier])
+    monkeypatch.setattr(AT, "attention_kernel", lambda *a, **k: (name, mutated))
+    with pytest.raises(E.LdsRaceError):
+        AT.emulate_attention(**_small_int_case((1, 40, 200, 1, 1, 128, 128, True), seed=3), causal=True,
+                             ref_rule="block_pow2")
 
 
 def test_generated_gfx950_attention_on_realistic_activations():
@@ -357,7 +380,9 @@ def test_dispatch_selects_gfx950_on_a_faked_mi355x(monkeypatch):
     monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
     monkeypatch.setattr(backends, "_HIP_RUNTIME", True)
     assert dispatch.select(problem).name == "gfx950"
+    assert dispatch.select(dataclasses.replace(problem, ref_rule="block_pow2")).name == "gfx950"
     for other, why in ((dict(arch="gfx942"), "targets gfx950"), (dict(is_fp8=False), "FP8 only"),
+                       (dict(ref_rule="running"), "ref_rule"),
                        (dict(p_rule="exact"), "p_rule"), (dict(per_token_descales=True), "per-token"),
                        (dict(head_dims=(96, 128)), "head dims"), (dict(head_dims=(256, 256)), "head dims")):
         ok, reason = backends._gfx950_ok(dataclasses.replace(problem, **other))
@@ -379,9 +404,9 @@ class _EmulatedHip(_FakeHip):
         from zyfa.asm.gfx950.attention import attention_kernel
         size = ctypes.cast(config[3], ctypes.POINTER(ctypes.c_size_t)).contents.value
         kernargs = ctypes.string_at(config[1], size)
-        rule, dim, vdim, mode = re.match(r"zyfa_attn_gfx950_(\w+)_d(\d+)_(\d+)_(causal|full)$",
-                                         self.name.decode()).groups()
-        name, text = attention_kernel(rule, mode == "causal", int(dim), int(vdim))
+        rule, ref_rule, dim, vdim, mode = re.match(r"zyfa_attn_gfx950_(lean\w*?)_(block\w*?)_d(\d+)_(\d+)_(causal|full)$",
+                                                   self.name.decode()).groups()
+        name, text = attention_kernel(rule, mode == "causal", int(dim), int(vdim), ref_rule)
         E.launch(E.parse(text, name), E.HostMemory(), (gx, gy, gz), bx, kernargs)
         self.launches.append((gx, bx))
         return 0
@@ -397,15 +422,15 @@ def test_gfx950_backend_runs_through_the_hip_loader(monkeypatch):
     kernels._kernel.cache_clear()
     try:
         kw = _small_int_case((1, 40, 100, 2, 1, 128, 128, True), seed=9)
-        out, lse = kernels.attention_fp8(**kw, causal=True, p_rule="lean_cubic")
+        out, lse = kernels.attention_fp8(**kw, causal=True, p_rule="lean_cubic", ref_rule="block_pow2")
     finally:
         kernels._kernel.cache_clear()
-    spec, lse_spec = fp8_attention_spec(**kw, causal=True, block_n=64, return_lse=True)
+    spec, lse_spec = fp8_attention_spec(**kw, causal=True, ref_rule="block_pow2", block_n=64, return_lse=True)
     assert out.dtype == torch.bfloat16 and out.shape == (1, 40, 2, 128)
     rounding = ((spec.bfloat16().double() - spec).norm() / spec.norm()).item()
     assert ((out.double() - spec).norm() / spec.norm()).item() <= 1.5 * rounding
     assert (lse.double() - lse_spec).abs().max().item() < 1e-5
-    assert fake.launches == [(1, 256), (1, 256)]               # one launch per head: one workgroup of 4 waves
+    assert fake.launches == [(1, 512), (1, 512)]               # one launch per head: one workgroup of 8 waves
 
 
 # ---------------------------------------------------------------- the cycle model

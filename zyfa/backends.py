@@ -24,8 +24,9 @@ def _has_cuda_python() -> bool:
 _CUDA_PYTHON = _has_cuda_python()
 
 
-def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, head_dims_text: str):
-    """What both generated kernels implement: FP8, lean P, block references, per-head (or
+def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, head_dims_text: str,
+                          ref_rules: tuple = ("block",)):
+    """What both generated kernels implement: FP8, lean P, ``ref_rules``, per-head (or
     per-tensor) q/k descales. None if the problem fits, else (False, reason)."""
     lean = LEAN_RULES
     if not p.is_fp8:
@@ -34,8 +35,8 @@ def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, 
         return False, f"the {kernel} takes head dims {head_dims_text}, not {p.head_dims}"
     if p.p_rule not in lean:
         return False, f"the {kernel} implements p_rule {lean}, not {p.p_rule!r}"
-    if p.ref_rule != "block":
-        return False, f"the {kernel} implements ref_rule 'block', not {p.ref_rule!r}"
+    if p.ref_rule not in ref_rules:
+        return False, f"the {kernel} implements ref_rule {ref_rules}, not {p.ref_rule!r}"
     if p.per_token_descales:
         return False, f"the {kernel} takes per-head (or per-tensor) q/k descales, not per-token"
     return None
@@ -74,18 +75,20 @@ def _gfx950_fits(head_dim: int, value_dim: int) -> bool:
 
 def _gfx950_ok(p: dispatch.Problem):
     """The generated gfx950 kernel: FP8, head dims (64|128, 32..128) or (192, 128), coarse
-    q/k descales, lean P, block references; verified in an emulator, never run on hardware."""
+    q/k descales, lean P, block or block_pow2 references; verified in an emulator, never run on hardware."""
     if p.device.type != "cuda" or torch.version.hip is None:
         return False, "generated gfx950 assembly runs on AMD GPUs under ROCm"
     if p.arch != "gfx950":
         return False, f"generated gfx950 assembly targets gfx950 (MI355X), device is {p.arch}"
     refusal = _generated_fp8_limits(p, "generated gfx950 kernel", _gfx950_fits(*p.head_dims),
-                                    "64 or 128 (value dims in 32s up to 128) or 192/128")
+                                    "64 or 128 (value dims in 32s up to 128) or 192/128",
+                                    ref_rules=("block", "block_pow2"))
     if refusal:
         return refusal
     if not _HIP_RUNTIME:
         return False, "the HIP runtime (libamdhip64) is not installed"
-    return True, "generated gfx950 assembly, 64-key blocks (verified in an emulator; not yet run on MI355X)"
+    return True, ("generated gfx950 assembly, 8 waves in ping-pong, 64-key blocks (verified in an emulator; "
+                  "not yet run on MI355X)")
 
 
 def _gfx950_run(q, k, v, **kw):

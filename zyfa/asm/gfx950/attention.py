@@ -1,7 +1,18 @@
-"""The generated FP8 attention kernel for gfx950, first version: the whole per-block algorithm
-of ``zyfa.reference.fp8_attention_spec`` with key blocks of 64 (``block_n=64``, ZYFA's block
-size), one wave per 32 queries of one head, operands straight from global memory into the
-matrix cores' layouts (no LDS yet, no ping-pong: correctness first).
+"""The generated FP8 attention kernel for gfx950: the whole per-block algorithm of
+``zyfa.reference.fp8_attention_spec`` with key blocks of 64 (``block_n=64``, ZYFA's block),
+scheduled as ZYFA / CK's FMHA pipelines are: 8 waves a workgroup (256 queries, 32 a wave) in
+two groups of 4 that ping-pong, and K / V^T double-buffered in LDS.
+
+Schedule. A wave's loop over key blocks j alternates two phases, each closed by s_barrier:
+  matrix phase M(j)   rowsum and P.V of block j - 1, then S^T = K_j Q^T  (all the MFMAs)
+  vector phase V(j)   mask, row max, references, lean P of block j; stage the next block
+Group 1 starts one barrier late, so while one group is in M the other is in V: the two waves
+a SIMD hosts (wave s and wave s + 4) take turns on the matrix cores, s_setprio favouring the
+one issuing MFMAs. In V(j) group 0 copies K_{j+1} and group 1 copies V^T_{j+1} from global
+memory into the LDS buffers that no wave reads before the next barrier; K_j is read in ticks
+2j, 2j+1 and V^T_j in ticks 2j+2, 2j+3 (group 0 / group 1), so two buffers of each suffice.
+The emulator checks this: it flags any LDS byte one wave writes and another touches between
+the same two barriers.
 
 Per key block:
   S^T = K Q^T        per 32-key tile, D / 64 v_mfma_f32_32x32x64_f8f6f4; lane l holds query
@@ -9,19 +20,26 @@ Per key block:
   mask               keys past seqlen_k or past the bottom-right causal limit -> -inf
   m                  row max over the lane's 32 keys and its partner's (l ^ 32, ds_bpermute);
                      t = S c is monotone in S for c > 0, so m = max(S) c
-  A, alpha, beta     the lazy reference (moves when m > A + 8) and 2^(A - A'), 2^(m - A')
-  P                  lean-rule codes of y = fma(S, c, -m), packed with v_perm straight into
+  A, alpha           the lazy reference (moves when m > A + 8) and alpha = 2^(A - A')
+  r                  the block's P reference: ref_rule "block" r = m; "block_pow2"
+                     r = A' - d with d = floor(A' - m), so the block's weight 2^(r - A') is 2^-d
+  P                  lean-rule codes of y = fma(S, c, -r), packed with v_perm straight into
                      the B operand of P.V (byte j: tile j // 16, register j % 16; V^T's keys
                      permuted on the host to match, ``permuted_vt``)
-  l                  row sums of the rounded P on the matrix cores: one more MFMA, E4M3 ones
-                     against P^T (ZYFA's way; every lane gets its query's whole sum)
-  O^T = Vp^T P^T     per 32 value columns one MFMA into a fresh accumulator;
-                     total = total alpha + O beta (two-level accumulation; packed FP32, and
-                     the multiply by alpha only when some lane's reference moved)
+  l, O               row sums of the rounded P by one MFMA of E4M3 ones against P^T, and
+                     O^T = Vp^T P^T per 32 value columns:
+                     block_pow2: v_mfma_scale_f32_32x32x64_f8f6f4 straight into the running
+                       sums, P's E8M0 scale 127 - d (clamped at 0) applying the weight 2^-d:
+                       no second accumulator and no multiply-add per element (ZYFA's way)
+                     block: a fresh accumulator, total += O beta with beta = 2^(m - A')
+                     (both: total and l multiplied by alpha only when some lane's A moved)
 Epilogue: out = total / l * v_descale, LSE = ln2 (A + log2 l - 8).
 
-Wait states around the MFMAs are conservative counts (``HAZARD_NOPS``); the emulator does not
-model them, and no MI355X has run this code. v_exp/v_rcp/v_log are approximate on hardware.
+The spec's block_pow2 weight is 2^(r - A') of the float32 r; it equals 2^-d unless A' - d
+rounds (|A'| small and d large), and then differs by under 2^-17 relative: inside the
+float32 accumulation noise the tests allow. Wait states around the MFMAs are conservative
+counts (``HAZARD_NOPS``); the emulator does not model them, and no MI355X has run this code.
+v_exp/v_rcp/v_log are approximate on hardware.
 """
 from __future__ import annotations
 
@@ -33,9 +51,12 @@ from .lean_p import LEAN_RULES, emit_p_codes, load_constants
 from .target import lit, module, program, span
 
 QUERIES, BLOCK_N = 32, 64
-WAVES = 4                            # waves of a workgroup: 128 queries share each K/V block in LDS
+GROUP_WAVES, GROUPS = 4, 2
+WAVES = GROUP_WAVES * GROUPS         # 256 queries a workgroup share each K/V block in LDS
 HEAD_DIMS = (64, 128, 192, 256)      # in slices of 64 (192: MLA's query/key dim)
-MAX_VGPRS = 256                      # architected VGPRs a wave addresses (AGPRs are not used yet)
+REF_RULES = ("block", "block_pow2")
+MAX_VGPRS = 256                      # VGPRs + AGPRs a wave may hold: 512 a SIMD lane, two waves a SIMD
+STEADY_STATE_SKIPS = (".Lmasked", ".Lrescaled")   # forward branches the steady state takes
 
 
 def fits(head_dim: int, value_dim: int) -> bool:
@@ -45,11 +66,14 @@ def fits(head_dim: int, value_dim: int) -> bool:
     except ValueError:
         return False
     return True
+
+
 LN2 = 0.6931471805599453
 HAZARD_NOPS = (15, 1)       # after an MFMA 32x32 before its result is read (as LLVM writes it)
 PACK_PAIR, PACK_HALVES = 0x0C0C0400, 0x05040100
 NEG_INF = 0xFF800000
 E4M3_ONES = 0x38383838      # four E4M3 1.0
+E8M0_ONE = 127              # the scale byte of 2^0
 
 
 def key_of_byte(half: int, j: int) -> int:
@@ -72,18 +96,23 @@ def permuted_vt(v):
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: int = 128,
-                     value_dim: int = 128) -> tuple[str, str]:
+                     value_dim: int = 128, ref_rule: str = "block") -> tuple[str, str]:
     """(name, assembly) of the kernel for one head: args q (Sq x D), k (Sk x D) E4M3 row-major,
     vt = permuted_vt(v), vd (Dv,) float32, out (Sq x Dv) float32, lse (Sq,) float32, c (the
     spec's factor, > 0), seqlen_q, seqlen_k (seqlen_q <= seqlen_k when causal). Grid: one
-    workgroup of 64 threads per 32 queries."""
+    workgroup of 512 threads per 256 queries."""
     if rule not in LEAN_RULES:
         raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
+    if ref_rule not in REF_RULES:
+        raise ValueError(f"generated reference rules are {REF_RULES}, got {ref_rule!r}")
     if head_dim not in HEAD_DIMS or value_dim % 32 or not 32 <= value_dim <= 128:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS} and value_dim a multiple of 32 up to 128, "
                          f"got {head_dim}, {value_dim}")
+    pow2 = ref_rule == "block_pow2"
     chunks, dv_tiles = head_dim // 64, value_dim // 32
-    name = f"zyfa_attn_gfx950_{rule}_d{head_dim}_{value_dim}_{'causal' if causal else 'full'}"
+    k_bytes, v_bytes = BLOCK_N * head_dim, BLOCK_N * value_dim      # one buffer each
+    v_lds = 2 * k_bytes                                             # K buffers, then V^T buffers
+    name = f"zyfa_attn_gfx950_{rule}_{ref_rule}_d{head_dim}_{value_dim}_{'causal' if causal else 'full'}"
     prog = program()
     emit = prog.emit
     kernarg = prog.aligned("s", 2)
@@ -102,20 +131,24 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
 
     prog.comment("lane coordinates, query limits, the number of key blocks")
     s_tiles = [prog.aligned("v", 16, 2) for _ in range(2)]       # scores: free before the loop, so
-    qload, qoff, t32, rowdv = s_tiles[1][4:8]                    # the prologue's temporaries live there
+    qload, qoff, t32, wave = s_tiles[1][4:8]                     # the prologue's temporaries live there
     row, half, t16, query, partner, limit, neg_inf, lane, w16 = prog.regs("v", 9)
-    q0, sk_last, n_blocks, skp, tmp = prog.regs("s", 5)
+    q0, sk_last, n_blocks, skp, tmp, group = prog.regs("s", 6)
     emit("v_and_b32", row, 31, tid)
     emit("v_and_b32", lane, 63, tid)
     emit("v_lshrrev_b32", half, 5, lane)
     emit("v_lshlrev_b32", t16, 4, half)
-    emit("v_lshrrev_b32", w16, 6, tid)                           # the wave within the workgroup
-    emit("v_lshlrev_b32", w16, 4, w16)                           # its 16-byte column of each K/V row
+    emit("v_lshrrev_b32", wave, 6, tid)                          # the wave within the workgroup
+    emit("v_lshrrev_b32", w16, 2, wave)
+    emit("v_readfirstlane_b32", group, w16)                      # its group, 0 or 1 (wave-uniform)
+    emit("v_and_b32", w16, GROUP_WAVES - 1, wave)
+    emit("v_lshlrev_b32", w16, 4, w16)                           # its 16-byte column when staging
     emit("v_xor_b32", partner, 32, tid)
+    emit("v_and_b32", partner, 63, partner)
     emit("v_lshlrev_b32", partner, 2, partner)                   # ds_bpermute address of lane l ^ 32
     emit("v_mov_b32", neg_inf, lit(NEG_INF))
-    emit("s_lshl_b32", q0, wg, 7)                                # first query of the workgroup
-    emit("v_lshl_add_u32", query, w16, 1, row)                   # + 32 wave + row
+    emit("s_lshl_b32", q0, wg, 8)                                # first query of the workgroup
+    emit("v_lshl_add_u32", query, wave, 5, row)                  # + 32 wave + row
     emit("v_add_u32", query, q0, query)
     emit("s_waitcnt_lgkm")
     emit("s_add_u32", sk_last, sk, -1 & 0xFFFFFFFF)
@@ -125,7 +158,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("s_sub_u32", tmp, sk, sq)                           # bottom-right: query i sees keys <= i + Sk - Sq
         emit("v_add_u32", limit, tmp, query)
         emit("v_min_u32", limit, sk_last, limit)
-        emit("s_add_u32", n_blocks, q0, QUERIES * WAVES)        # keys needed: min(q0 + 128 + Sk - Sq, Sk)
+        emit("s_add_u32", n_blocks, q0, QUERIES * WAVES)        # keys needed: min(q0 + 256 + Sk - Sq, Sk)
         emit("s_add_u32", n_blocks, n_blocks, tmp)
         emit("s_min_u32", n_blocks, n_blocks, sk)
     else:
@@ -147,98 +180,190 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     (dim,) = prog.regs("s", 1)
     emit("s_mov_b32", dim, head_dim)
     emit("v_mad_u32_u24", qoff, qload, dim, t16)                 # row * D + 16 half
-    emit("s_waitcnt_lgkm")
     qb = [prog.aligned("v", 8, 2) for _ in range(chunks)]
     for dc, regs in enumerate(qb):
         emit("global_load_dwordx4_at", span(regs[:4]), qoff, q_ptr, 64 * dc)
         emit("global_load_dwordx4_at", span(regs[4:]), qoff, q_ptr, 64 * dc + 32)
 
-    prog.comment("LDS: K block (64 keys x D bytes), then V^T block (Dv rows x 64 bytes); where this")
-    prog.comment("thread stages K and V^T bytes, and where its lane reads its MFMA operands")
-    k_read, v_read, k_stage, vg_stage = prog.regs("v", 4)
-    (sk64,) = prog.regs("s", 1)
+    prog.comment("LDS: two K buffers (64 keys x D bytes), then two V^T buffers (Dv rows x 64 bytes);")
+    prog.comment("where this lane reads its MFMA operands, and where it stages K (a key a lane) or V^T")
+    k_read, v_read, k_stage, vg_stage, v_stage, addr = prog.regs("v", 6)
+    sk64, key_next, buf, kb, key0 = prog.regs("s", 5)
     emit("v_mad_u32_u24", k_read, row, dim, t16)                 # (32 t + row) * D + 16 half (+ 32 t D)
     emit("v_lshlrev_b32", t32, 5, half)
     emit("v_lshl_add_u32", v_read, row, 6, t32)                  # (32 d + row) * 64 + 32 half
     emit("v_mad_u32_u24", k_stage, lane, dim, w16)               # lane (a key) * D + 16 wave
     emit("v_mad_u32_u24", vg_stage, lane, skp, w16)              # global: row * Sk_padded + 16 wave
+    emit("v_lshl_add_u32", v_stage, lane, 6, w16)                # LDS: lane (a V^T row) * 64 + 16 wave
     emit("s_lshl_b32", sk64, skp, 6)                             # 64 V^T rows further
+    k_cols = head_dim // 16 // GROUP_WAVES
+    v_rows = max(value_dim // 64, 1)
+    staged = prog.aligned("v", 4 * max(k_cols, v_rows), 4)
+    exec_saved = prog.aligned("s", 2)
 
-    prog.comment("running state: total (O^T per value tile), row sum l, reference A")
-    total = [prog.aligned("v", 16, 2) for _ in range(dv_tiles)]
-    for tile in total:
-        for reg in tile:
-            emit("v_mov_b32", reg, 0)
-    l_sum, A = prog.regs("v", 2)
-    emit("v_mov_b32", l_sum, 0)
+    serial = iter(range(1 << 20))
+
+    def fresh(label):                                            # the staging code is emitted three times
+        return f"{label}_{next(serial)}"
+
+    def stage_loads(key_first):
+        """Issue this wave's global loads of block ``key_first``: group 0 K, group 1 V^T."""
+        load_v, loaded = fresh(".Lload_v"), fresh(".Lloaded")
+        emit("s_cmp_lg_u32", group, 0)
+        emit("s_cbranch_scc1", load_v)
+        emit("v_add_u32", addr, key_first, lane)
+        emit("v_min_u32", addr, sk_last, addr)                   # keys past seqlen_k load the last key
+        emit("v_mad_u32_u24", addr, addr, dim, w16)
+        for c in range(k_cols):
+            emit("global_load_dwordx4_at", span(staged[4 * c:4 * c + 4]), addr, k_ptr, 64 * c)
+        emit("s_branch", loaded)
+        prog.label(load_v)
+        emit("v_add_u32", addr, key_first, vg_stage)
+        if value_dim < 64:                                       # V^T has fewer rows than lanes
+            emit("v_cmp_gt_u32", value_dim, lane)
+            emit("s_and_saveexec_b64", span(exec_saved), "vcc")
+        for i in range(v_rows):
+            emit("global_load_dwordx4_at", span(staged[4 * i:4 * i + 4]), addr, vt_ptr, 0)
+            if i + 1 < v_rows:
+                emit("v_add_u32", addr, sk64, addr)
+        if value_dim < 64:
+            emit("s_mov_b64", "exec", span(exec_saved))
+        prog.label(loaded)
+
+    def stage_writes(block_parity):
+        """Write the staged block into the buffers of parity ``block_parity`` (an SGPR, 0 or 1)."""
+        write_v, written = fresh(".Lwrite_v"), fresh(".Lwritten")
+        emit("s_waitcnt_vm")
+        emit("s_cmp_lg_u32", group, 0)
+        emit("s_cbranch_scc1", write_v)
+        emit("s_mul_i32", buf, block_parity, k_bytes)
+        emit("v_add_u32", addr, buf, k_stage)
+        for c in range(k_cols):
+            emit("ds_write_b128_at", addr, span(staged[4 * c:4 * c + 4]), 64 * c)
+        emit("s_branch", written)
+        prog.label(write_v)
+        emit("s_mul_i32", buf, block_parity, v_bytes)
+        emit("v_add_u32", addr, buf, v_stage)
+        if value_dim < 64:                                       # V^T has fewer rows than lanes
+            emit("v_cmp_gt_u32", value_dim, lane)
+            emit("s_and_saveexec_b64", span(exec_saved), "vcc")
+        for i in range(v_rows):
+            emit("ds_write_b128_at", addr, span(staged[4 * i:4 * i + 4]), v_lds + 64 * 64 * i)
+        if value_dim < 64:
+            emit("s_mov_b64", "exec", span(exec_saved))
+        prog.label(written)
+        emit("s_waitcnt_lgkm")
+
+    prog.comment("running state: total (O^T per value tile), row sum l, reference A; block_pow2 keeps")
+    prog.comment("total and the row sums in AGPRs, where only the matrix cores add to them")
+    acc = "a" if pow2 else "v"
+    total = [prog.aligned(acc, 16, 2) for _ in range(dv_tiles)]
+    o = prog.aligned(acc, 16, 2)              # block: P.V's fresh accumulator and the row sums;
+    l_sum = o[0] if pow2 else prog.reg("v")   # block_pow2: the running row sums (every row the sum)
+    for reg in [r for tile in total for r in tile] + (o if pow2 else [l_sum]):
+        emit("v_accvgpr_write_b32" if pow2 else "v_mov_b32", reg, 0)
+    (A,) = prog.regs("v", 1)
     emit("v_mov_b32", A, lit(NEG_FLOOR))
     consts = load_constants(prog, rule)
-    sel_pair, sel_halves, kb, key0 = prog.regs("s", 4)
+    sel_pair, sel_halves = prog.regs("s", 2)
     emit("s_mov_b32", sel_pair, lit(PACK_PAIR))
     emit("s_mov_b32", sel_halves, lit(PACK_HALVES))
-    emit("s_mov_b32", kb, 0)
-    emit("s_mov_b32", key0, 0)
 
     ka = [prog.aligned("v", 8, 2) for _ in range(chunks)]
-    key, koff = prog.regs("v", 2)
-    kbase, kvalid = key, koff                                    # the mask reuses the staging registers
+    kbase, kvalid = prog.regs("v", 2)
     m, other, a_new, alpha, beta = prog.regs("v", 5)
     thr = other                                                   # the partner's max is dead by then
-    y, c_pair, neg_m_pair, alpha_pair, beta_pair = (prog.aligned("v", 2, 2) for _ in range(5))
-    neg_m = neg_m_pair[0]
+    y, c_pair, neg_r_pair, alpha_pair, beta_pair = (prog.aligned("v", 2, 2) for _ in range(5))
+    neg_r = neg_r_pair[0]
     ones = prog.aligned("v", 8, 2)                               # an A operand of E4M3 ones: P^T's row sums
     for reg in ones:
         emit("v_mov_b32", reg, lit(E4M3_ONES))
-    scratch, quad = [prog.aligned("v", 2, 2) for _ in range(6)], prog.aligned("v", 4, 2)
-    lo, hi = y                                                   # y is dead once a quad's codes are made
     pb = prog.aligned("v", 8, 2)
     va = prog.aligned("v", 8, 2)
-    o = prog.aligned("v", 16, 2)
-    voff = prog.reg("v")
-    exec_saved = prog.aligned("s", 2)
-    v_lds = 64 * head_dim                                        # V^T follows K in LDS
+    # the softmax's temporaries live in the matrix operands' registers (K and V^T operands are
+    # dead in the vector phase) when those are enough: it is what lets MLA's 192 fit
+    pool = [r for regs in ka for r in regs] + va
+    if len(pool) >= 16:
+        scratch, quad = [pool[2 * i:2 * i + 2] for i in range(6)], pool[12:16]
+    else:
+        scratch, quad = [prog.aligned("v", 2, 2) for _ in range(6)], prog.aligned("v", 4, 2)
+    lo, hi = y                                                   # y is dead once a quad's codes are made
+    p_scale, one_scale = prog.regs("v", 2)                       # E8M0 scale bytes (scales live in VGPRs)
+    emit("v_mov_b32", one_scale, E8M0_ONE)
+    for reg in c_pair:
+        emit("v_mov_b32", reg, fac)
+
+    def matrix_products(v_parity):
+        """Row sums and O^T = Vp^T P^T of the previous block, its V^T in buffers of ``v_parity``."""
+        emit("s_mul_i32", buf, v_parity, v_bytes)
+        emit("v_add_u32", addr, buf, v_read)
+        if pow2:
+            emit("v_mfma_scale_f32_32x32x64_f8f6f4", span(o), span(ones), span(pb), span(o), one_scale, p_scale)
+        else:
+            emit("v_mfma_f32_32x32x64_f8f6f4", span(o), span(ones), span(pb), 0)
+            for nops in HAZARD_NOPS:
+                emit("s_nop", nops)
+            emit("v_fmac_f32", l_sum, o[0], beta)
+        for d, tile in enumerate(total):
+            emit("ds_read_b128_at", span(va[:4]), addr, v_lds + 32 * 64 * d)
+            emit("ds_read_b128_at", span(va[4:]), addr, v_lds + 32 * 64 * d + 16)
+            emit("s_waitcnt_lgkm")
+            if pow2:
+                emit("v_mfma_scale_f32_32x32x64_f8f6f4", span(tile), span(va), span(pb), span(tile), one_scale, p_scale)
+                continue
+            emit("v_mfma_f32_32x32x64_f8f6f4", span(o), span(va), span(pb), 0)
+            for nops in HAZARD_NOPS:
+                emit("s_nop", nops)
+            for t in range(0, 16, 2):                            # two elements an instruction
+                emit("v_pk_fma_f32", span(tile[t:t + 2]), span(o[t:t + 2]), span(beta_pair), span(tile[t:t + 2]))
+
+    prog.comment("prologue: group 0 stages K_0, then (one barrier later: the ping-pong offset) group 1 V^T_0")
+    emit("s_mov_b32", kb, 0)
+    emit("s_mov_b32", key0, 0)
+    emit("s_waitcnt_vm")
+    stage_loads(key0)
+    emit("s_cmp_lg_u32", group, 0)
+    emit("s_cbranch_scc1", ".Lk0_staged")
+    stage_writes(kb)
+    prog.label(".Lk0_staged")
+    emit("s_barrier")
+    emit("s_cmp_lg_u32", group, 0)
+    emit("s_cbranch_scc0", ".Lblock")
+    stage_writes(kb)
+    emit("s_barrier")
 
     prog.label(".Lblock")
-    prog.comment("stage the block: K rows (a key a lane, a 16-byte column a wave) and V^T rows into LDS")
-    emit("s_barrier")                                            # every wave is done with the last block
-    staged = [r for regs in ka for r in regs]                    # the K operand registers are free here
-    k_cols = head_dim // 16 // WAVES
-    emit("v_add_u32", key, key0, lane)
-    emit("v_min_u32", key, sk_last, key)                         # keys past seqlen_k load the last key
-    emit("v_mad_u32_u24", koff, key, dim, w16)
-    for c in range(k_cols):
-        emit("global_load_dwordx4_at", span(staged[4 * c:4 * c + 4]), koff, k_ptr, 64 * c)
-    v_rows = max(value_dim // 64, 1)
-    emit("v_add_u32", voff, key0, vg_stage)
-    for i in range(v_rows):
-        emit("global_load_dwordx4_at", span(va[4 * i:4 * i + 4]), voff, vt_ptr, 0)
-        if i + 1 < v_rows:
-            emit("v_add_u32", voff, sk64, voff)
-    emit("s_waitcnt_vm")
-    for c in range(k_cols):
-        emit("ds_write_b128_at", k_stage, span(staged[4 * c:4 * c + 4]), 64 * c)
-    v_stage = voff
-    emit("v_lshl_add_u32", v_stage, lane, 6, w16)                # lane (a V^T row) * 64 + 16 wave
-    if value_dim < 64:                                           # V^T has fewer rows than lanes
-        emit("v_cmp_gt_u32", value_dim, lane)
-        emit("s_and_saveexec_b64", span(exec_saved), "vcc")
-    for i in range(v_rows):
-        emit("ds_write_b128_at", v_stage, span(va[4 * i:4 * i + 4]), v_lds + 64 * 64 * i)
-    if value_dim < 64:
-        emit("s_mov_b64", "exec", span(exec_saved))
-    emit("s_waitcnt_lgkm")
-    emit("s_barrier")                                            # the block is staged
-
-    prog.comment("S^T for the block's two 32-key tiles, K from LDS")
+    prog.comment("matrix phase: the previous block's row sums and P.V, then S^T = K Q^T (K from LDS)")
+    emit("s_setprio", 1)
+    emit("s_nop", 4)                                             # VALU writes of B / scales before MFMA reads
+    emit("s_cmp_eq_u32", kb, 0)
+    emit("s_cbranch_scc1", ".Lfirst_block")
+    emit("s_add_u32", tmp, kb, 1)
+    emit("s_and_b32", tmp, tmp, 1)                               # (kb - 1) & 1
+    matrix_products(tmp)
+    prog.label(".Lfirst_block")
+    emit("s_and_b32", tmp, kb, 1)
+    emit("s_mul_i32", buf, tmp, k_bytes)
+    emit("v_add_u32", addr, buf, k_read)
     for tile, st in enumerate(s_tiles):
         for dc, regs in enumerate(ka):
-            emit("ds_read_b128_at", span(regs[:4]), k_read, 32 * head_dim * tile + 64 * dc)
-            emit("ds_read_b128_at", span(regs[4:]), k_read, 32 * head_dim * tile + 64 * dc + 32)
+            emit("ds_read_b128_at", span(regs[:4]), addr, 32 * head_dim * tile + 64 * dc)
+            emit("ds_read_b128_at", span(regs[4:]), addr, 32 * head_dim * tile + 64 * dc + 32)
         emit("s_waitcnt_lgkm")
         for dc in range(chunks):
             emit("v_mfma_f32_32x32x64_f8f6f4", span(st), span(ka[dc]), span(qb[dc]), span(st) if dc else 0)
-        for nops in HAZARD_NOPS:
-            emit("s_nop", nops)
+    emit("s_setprio", 0)
+    emit("s_barrier")
+
+    prog.comment("vector phase: stage the next block's loads, then softmax of this one")
+    emit("s_add_u32", key_next, key0, BLOCK_N)
+    emit("s_add_u32", tmp, kb, 1)
+    emit("s_cmp_lt_u32", tmp, n_blocks)
+    emit("s_cbranch_scc0", ".Lno_loads")
+    stage_loads(key_next)
+    prog.label(".Lno_loads")
+    for nops in HAZARD_NOPS:
+        emit("s_nop", nops)
     scores = s_tiles[0] + s_tiles[1]
 
     prog.comment("mask (diagonal band and key tail only): key > the query's limit -> -inf")
@@ -251,7 +376,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("v_cndmask_b32", sreg, sreg, neg_inf)
     prog.label(".Lmasked")
 
-    prog.comment("row max m = max(S) c, lazy reference, factors")
+    prog.comment(f"row max m = max(S) c, lazy reference A, the block's reference r ({ref_rule})")
     emit("v_max3_f32", m, scores[0], scores[1], scores[2])
     for k in range(3, len(scores), 2):                           # three-input max: half the instructions
         emit("v_max3_f32", m, m, scores[k], scores[k + 1]) if k + 1 < len(scores) else emit("v_max_f32", m, m, scores[k])
@@ -260,68 +385,92 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("v_max_f32", m, m, other)
     emit("v_mul_f32", m, fac, m)
     emit("v_max_f32", m, lit(NEG_FLOOR), m)                      # all-masked rows keep the floor
-    emit("v_mul_f32", neg_m, "-1.0", m)
     emit("v_add_f32", thr, lit(RESCALE_THRESHOLD), A)
     emit("v_cmp_gt_f32", m, thr)
     emit("v_cndmask_b32", a_new, A, m)                           # m > A + 8 ? m : A
-    emit("v_sub_f32", beta, m, a_new)
-    emit("v_exp_f32", beta, beta)
     emit("v_sub_f32", alpha, A, a_new)
     emit("v_exp_f32", alpha, alpha)
     emit("v_mov_b32", A, a_new)
+    if pow2:
+        d = beta                                                 # no beta: the MFMA applies 2^-d
+        emit("v_sub_f32", d, a_new, m)
+        emit("v_floor_f32", d, d)
+        emit("v_sub_f32", neg_r, d, a_new)                       # -r = d - A' (the spec's A' - d, negated exactly)
+        emit("v_cvt_i32_f32", p_scale, d)                        # saturates: masked rows' huge d -> INT_MAX
+        emit("v_sub_u32", p_scale, E8M0_ONE, p_scale)
+        emit("v_max_i32", p_scale, 0, p_scale)                   # weights below 2^-127: 2^-127 (negligible)
+    else:
+        emit("v_sub_f32", beta, m, a_new)
+        emit("v_exp_f32", beta, beta)
+        emit("v_mul_f32", neg_r, "-1.0", m)
 
-    prog.comment(f"P codes ({rule}) of y = fma(S, c, -m), two scores an instruction, into the B operand")
-    for reg in c_pair:
-        emit("v_mov_b32", reg, fac)
-    emit("v_mov_b32", neg_m_pair[1], neg_m)
+    prog.comment(f"P codes ({rule}) of y = fma(S, c, -r), two scores an instruction, into the B operand")
+    emit("v_mov_b32", neg_r_pair[1], neg_r)
     for i, dst in enumerate(pb):
         for q2 in (0, 1):
             pair = scores[4 * i + 2 * q2:4 * i + 2 * q2 + 2]
-            emit("v_pk_fma_f32", span(y), span(pair), span(c_pair), span(neg_m_pair))
+            emit("v_pk_fma_f32", span(y), span(pair), span(c_pair), span(neg_r_pair))
             emit_p_codes(prog, y, rule, consts, out=quad[2 * q2:2 * q2 + 2], scratch=scratch)
         emit("v_perm_b32", lo, quad[1], quad[0], sel_pair)
         emit("v_perm_b32", hi, quad[3], quad[2], sel_pair)
         emit("v_perm_b32", dst, hi, lo, sel_halves)
 
-    prog.comment("row sums of the rounded P on the matrix cores: ones (32 x 64) . P^T, every row the sum")
-    emit("s_nop", 4)                                             # VALU writes of B before the MFMA reads
-    emit("v_mfma_f32_32x32x64_f8f6f4", span(o), span(ones), span(pb), 0)
-    for nops in HAZARD_NOPS:
-        emit("s_nop", nops)
-    emit("v_mul_f32", l_sum, l_sum, alpha)
-    emit("v_fmac_f32", l_sum, o[0], beta)
-
-    prog.comment("total *= alpha, skipped when no lane's reference moved (alpha = 1 exactly)")
-    emit("v_mov_b32", alpha_pair[0], alpha)
-    emit("v_mov_b32", alpha_pair[1], alpha)
-    emit("v_mov_b32", beta_pair[0], beta)
-    emit("v_mov_b32", beta_pair[1], beta)
+    prog.comment("total and l *= alpha, skipped when no lane's reference moved (alpha = 1 exactly)")
     emit("v_cmp_neq_f32", 1.0, alpha)
     emit("s_cbranch_vccz", ".Lrescaled")
-    for tile in total:
-        for t in range(0, 16, 2):
-            emit("v_pk_mul_f32", span(tile[t:t + 2]), span(tile[t:t + 2]), span(alpha_pair))
+    emit("v_mov_b32", alpha_pair[0], alpha)
+    emit("v_mov_b32", alpha_pair[1], alpha)
+    if pow2:                                                     # AGPRs: through a VGPR pair (rare)
+        work = scratch[0]
+        for pair in [[l_sum, o[1]]] + [tile[t:t + 2] for tile in total for t in range(0, 16, 2)]:
+            for src, dst in zip(pair, work):
+                emit("v_accvgpr_read_b32", dst, src)
+            emit("v_pk_mul_f32", span(work), span(work), span(alpha_pair))
+            for src, dst in zip(work, pair):
+                emit("v_accvgpr_write_b32", dst, src)
+    else:
+        emit("v_mul_f32", l_sum, l_sum, alpha)
+        for tile in total:
+            for t in range(0, 16, 2):
+                emit("v_pk_mul_f32", span(tile[t:t + 2]), span(tile[t:t + 2]), span(alpha_pair))
     prog.label(".Lrescaled")
+    if not pow2:
+        emit("v_mov_b32", beta_pair[0], beta)
+        emit("v_mov_b32", beta_pair[1], beta)
 
-    prog.comment("O^T = Vp^T P^T per 32 value columns, fresh accumulator; total += O beta")
-    for d, tile in enumerate(total):
-        emit("ds_read_b128_at", span(va[:4]), v_read, v_lds + 32 * 64 * d)
-        emit("ds_read_b128_at", span(va[4:]), v_read, v_lds + 32 * 64 * d + 16)
-        emit("s_waitcnt_lgkm")
-        emit("v_mfma_f32_32x32x64_f8f6f4", span(o), span(va), span(pb), 0)
-        for nops in HAZARD_NOPS:
-            emit("s_nop", nops)
-        for t in range(0, 16, 2):                                # two elements an instruction
-            emit("v_pk_fma_f32", span(tile[t:t + 2]), span(o[t:t + 2]), span(beta_pair), span(tile[t:t + 2]))
+    prog.comment("write the staged next block into the buffers no wave reads before the next barrier")
+    emit("s_add_u32", tmp, kb, 1)
+    emit("s_cmp_lt_u32", tmp, n_blocks)
+    emit("s_cbranch_scc0", ".Lno_writes")
+    emit("s_and_b32", tmp, tmp, 1)
+    stage_writes(tmp)
+    prog.label(".Lno_writes")
+    emit("s_barrier")
     emit("s_add_u32", kb, kb, 1)
-    emit("s_add_u32", key0, key0, BLOCK_N)
+    emit("s_mov_b32", key0, key_next)
     emit("s_cmp_lt_u32", kb, n_blocks)
     emit("s_cbranch_scc1", ".Lblock")
 
+    prog.comment("the last block's row sums and P.V; group 0 then passes the barrier group 1's offset left over")
+    emit("s_setprio", 1)
+    emit("s_nop", 4)
+    emit("s_add_u32", tmp, kb, 1)
+    emit("s_and_b32", tmp, tmp, 1)
+    matrix_products(tmp)
+    emit("s_setprio", 0)
+    emit("s_cmp_lg_u32", group, 0)
+    emit("s_cbranch_scc1", ".Lepilogue")
+    emit("s_barrier")
+    prog.label(".Lepilogue")
+    for nops in HAZARD_NOPS:
+        emit("s_nop", nops)
+
     prog.comment("epilogue: out[query, n] = total / l * vd[n]; register r holds n = 32 d + 8 (r // 4) + 4 half + r % 4")
-    inv, oo, lg, lse_off = s_tiles[1][:4]                         # the scores are dead by now
+    inv, oo, lg, lse_off, l_final = s_tiles[1][:5]                # the scores are dead by now
     saved = prog.aligned("s", 2)
-    vd = s_tiles[0]                                              # the scores are dead by now
+    vd = s_tiles[0]
+    emit("v_accvgpr_read_b32" if pow2 else "v_mov_b32", l_final, l_sum)
+    l_sum = l_final
     emit("v_rcp_f32", inv, l_sum)
     (row_bytes,) = prog.regs("s", 1)
     emit("s_mov_b32", row_bytes, 4 * value_dim)
@@ -337,6 +486,10 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     for d, tile in enumerate(total):
         for g in range(4):
             emit("global_load_dwordx4_at", span(vd[4 * g:4 * g + 4]), t16, vd_ptr, 128 * d + 32 * g)
+        if pow2:                                                 # into VGPRs: the product is VALU work
+            tile = pb + va                                       # the operands are dead by now
+            for src, dst in zip(total[d], tile):
+                emit("v_accvgpr_read_b32", dst, src)
         emit("s_waitcnt_vm")
         for r, reg in enumerate(tile):
             emit("v_mul_f32", reg, reg, inv)
@@ -347,20 +500,22 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("s_and_b64", "exec", "exec", "vcc")
     emit("global_store_dword", lse_off, lg, lse_ptr)
     emit("s_endpgm")
-    vgprs = prog.register_counts().get("v", 0)
-    if vgprs > MAX_VGPRS:
-        raise ValueError(f"head dims ({head_dim}, {value_dim}) need {vgprs} VGPRs, more than the {MAX_VGPRS} a wave "
-                         f"addresses; this kernel does not take them yet")
+    counts = prog.register_counts()
+    unified = (counts.get("v", 0) + 3) // 4 * 4 + counts.get("a", 0)
+    if unified > MAX_VGPRS:
+        raise ValueError(f"head dims ({head_dim}, {value_dim}) need {unified} VGPRs and AGPRs, more than the "
+                         f"{MAX_VGPRS} a wave may hold when two share a SIMD (ping-pong); this kernel does not "
+                         f"take them yet")
     abi = {"user_sgpr_count": 2, "user_sgpr_kernarg_segment_ptr": 1, "system_sgpr_workgroup_id_x": 1,
            "system_vgpr_workitem_id": 0}
     args = [("global_buffer", 8 * i, 8) for i in range(6)] + [("by_value", 48, 4), ("by_value", 52, 4),
                                                              ("by_value", 56, 4)]
     return name, module(name, prog, args, kernarg_size=64, abi=abi, workgroup_size=64 * WAVES,
-                        lds_bytes=64 * (head_dim + value_dim))
+                        lds_bytes=2 * BLOCK_N * (head_dim + value_dim))
 
 
 def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_rule="lean_cubic",
-                      softmax_scale=None):
+                      softmax_scale=None, ref_rule="block"):
     """Run the generated gfx950 kernel in the emulator on FlashAttention-layout FP8 tensors
     (per-head descales, GQA allowed), one head at a time. Returns (out float32
     (B, Sq, Hq, Dv), lse float32 (B, Hq, Sq)). Slow: it is a CPU emulation, for checks."""
@@ -376,7 +531,7 @@ def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_r
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     _, _, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
     factors = head_factor(q_descale, k_descale, B, Hkv, scale, q.device)
-    name, text = attention_kernel(p_rule, causal, D, Dv)
+    name, text = attention_kernel(p_rule, causal, D, Dv, ref_rule)
     kernel, (args, size) = E.parse(text, name), kernel_args(text, name)
     out = torch.zeros(B, Sq, Hq, Dv, dtype=torch.float32)
     lse = torch.zeros(B, Hq, Sq, dtype=torch.float32)

@@ -221,6 +221,7 @@ class Wave:
         self.vcc = 0
         self.scc = 0
         self.pc = 0
+        self.index, self.races = 0, None             # set by launch: the wave's number, the race check
 
     # ---- operands
     def _regs(self, tok):
@@ -354,6 +355,50 @@ def _literal(tok: str, bits: int = 32, float_op: bool = False) -> int:
 OPS: dict = {}          # opcode -> handler(wave, instruction); filled by .semantics
 
 
+# ------------------------------------------------------------------ LDS races between barriers
+class LdsRaceError(RuntimeError):
+    pass
+
+
+class LdsRaces:
+    """Flags LDS bytes that one wave writes and another wave reads or writes between the same
+    two barriers: the emulator runs waves one after another, so such code gives an answer
+    here and a race on hardware. ``epoch`` counts the workgroup's barriers."""
+
+    def __init__(self, nbytes: int):
+        self.epoch = 0
+        self.write_epoch = np.full(nbytes, -1, np.int64)
+        self.writer = np.zeros(nbytes, np.int64)
+        self.read_epoch = np.full(nbytes, -1, np.int64)
+        self.readers = np.zeros(nbytes, np.uint64)     # a bit per wave that read in read_epoch
+
+    def _fail(self, what: str, wave: int, idx: np.ndarray, other: np.ndarray) -> None:
+        raise LdsRaceError(f"LDS race after barrier {self.epoch}: wave {wave} {what} byte {int(idx[0])} "
+                           f"(of {len(idx)}) that wave(s) {sorted(set(other.tolist()))[:4]} touched since it")
+
+    def read(self, wave: int, idx: np.ndarray) -> None:
+        idx = np.unique(idx)
+        bad = (self.write_epoch[idx] == self.epoch) & (self.writer[idx] != wave)
+        if bad.any():
+            self._fail("reads", wave, idx[bad], self.writer[idx[bad]])
+        bit = np.uint64(1) << np.uint64(wave)
+        fresh = self.read_epoch[idx] != self.epoch
+        self.readers[idx] = np.where(fresh, bit, self.readers[idx] | bit)
+        self.read_epoch[idx] = self.epoch
+
+    def write(self, wave: int, idx: np.ndarray) -> None:
+        idx = np.unique(idx)
+        bit = np.uint64(1) << np.uint64(wave)
+        wrote = (self.write_epoch[idx] == self.epoch) & (self.writer[idx] != wave)
+        read = (self.read_epoch[idx] == self.epoch) & ((self.readers[idx] & ~bit) != 0)
+        if (wrote | read).any():
+            bad = wrote | read
+            first_reader = np.log2((self.readers[idx] & ~bit) & -(self.readers[idx] & ~bit)).astype(np.int64)
+            self._fail("writes", wave, idx[bad], np.where(wrote, self.writer[idx], first_reader)[bad])
+        self.write_epoch[idx] = self.epoch
+        self.writer[idx] = wave
+
+
 # ------------------------------------------------------------------ launch
 def launch(kernel: Kernel, mem: Memory, grid: tuple, block: int, kernargs: bytes, lds_bytes: int = 65536) -> None:
     """Run every workgroup of a 1-3 D grid (block: threads per workgroup, 1-D). LDS gets the
@@ -370,9 +415,11 @@ def launch(kernel: Kernel, mem: Memory, grid: tuple, block: int, kernargs: bytes
         for gy in range(grid[1]):
             for gx in range(grid[0]):
                 lds = np.zeros(max(abi.get("group_segment_fixed_size", 0), lds_bytes), np.uint8)
+                races = LdsRaces(len(lds))
                 group = []
                 for wi in range(waves):
                     w = Wave(kernel, mem, lds)
+                    w.index, w.races = wi, races
                     sg = 0
                     for flag, n in (("dispatch_ptr", 2), ("queue_ptr", 2)):
                         if abi.get(f"user_sgpr_{flag}", 0):
@@ -392,13 +439,15 @@ def launch(kernel: Kernel, mem: Memory, grid: tuple, block: int, kernargs: bytes
                     live = tid < block
                     w.exec = int(np.bitwise_or.reduce(live.astype(np.uint64) << LANES.astype(np.uint64)))
                     group.append(w.run())
-                _run_group(group)
+                with np.errstate(all="ignore"):      # inf and NaN are values here, as on the GPU
+                    _run_group(group, races)
 
 
-def _run_group(group) -> None:
+def _run_group(group, races: LdsRaces) -> None:
     """Step each wave to its next barrier (or its end), until all have ended."""
     running = list(group)
     while running:
+        races.epoch += 1
         still = []
         for g in running:
             try:

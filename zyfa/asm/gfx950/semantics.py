@@ -125,12 +125,16 @@ def _i(x):
 
 OPS.update({
     "v_mov_b32": _vop(lambda a: a),
+    "v_accvgpr_read_b32": _vop(lambda a: a),
+    "v_accvgpr_write_b32": _vop(lambda a: a),
     "v_add_u32": _vop(lambda a, b: a + b),
     "v_sub_u32": _vop(lambda a, b: a - b),
     "v_subrev_u32": _vop(lambda a, b: b - a),
     "v_mul_lo_u32": _vop(lambda a, b: (a.astype(U64) * b.astype(U64)).astype(U32)),
     "v_mad_u32_u24": _vop(lambda a, b, c: ((a & U32(0xFFFFFF)).astype(U64) * (b & U32(0xFFFFFF)) + c).astype(U32)),
     "v_min_u32": _vop(lambda a, b: np.minimum(a, b)),
+    "v_max_i32": _vop(lambda a, b: np.maximum(_i(a), _i(b)).view(U32)),
+    "v_min_i32": _vop(lambda a, b: np.minimum(_i(a), _i(b)).view(U32)),
     "v_max_u32": _vop(lambda a, b: np.maximum(a, b)),
     "v_and_b32": _vop(lambda a, b: a & b),
     "v_or_b32": _vop(lambda a, b: a | b),
@@ -154,6 +158,7 @@ OPS.update({
     "v_subrev_f32": _fop(lambda a, b: b - a),
     "v_mul_f32": _fop(lambda a, b: a * b),
     "v_fma_f32": _fop(lambda a, b, c: fma_f32(a, b, c)),
+    "v_floor_f32": _fop(np.floor),
     "v_fmaak_f32": _fop(lambda a, b, k: fma_f32(a, b, k)),
     "v_fmamk_f32": _fop(lambda a, k, b: fma_f32(a, k, b)),
     # transcendentals: the hardware's are approximate (about 1 ulp); these are correctly
@@ -181,6 +186,21 @@ def _v_add_co(w, i):
     carry = w.mask_from(total > U64(0xFFFFFFFF))
     w.set_v(i.args[0], (total & U64(0xFFFFFFFF)).astype(U32))
     w.set_s(i.args[1], carry)
+
+
+@op("v_cvt_i32_f32")
+def _v_cvt_i32_f32(w, i):
+    """Truncation toward zero, saturating at the int32 range; NaN gives 0."""
+    x = _f(w.vsrc(i.args[1], True)).astype(F64)
+    r = np.clip(np.trunc(np.nan_to_num(x, nan=0.0)), -2.0 ** 31, 2.0 ** 31 - 1).astype(np.int64)
+    w.set_v(i.args[0], r.astype(I32).view(U32))
+
+
+@op("v_readfirstlane_b32")
+def _v_readfirstlane(w, i):
+    """The value of the first active lane (lane 0 when none is) into an SGPR."""
+    act = np.flatnonzero(w.active())
+    w.set_s(i.args[0], int(w.vsrc(i.args[1])[act[0] if len(act) else 0]))
 
 
 @op("v_fmac_f32")
@@ -298,10 +318,13 @@ def _global_store(w, i):
 
 
 # ---- LDS ("ds_*"): per-workgroup bytes; address = VGPR + offset
-def _lds_index(w, addr, nbytes):
+def _lds_index(w, addr, nbytes, write=False):
+    """Byte indices of an LDS access (lanes x bytes), checked for bounds and for races."""
     idx = addr.astype(np.int64)[:, None] + np.arange(nbytes)
     if idx.size and (idx.min() < 0 or idx.max() >= len(w.lds)):
         raise IndexError(f"LDS access out of bounds ({len(w.lds)} bytes)")
+    if w.races is not None and idx.size:
+        (w.races.write if write else w.races.read)(w.index, idx.reshape(-1))
     return idx
 
 
@@ -311,7 +334,7 @@ def _ds_write(w, i):
     addr = w.vsrc(i.args[0]) + U32(int(i.mods.get("offset", "0"), 0))
     data = np.ascontiguousarray(w.block(i.args[1])).view(np.uint8)[:, :n]
     act = w.active()
-    w.lds[_lds_index(w, addr[act], n)] = data[act]
+    w.lds[_lds_index(w, addr[act], n, write=True)] = data[act]
 
 
 @op("ds_read_b32", "ds_read_b64", "ds_read_b128")
@@ -485,6 +508,8 @@ def _op_sel(i, key):
 def _mfma_scale_32x32x64_f8(w, i):
     """The MFMA with E8M0 block scales from VGPRs (operands 4 and 5); op_sel[s] picks the
     byte of scale register s (op_sel_hi[s] the upper two bytes), as Triton writes it."""
+    if "op_sel_hi" not in i.mods:
+        raise NotImplementedError(f"scaled MFMA without an explicit op_sel_hi (its default is all ones): {i.line}")
     lo, hi = _op_sel(i, "op_sel"), _op_sel(i, "op_sel_hi")
     scales = []
     for s, tok in enumerate(i.args[4:6]):

@@ -31,7 +31,13 @@ OPS = {
     "s_min_u32": "s_min_u32 {0}, {1}, {2}",
     "s_and_b64": "s_and_b64 {0}, {1}, {2}",
     "s_cmp_lt_u32": "s_cmp_lt_u32 {0}, {1}",
+    "s_cmp_eq_u32": "s_cmp_eq_u32 {0}, {1}",
+    "s_cmp_lg_u32": "s_cmp_lg_u32 {0}, {1}",
+    "s_cbranch_scc0": "s_cbranch_scc0 {0}",
     "s_cbranch_scc1": "s_cbranch_scc1 {0}",
+    "s_branch": "s_branch {0}",
+    "s_mul_i32": "s_mul_i32 {0}, {1}, {2}",
+    "s_setprio": "s_setprio {0}",                       # wave issue priority (ping-pong)
     "s_waitcnt_lgkm": "s_waitcnt lgkmcnt(0)",
     "s_waitcnt_vm": "s_waitcnt vmcnt(0)",
     "s_and_saveexec_b64": "s_and_saveexec_b64 {0}, {1}",
@@ -43,6 +49,13 @@ OPS = {
     "ds_read_b128_at": "ds_read_b128 {0}, {1} offset:{2}",
     # vector integer
     "v_mov_b32": "v_mov_b32_e32 {0}, {1}",
+    "v_accvgpr_read_b32": "v_accvgpr_read_b32 {0}, {1}",     # VGPR <- AGPR
+    "v_accvgpr_write_b32": "v_accvgpr_write_b32 {0}, {1}",   # AGPR <- VGPR or inline constant
+    "v_readfirstlane_b32": "v_readfirstlane_b32 {0}, {1}",
+    "v_sub_u32": "v_sub_u32_e32 {0}, {1}, {2}",
+    "v_max_i32": "v_max_i32_e32 {0}, {1}, {2}",
+    "v_cvt_i32_f32": "v_cvt_i32_f32_e32 {0}, {1}",       # truncates, saturates, NaN -> 0
+    "v_floor_f32": "v_floor_f32_e32 {0}, {1}",
     "v_lshl_add_u32": "v_lshl_add_u32 {0}, {1}, {2}, {3}",
     "v_lshlrev_b32": "v_lshlrev_b32_e32 {0}, {1}, {2}",
     "v_cmp_gt_u32": "v_cmp_gt_u32_e32 vcc, {0}, {1}",
@@ -72,6 +85,10 @@ OPS = {
     "v_pk_mul_f32": "v_pk_mul_f32 {0}, {1}, {2}",
     # matrix cores: {0} D, {1} A, {2} B (register tuples), {3} C (a tuple or 0)
     "v_mfma_f32_32x32x64_f8f6f4": "v_mfma_f32_32x32x64_f8f6f4 {0}, {1}, {2}, {3}",
+    # ... with E8M0 scales of A's rows / B's columns per 32 k from VGPRs {4}, {5}, byte 0 of each
+    # (op_sel_hi is written out: VOP3P's default for it is all ones)
+    "v_mfma_scale_f32_32x32x64_f8f6f4": "v_mfma_scale_f32_32x32x64_f8f6f4 {0}, {1}, {2}, {3}, {4}, {5} "
+                                        "op_sel:[0,0,0] op_sel_hi:[0,0,0]",
     "s_nop": "s_nop {0}",
     # vector float32: the first source may be a literal (VOP2)
     "v_max_f32": "v_max_f32_e32 {0}, {1}, {2}",
@@ -119,10 +136,10 @@ def module(name: str, prog: Program, args: list[tuple[str, int, int]], kernarg_s
     args: (value kind: "global_buffer" | "by_value", offset, size) per kernel argument;
     abi: the .amdhsa_user_sgpr_* / system_* settings the kernel's prologue assumes."""
     counts = prog.register_counts()
-    vgprs, sgprs = max(counts.get("v", 0), 1), max(counts.get("s", 0), 1)
-    accum_offset = (vgprs + 3) // 4 * 4            # AGPRs start after the VGPRs (none used yet)
+    vgprs, sgprs, agprs = max(counts.get("v", 0), 1), max(counts.get("s", 0), 1), counts.get("a", 0)
+    accum_offset = (vgprs + 3) // 4 * 4            # AGPRs follow the VGPRs in the unified file
     kd = {"group_segment_fixed_size": lds_bytes, "private_segment_fixed_size": 0, "kernarg_size": kernarg_size,
-          **abi, "next_free_vgpr": accum_offset, "next_free_sgpr": sgprs, "accum_offset": accum_offset,
+          **abi, "next_free_vgpr": accum_offset + agprs, "next_free_sgpr": sgprs, "accum_offset": accum_offset,
           "reserve_vcc": 1, "float_denorm_mode_32": 3, "float_denorm_mode_16_64": 3, "ieee_mode": 1,
           "dx10_clamp": 1}
     meta_args = "\n".join(
@@ -159,8 +176,8 @@ def module(name: str, prog: Program, args: list[tuple[str, int, int]], kernarg_s
         f"    .max_flat_workgroup_size: {workgroup_size}",
         "    .wavefront_size: 64",
         f"    .sgpr_count: {sgprs + 6}",
-        f"    .vgpr_count: {vgprs}",
-        "    .agpr_count: 0",
+        f"    .vgpr_count: {accum_offset + agprs}",
+        f"    .agpr_count: {agprs}",
         "    .args:",
         meta_args,
         "amdhsa.target: amdgcn-amd-amdhsa--gfx950",
