@@ -181,7 +181,7 @@ def parse(text: str, name: str | None = None) -> Kernel:
             if re.match(r"^[a-z_][a-z0-9_]*:", tok):      # modifiers: offset:64, dst_sel:WORD_1, bitop3:0xde
                 k, _, v = tok.partition(":")
                 mods[k] = v
-            elif tok in ("glc", "slc", "nt", "sc0", "sc1", "lds", "clamp"):
+            elif tok in ("glc", "slc", "nt", "sc0", "sc1", "lds", "clamp", "offen", "idxen"):
                 mods[tok] = True
             else:
                 args.append(tok)
@@ -386,14 +386,20 @@ class LdsRaces:
         self.readers[idx] = np.where(fresh, bit, self.readers[idx] | bit)
         self.read_epoch[idx] = self.epoch
 
-    def write(self, wave: int, idx: np.ndarray) -> None:
-        idx = np.unique(idx)
+    def write(self, wave: int, idx: np.ndarray, new: np.ndarray, old: np.ndarray) -> None:
+        """A write of bytes ``new`` over ``old``. Another wave's write of the same value in the
+        same interval is allowed (Triton stores replicated values from every replica)."""
+        order = np.argsort(idx, kind="stable")
+        idx, new, old = idx[order], new[order], old[order]
+        last = np.r_[idx[1:] != idx[:-1], True]                 # the value a byte ends with
+        idx, new, old = idx[last], new[last], old[last]
         bit = np.uint64(1) << np.uint64(wave)
-        wrote = (self.write_epoch[idx] == self.epoch) & (self.writer[idx] != wave)
+        wrote = (self.write_epoch[idx] == self.epoch) & (self.writer[idx] != wave) & (new != old)
         read = (self.read_epoch[idx] == self.epoch) & ((self.readers[idx] & ~bit) != 0)
         if (wrote | read).any():
             bad = wrote | read
-            first_reader = np.log2((self.readers[idx] & ~bit) & -(self.readers[idx] & ~bit)).astype(np.int64)
+            others = self.readers[idx] & ~bit
+            first_reader = np.log2(np.where(others == 0, 1, others & -others).astype(np.float64)).astype(np.int64)
             self._fail("writes", wave, idx[bad], np.where(wrote, self.writer[idx], first_reader)[bad])
         self.write_epoch[idx] = self.epoch
         self.writer[idx] = wave

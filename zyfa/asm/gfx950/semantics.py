@@ -211,21 +211,31 @@ def _v_fmac(w, i):
 
 
 def _packed_f32(fn):
-    """VOP3P packed FP32 on register pairs: each half is an ordinary float32 operation."""
+    """VOP3P packed FP32: each half an ordinary float32 operation. Source s gives the low
+    element its lo (op_sel[s] = 1: hi) word and the high element its hi (op_sel_hi[s] = 0: lo)
+    word; a constant or a single register is both words; neg_lo / neg_hi negate."""
     def run(w, i):
-        if any(m in i.mods for m in ("op_sel", "op_sel_hi", "neg_lo", "neg_hi")):
-            raise NotImplementedError(f"packed-FP32 modifiers in {i.line}")
-        halves = []
+        nsrc = len(i.args) - 1
+        sel_lo = _op_sel(i, "op_sel", [0] * nsrc)
+        sel_hi = _op_sel(i, "op_sel_hi", [1] * nsrc)
+        neg = [_op_sel(i, "neg_lo", [0] * nsrc), _op_sel(i, "neg_hi", [0] * nsrc)]
+        words = []
         for tok in i.args[1:]:
-            kind, lo, hi = w._regs(tok)
-            if hi != lo + 1:
+            r = w._regs(tok)
+            if r and r[0] in "va" and r[2] == r[1] + 1:
+                words.append((w.file(r[0])[r[1]].copy(), w.file(r[0])[r[1] + 1].copy()))
+            elif r and r[0] == "s" and r[2] == r[1] + 1:
+                words.append(tuple(np.full(WAVE, w.s[r[1] + h], U32) for h in (0, 1)))
+            elif r is None or r[1] == r[2]:
+                value = w.vsrc(tok, True)
+                words.append((value, value))
+            else:
                 raise ValueError(f"packed FP32 takes register pairs: {i.line}")
-            halves.append((_f(w.file(kind)[lo].copy()) if kind in "va" else None,
-                           _f(w.file(kind)[lo + 1].copy()) if kind in "va" else None))
         kind, lo, _ = w._regs(i.args[0])
         act = w.active()
-        for h in (0, 1):
-            res = _u(fn(*[pair[h] for pair in halves]))
+        for h, sel in ((0, sel_lo), (1, sel_hi)):
+            srcs = [_f(pair[sel[s]]) * (-1 if neg[h][s] else 1) for s, pair in enumerate(words)]
+            res = _u(np.asarray(fn(*[x.astype(F32) for x in srcs]), F32))
             w.file(kind)[lo + h] = np.where(act, res, w.file(kind)[lo + h])
     return run
 
@@ -318,14 +328,22 @@ def _global_store(w, i):
 
 
 # ---- LDS ("ds_*"): per-workgroup bytes; address = VGPR + offset
-def _lds_index(w, addr, nbytes, write=False):
-    """Byte indices of an LDS access (lanes x bytes), checked for bounds and for races."""
+def _lds_index(w, addr, nbytes, read=True):
+    """Byte indices of an LDS access (lanes x bytes), checked for bounds (and reads for races)."""
     idx = addr.astype(np.int64)[:, None] + np.arange(nbytes)
     if idx.size and (idx.min() < 0 or idx.max() >= len(w.lds)):
         raise IndexError(f"LDS access out of bounds ({len(w.lds)} bytes)")
-    if w.races is not None and idx.size:
-        (w.races.write if write else w.races.read)(w.index, idx.reshape(-1))
+    if read and w.races is not None and idx.size:
+        w.races.read(w.index, idx.reshape(-1))
     return idx
+
+
+def _lds_store(w, addr, data):
+    """Write (lanes x bytes) at the lanes' addresses, checked for bounds and races."""
+    idx = _lds_index(w, addr, data.shape[1], read=False)
+    if w.races is not None and idx.size:
+        w.races.write(w.index, idx.reshape(-1), data.reshape(-1), w.lds[idx].reshape(-1))
+    w.lds[idx] = data
 
 
 @op("ds_write_b8", "ds_write_b16", "ds_write_b32", "ds_write_b64", "ds_write_b128")
@@ -334,7 +352,7 @@ def _ds_write(w, i):
     addr = w.vsrc(i.args[0]) + U32(int(i.mods.get("offset", "0"), 0))
     data = np.ascontiguousarray(w.block(i.args[1])).view(np.uint8)[:, :n]
     act = w.active()
-    w.lds[_lds_index(w, addr[act], n, write=True)] = data[act]
+    _lds_store(w, addr[act], data[act])
 
 
 @op("ds_read_b32", "ds_read_b64", "ds_read_b128")
@@ -500,8 +518,10 @@ def _mfma_32x32x64_f8(w, i):
     _mfma_32x32x64_e4m3(w, i)
 
 
-def _op_sel(i, key):
-    return [int(x) for x in i.mods.get(key, "[0,0,0]").strip("[]").split(",")]
+def _op_sel(i, key, default=(0, 0, 0)):
+    if key not in i.mods:
+        return list(default)
+    return [int(x) for x in i.mods[key].strip("[]").split(",")]
 
 
 @op("v_mfma_scale_f32_32x32x64_f8f6f4")
@@ -516,3 +536,257 @@ def _mfma_scale_32x32x64_f8(w, i):
         byte = lo[s] + 2 * hi[s]
         scales.append(((w.vsrc(tok) >> U32(8 * byte)) & U32(0xFF)).astype(np.int64))
     _mfma_32x32x64_e4m3(w, i, *scales)
+
+
+# ---- what Triton's gfx950 attention kernel adds: 64-bit integer ops, lane moves, DPP,
+# division, conversions, buffer loads and paired LDS accesses
+def _s64(tok_val):
+    return tok_val - (1 << 64) if tok_val >> 63 else tok_val
+
+
+OPS.update({
+    "s_xor_b32": _sop2(lambda a, b, w: a ^ b, sets_scc=lambda a, b, r, w: r != 0),
+    "s_andn2_b32": _sop2(lambda a, b, w: a & ~b, sets_scc=lambda a, b, r, w: r != 0),
+    "s_min_i32": _sop2(lambda a, b, w: min(_signed(a), _signed(b)), sets_scc=lambda a, b, r, w: _signed(a) < _signed(b)),
+    "s_max_i32": _sop2(lambda a, b, w: max(_signed(a), _signed(b)), sets_scc=lambda a, b, r, w: _signed(a) > _signed(b)),
+    "s_mul_hi_u32": _sop2(lambda a, b, w: (a * b) >> 32),
+    "s_lshl_b64": lambda w, i: _s_shift64(w, i),
+    "s_cselect_b32": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1]) if w.scc else w.sval(i.args[2])),
+    "s_cselect_b64": lambda w, i: w.set_s(i.args[0], w.sval(i.args[1], 64) if w.scc else w.sval(i.args[2], 64)),
+})
+
+
+def _s_shift64(w, i):
+    r = (w.sval(i.args[1], 64) << (w.sval(i.args[2]) & 63)) & 0xFFFFFFFFFFFFFFFF
+    w.set_s(i.args[0], r)
+    w.scc = int(r != 0)
+
+
+@op("s_not_b32")
+def _s_not(w, i):
+    r = ~w.sval(i.args[1]) & 0xFFFFFFFF
+    w.set_s(i.args[0], r)
+    w.scc = int(r != 0)
+
+
+@op("s_abs_i32")
+def _s_abs(w, i):
+    r = abs(_signed(w.sval(i.args[1]))) & 0xFFFFFFFF
+    w.set_s(i.args[0], r)
+    w.scc = int(r != 0)
+
+
+@op("s_bitcmp1_b32", "s_bitcmp0_b32")
+def _s_bitcmp(w, i):
+    bit = (w.sval(i.args[0]) >> (w.sval(i.args[1]) & 31)) & 1
+    w.scc = int(bit == (1 if i.op.endswith("1_b32") else 0))
+
+
+@op("v_readlane_b32")
+def _v_readlane(w, i):
+    w.set_s(i.args[0], int(w.vsrc(i.args[1])[w.sval(i.args[2]) & 63]))
+
+
+@op("v_writelane_b32")
+def _v_writelane(w, i):
+    """Writes one lane whatever exec says."""
+    kind, lo, _ = w._regs(i.args[0])
+    w.file(kind)[lo][w.sval(i.args[2]) & 63] = w.sval(i.args[1]) & 0xFFFFFFFF
+
+
+@op("v_mov_b64")
+def _v_mov_b64(w, i):
+    w.set_v(i.args[0], w.vsrc64(i.args[1]))
+
+
+@op("v_lshrrev_b64")
+def _v_lshrrev_b64(w, i):
+    s = w.vsrc(i.args[1]).astype(U64) & U64(63)
+    w.set_v(i.args[0], w.vsrc64(i.args[2]) >> s)
+
+
+@op("v_mad_u64_u32")
+def _v_mad_u64_u32(w, i):
+    """D (64 bits) = src0 * src1 + src2 (64 bits), the carry out into an SGPR pair."""
+    a, b = (w.vsrc(t).astype(object) for t in i.args[2:4])
+    c = w.vsrc64(i.args[4]).astype(object)
+    full = a * b + c
+    w.set_v(i.args[0], np.array([int(x) & 0xFFFFFFFFFFFFFFFF for x in full], U64))
+    w.set_s(i.args[1], w.mask_from(np.array([int(x) >> 64 != 0 for x in full])))
+
+
+def _vcmp64(fn):
+    def run(w, i):
+        a, b = (w.vsrc64(t).view(np.int64) for t in i.args[1:3])
+        w.set_s(i.args[0], w.mask_from(fn(a, b)))
+    return run
+
+
+for _name, _fn in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+                   "ge": np.greater_equal}.items():
+    OPS[f"v_cmp_{_name}_i64"] = _vcmp64(_fn)
+OPS["v_cmp_nlt_f32"] = _vcmp(lambda a, b: ~np.less(a, b), "f32")
+OPS["v_cmp_ngt_f32"] = _vcmp(lambda a, b: ~np.greater(a, b), "f32")
+
+
+def _ieee_maximum(a, b):
+    """IEEE 754-2019 maximum: NaN propagates, +0 above -0."""
+    r = np.maximum(a, b)
+    both_zero = (a == 0) & (b == 0)
+    return np.where(both_zero, np.where(np.signbit(a) & np.signbit(b), a, np.abs(a)), r)
+
+
+OPS.update({
+    "v_maximum3_f32": _fop(lambda a, b, c: _ieee_maximum(_ieee_maximum(a, b), c)),
+    "v_ldexp_f32": lambda w, i: w.set_v(i.args[0], _u(np.ldexp(_f(w.vsrc(i.args[1], True)),
+                                                                 np.clip(_i(w.vsrc(i.args[2])), -400, 400)).astype(F32))),
+    "v_cvt_f32_u32": _vop(lambda a: _u(a.astype(F64).astype(F32))),
+    "v_cvt_u32_f32": lambda w, i: w.set_v(i.args[0], np.clip(np.trunc(np.nan_to_num(_f(w.vsrc(i.args[1], True)).astype(F64),
+                                                                                       nan=0.0)), 0, 2.0 ** 32 - 1).astype(U32)),
+    # an approximate reciprocal on hardware (integer division sequences correct for its error)
+    "v_rcp_iflag_f32": _fop(lambda a: (1.0 / a.astype(F64)).astype(F32)),
+    "v_lshrrev_b32_sdwa": _sdwa(lambda s, a: a >> (s & U32(31))),
+    "v_lshlrev_b16_sdwa": _sdwa(lambda s, a: (a << (s & U32(15))) & U32(0xFFFF)),
+})
+
+
+# division: v_div_scale / v_div_fmas / v_div_fixup compute the correctly rounded quotient on
+# hardware (IEEE mode); the emulator gives v_div_fixup that quotient and passes the rest through
+@op("v_div_scale_f32")
+def _v_div_scale(w, i):
+    w.set_v(i.args[0], w.vsrc(i.args[2], True))
+    w.set_s(i.args[1], 0)
+
+
+@op("v_div_fmas_f32")
+def _v_div_fmas(w, i):
+    a, b, c = (_f(w.vsrc(t, True)) for t in i.args[1:4])
+    w.set_v(i.args[0], _u(fma_f32(a, b, c)))
+
+
+@op("v_div_fixup_f32")
+def _v_div_fixup(w, i):
+    den, num = (_f(w.vsrc(t, True)).astype(F64) for t in i.args[2:4])
+    w.set_v(i.args[0], _u((num / den).astype(F32)))
+
+
+@op("v_cvt_pk_bf16_f32")
+def _v_cvt_pk_bf16(w, i):
+    """Two float32 -> bfloat16 (round to nearest even, NaN kept quiet), src0 in the low half."""
+    def bf16(x):
+        bits = x.astype(U64)
+        rounded = (bits + U64(0x7FFF) + ((bits >> U64(16)) & U64(1))) >> U64(16)
+        nan = (x & U32(0x7FFFFFFF)) > U32(0x7F800000)
+        return np.where(nan, (x >> U32(16)) | U32(0x40), rounded.astype(U32)) & U32(0xFFFF)
+    w.set_v(i.args[0], bf16(w.vsrc(i.args[1])) | (bf16(w.vsrc(i.args[2])) << U32(16)))
+
+
+@op("v_cvt_scalef32_pk_f32_fp8")
+def _v_cvt_scalef32_pk_f32_fp8(w, i):
+    """Two E4M3 bytes of src0 (the low word, or the high with op_sel[0]) -> two float32, each
+    times the float32 scale, into a register pair."""
+    word = _op_sel(i, "op_sel")[0]
+    src, scale = w.vsrc(i.args[1]), _f(w.vsrc(i.args[2], True)).astype(F64)
+    out = []
+    for byte in (2 * word, 2 * word + 1):
+        value = E4M3[(src >> U32(8 * byte)) & U32(0xFF)]
+        out.append(_u((value * scale).astype(F32)).astype(U64))
+    w.set_v(i.args[0], out[0] | (out[1] << U64(32)))
+
+
+@op("v_permlane32_swap_b32")
+def _v_permlane32_swap(w, i):
+    """Swaps lanes 32-63 of the first register with lanes 0-31 of the second (both written), as
+    LLVM's intrinsic documents it ("rows 2 and 3 of the first operand with rows 0 and 1 of the
+    second"). Triton's attention uses it in a symmetric max, which the mirror reading would
+    pass as well: its test pins DPP and the rest, not this choice."""
+    kind0, a, _ = w._regs(i.args[0])
+    kind1, b, _ = w._regs(i.args[1])
+    x, y = w.file(kind0)[a].copy(), w.file(kind1)[b].copy()
+    w.file(kind0)[a][32:], w.file(kind1)[b][:32] = y[:32], x[32:]
+
+
+@op("v_mov_b32_dpp")
+def _v_mov_dpp(w, i):
+    """DPP moves within rows of 16 lanes: quad_perm, row_shl/row_shr (lanes whose source falls
+    outside the row keep their value: bound_ctrl off), with row_mask / bank_mask write enables."""
+    src = w.vsrc(i.args[1])
+    lane = np.arange(WAVE)
+    pos = lane % 16
+    if "quad_perm" in i.mods:
+        sel = [int(x) for x in i.mods["quad_perm"].strip("[]").split(",")]
+        source, valid = lane - lane % 4 + np.array(sel)[lane % 4], np.ones(WAVE, bool)
+    elif "row_shl" in i.mods or "row_shr" in i.mods:
+        n = int(i.mods.get("row_shl", "0"), 0) or -int(i.mods.get("row_shr", "0"), 0)
+        source, valid = lane + n, (pos + n >= 0) & (pos + n < 16)
+    else:
+        raise NotImplementedError(f"DPP control in {i.line}")
+    if "bound_ctrl" in i.line:
+        raise NotImplementedError(f"DPP bound_ctrl in {i.line}")
+    rows, banks = int(i.mods.get("row_mask", "0xf"), 0), int(i.mods.get("bank_mask", "0xf"), 0)
+    enabled = ((rows >> (lane // 16)) & 1).astype(bool) & ((banks >> (pos // 4)) & 1).astype(bool) & valid
+    kind, lo, _ = w._regs(i.args[0])
+    old = w.file(kind)[lo]
+    w.file(kind)[lo] = np.where(enabled & w.active(), src[np.clip(source, 0, WAVE - 1)], old)
+
+
+@op("ds_swizzle_b32")
+def _ds_swizzle(w, i):
+    """swizzle(SWAP, n): lane l takes lane l ^ n (n < 32: within each half of the wave)."""
+    mode = i.mods.get("offset", "")
+    if not mode.startswith("swizzle(SWAP,"):
+        raise NotImplementedError(f"ds_swizzle mode in {i.line}")
+    n = int(mode[len("swizzle(SWAP,"):-1], 0)
+    w.set_v(i.args[0], w.vsrc(i.args[1])[np.arange(WAVE) ^ n])
+
+
+@op("ds_read2_b64", "ds_read2st64_b64", "ds_read2_b32", "ds_read2st64_b32")
+def _ds_read2(w, i):
+    n = 8 if "b64" in i.op else 4
+    unit = n * (64 if "st64" in i.op else 1)
+    addr, act = w.vsrc(i.args[1]), w.active()
+    data = np.zeros((WAVE, 2 * n), np.uint8)
+    for k, key in enumerate(("offset0", "offset1")):
+        at = addr + U32(unit * int(i.mods.get(key, "0"), 0))
+        data[act, k * n:(k + 1) * n] = w.lds[_lds_index(w, at[act], n)]
+    w.set_block(i.args[0], data.view(U32))
+
+
+@op("ds_write2_b64", "ds_write2st64_b64", "ds_write2_b32", "ds_write2st64_b32")
+def _ds_write2(w, i):
+    n = 8 if "b64" in i.op else 4
+    unit = n * (64 if "st64" in i.op else 1)
+    addr, act = w.vsrc(i.args[0]), w.active()
+    for k, (tok, key) in enumerate(zip(i.args[1:3], ("offset0", "offset1"))):
+        at = addr + U32(unit * int(i.mods.get(key, "0"), 0))
+        data = np.ascontiguousarray(w.block(tok)).view(np.uint8)[:, :n]
+        _lds_store(w, at[act], data[act])
+
+
+@op("global_store_short", "global_store_short_d16_hi")
+def _global_store_short(w, i):
+    addr = _global_addr(w, i, i.args[0], i.args[2])
+    word = w.vsrc(i.args[1]) >> U32(16 if i.op.endswith("hi") else 0)
+    act = w.active()
+    if act.any():
+        w.mem.write(addr[act], np.ascontiguousarray((word & U32(0xFFFF)).astype(np.uint16)).view(np.uint8).reshape(-1, 2)[act])
+
+
+@op("buffer_load_dword", "buffer_load_dwordx2", "buffer_load_dwordx4")
+def _buffer_load(w, i):
+    """Raw buffer loads (stride 0, ``offen``): address = base + voffset + offset; each dword
+    at or past the resource's num_records reads 0 (how Triton masks)."""
+    n = {"buffer_load_dword": 1, "buffer_load_dwordx2": 2, "buffer_load_dwordx4": 4}[i.op]
+    rsrc = w.sval(i.args[2], 128)
+    base, stride, records = rsrc & 0xFFFFFFFFFFFF, (rsrc >> 48) & 0x3FFF, (rsrc >> 64) & 0xFFFFFFFF
+    if stride or "offen" not in i.mods or "idxen" in i.mods or w.sval(i.args[3]) != 0:
+        raise NotImplementedError(f"buffer addressing other than raw offen with soffset 0: {i.line}")
+    offset = w.vsrc(i.args[1]).astype(np.int64) + int(i.mods.get("offset", "0"), 0)
+    act = w.active()
+    data = np.zeros((WAVE, n), U32)
+    for d in range(n):
+        at = offset + 4 * d
+        ok = act & (at + 4 <= records)
+        if ok.any():
+            data[ok, d] = w.mem.read((base + at[ok]).astype(U64), 4).view(U32).reshape(-1)
+    w.set_block(i.args[0], data)

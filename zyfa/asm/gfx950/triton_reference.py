@@ -75,11 +75,67 @@ def _specs():
     return out
 
 
+# zyfa's own Triton FP8 attention kernel at a small tile (compile_check.compile_attention)
+ATTENTION = dict(fp8=True, p_rule="lean_cubic", block_m=64, block_n=64, num_warps=4, num_stages=1,
+                 head_dim=64, head_dim_v=64)
+
+
 def compile_gfx950(name: str) -> str:
+    if name == "attention_fp8":
+        from ...triton_kernels.compile_check import compile_attention
+        return compile_attention("gfx950", **ATTENTION).asm["amdgcn"]
     fn, signature, constexprs, num_warps = _specs()[name]
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
     k = triton.compile(src, target=GPUTarget("hip", "gfx950", 64), options={"num_warps": num_warps})
     return k.asm["amdgcn"]
+
+
+def emulate_triton_attention(text: str, q, k, v, q_descale, k_descale, v_descale, causal: bool = True):
+    """Run Triton's gfx950 compilation of zyfa's FP8 attention kernel (``ATTENTION``'s tile,
+    causal, block references, per-head descales; compiled by ``compile_gfx950("attention_fp8")``)
+    in the emulator on FlashAttention-layout FP8 CPU tensors, with the kernel arguments Triton's
+    HIP launcher would pass (each tensor descriptor as base, shape, strides, padding, shape,
+    strides). Returns (out bfloat16 (B, Sq, Hq, Dv), lse float32 (B, Hq, Sq))."""
+    import math
+
+    import numpy as np
+    import torch
+
+    from ...scales import LOG2E
+    from ...triton_kernels.launch import _descale_args, transposed_v
+    from . import emulator as E
+    from .loader import kernel_args, pack
+    if not causal:
+        raise ValueError("the compiled kernel is the causal one")
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    bm, bn = ATTENTION["block_m"], ATTENTION["block_n"]
+    if (D, Dv) != (ATTENTION["head_dim"], ATTENTION["head_dim_v"]):
+        raise ValueError(f"the compiled kernel takes head dims {ATTENTION['head_dim']}, got {D}")
+    vt = transposed_v(v)
+    qd, kd, vd, per_token = _descale_args(q, k, vt.permute(0, 3, 1, 2), q_descale, k_descale, v_descale)
+    if per_token:
+        raise ValueError("the compiled kernel takes per-head descales")
+    mem = E.Memory()
+
+    def desc(t):
+        t = t.contiguous()
+        ptr = mem.alloc(t.view(torch.uint8 if t.element_size() == 1 else torch.int16).numpy())
+        shape, strides = list(t.shape), list(t.stride())
+        return [ptr, *shape, *strides, 0, *shape, *strides]
+
+    o_desc = desc(torch.zeros(B, Sq, Hq, Dv, dtype=torch.bfloat16))
+    lse_ptr = mem.alloc(np.zeros(B * Hq * Sq, np.float32))
+    args = (desc(q) * 2 + desc(k) * 2 + desc(vt) + o_desc
+            + [lse_ptr, mem.alloc(qd.float().contiguous().numpy()),
+               mem.alloc(kd.float().contiguous().numpy()), mem.alloc(vd.float().contiguous().numpy()),
+               Sq, Sk, Hq, Hkv, float(1.0 / math.sqrt(D) * LOG2E), 0, 0])
+    kernel = E.parse(text)
+    E.launch(kernel, mem, (B * Hq, -(-Sq // bm)), 64 * ATTENTION["num_warps"],
+             pack(*kernel_args(text, kernel.name), args))
+    out = torch.from_numpy(mem.array(o_desc[0], np.int16, B * Sq * Hq * Dv)).view(torch.bfloat16)
+    lse = torch.from_numpy(mem.array(lse_ptr, np.float32, B * Hq * Sq))
+    return out.reshape(B, Sq, Hq, Dv), lse.reshape(B, Hq, Sq)
 
 
 if __name__ == "__main__":
