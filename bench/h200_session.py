@@ -175,9 +175,9 @@ def speed(rec, tuned, quick):
 
 # ---------------------------------------------------------------- kernel-only error
 def kernel_error(rec, quick, backend="triton"):
-    from zyfa.fp8 import LEAN_RULES
+    from zyfa.asm.ptx.lean_p import PTX_RULES
     fa = fa3()
-    rules = LEAN_RULES if backend == "ptx" else F.P_RULES
+    rules = PTX_RULES if backend == "ptx" else F.P_RULES
     for S in ([2048] if quick else [2048, 65536]):
         for kind in ("gaussian", "realistic"):
             Hq, Hkv = 8, 2

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import zyfa  # noqa: E402
 from zyfa.asm.ptx import attention as attn  # noqa: E402
 from zyfa.asm.ptx.kernels import attention_fp8, permuted_vt  # noqa: E402
-from zyfa.fp8 import LEAN_RULES  # noqa: E402
+from zyfa.asm.ptx.lean_p import PTX_RULES  # noqa: E402
 from zyfa.bench.cases import model_cases  # noqa: E402
 from zyfa.bench.measure import median_ms, rel_err  # noqa: E402
 from zyfa.bench.methods import all_methods  # noqa: E402
@@ -32,8 +32,10 @@ def variants(inp):
     x = inp.fp8("head")
     kw = dict(x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal)
     out = {f"ptx-{rule}-rowsum_{rs}": (lambda rule=rule, rs=rs: attention_fp8(**kw, p_rule=rule, rowsum=rs))
-           for rule in LEAN_RULES for rs in attn.ROWSUMS}
-    out["triton-lean_cubic"] = lambda: zyfa.flash_attn_func(**kw, return_lse=True, backend="triton")
+           for rule in PTX_RULES for rs in attn.ROWSUMS}
+    for rule in ("lean_cubic", "lean_cubic_f16"):
+        out[f"triton-{rule}"] = (lambda rule=rule: zyfa.flash_attn_func(**kw, p_rule=rule, return_lse=True,
+                                                                          backend="triton"))
     fa3 = next(m for m in all_methods() if m.label == "fa3-fp8")
     if fa3.missing() is None:
         out["fa3-fp8"] = fa3.build(inp)

@@ -8,8 +8,8 @@ from zyfa import fp8 as F
 from zyfa.asm.program import Program
 from zyfa.asm.ptx import target as T
 from zyfa.asm.ptx.assemble import assemble
-from zyfa.asm.ptx.lean_p import p_codes_kernel
-from zyfa.fp8 import LEAN_RULES
+from zyfa.asm.ptx.lean_p import PTX_RULES, p_codes_kernel
+from zyfa.fp8 import HALF_RULES
 
 from conftest import gpu
 
@@ -38,16 +38,22 @@ def test_f32_immediates_are_bit_exact():
     assert T.f32(-15.0) == "0fC1700000"
 
 
-@pytest.mark.parametrize("rule", LEAN_RULES)
+@pytest.mark.parametrize("rule", PTX_RULES)
 def test_lean_p_kernel_assembles_without_mufu_or_conversions(rule):
     name, ptx = p_codes_kernel(rule)
     a = assemble(ptx)
     assert a.spill_bytes == 0 and 0 < a.registers <= 32, a.report
     sass = a.sass()
     ops = set(re.findall(r"\b([A-Z][A-Z0-9]+)[.A-Z0-9]*\s", sass))
-    assert "FFMA" in ops and "PRMT" in ops
+    assert "PRMT" in ops
     # the lean rules' point: no exp2 on the MUFU pipe, no float<->int conversion instructions
-    assert not ops & {"MUFU", "F2I", "I2F", "F2F", "F2FP"}, sorted(ops)
+    assert not ops & {"MUFU", "F2I", "I2F", "F2F"}, sorted(ops)
+    if rule in HALF_RULES:
+        # packed half: one F2FP.F16 packs two y, the rest is HFMA2/HADD2/HMNMX2 on two scores
+        assert {"HFMA2", "HADD2", "HMNMX2"} <= ops and "FFMA" not in ops, sorted(ops)
+        assert sass.count("F2FP") == sass.count("F2FP.F16.F32.PACK_AB") == 2, "one pack per two of the four y"
+    else:
+        assert "FFMA" in ops and "F2FP" not in ops, sorted(ops)
 
 
 def test_unknown_rule_is_refused():
@@ -56,7 +62,7 @@ def test_unknown_rule_is_refused():
 
 
 @gpu
-@pytest.mark.parametrize("rule", LEAN_RULES)
+@pytest.mark.parametrize("rule", PTX_RULES)
 def test_generated_p_codes_equal_the_spec(rule):
     from zyfa.asm.ptx.kernels import p_codes
     n = (1 << 22) + 3                                     # not a multiple of 4: the tail is padded

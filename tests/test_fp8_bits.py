@@ -41,6 +41,39 @@ def test_lean_rules_mismatch_rates_in_normal_range():
         assert (F.p_bits(y, r) - exact).abs().max() <= 1, r
 
 
+def test_round_f16_rounds_once_like_numpy():
+    """The spec's half rounding from float64: nearest even, subnormals, overflow, in one step
+    (numpy converts float64 to half directly; a cast through float32 could round twice)."""
+    import numpy as np
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(400_000, dtype=torch.float64, generator=g) * torch.exp2(torch.randint(-30, 18, (400_000,), generator=g).double())
+    ties = (torch.randint(-2000, 2000, (20_000,), generator=g).double() + 0.5) * 2.0 ** -10    # exact half-way points
+    near = ties + 2.0 ** -40                                                                  # just past them
+    x = torch.cat([x, ties, near, torch.tensor([65504.0, 65519.9, 65520.0, -1e6, 2.0 ** -25, 2.0 ** -24 * 1.5])])
+    with np.errstate(over="ignore"):
+        want = torch.from_numpy(x.numpy().astype(np.float16).astype(np.float64))
+    assert torch.equal(F.round_f16(x), want)
+
+
+def test_half_precision_cubic_keeps_exacts_accuracy():
+    """lean_cubic_f16 (the cubic in packed half precision): within one code of exact, a
+    ~1% mismatch rate from rounding y and the steps to half, and attention error no higher
+    than exact's on realistic activations."""
+    import zyfa
+    from zyfa.activations import make
+    from zyfa.reference import attention_fp64, fp8_attention_spec
+    y = -torch.rand(1_000_000, generator=torch.Generator().manual_seed(2)) * 13
+    exact, half = F.p_bits(y, "exact"), F.p_bits(y, "lean_cubic_f16")
+    assert (half != exact).float().mean().item() < 0.015 and (half - exact).abs().max() <= 1
+    assert 0 < (half != F.p_bits(y, "lean_cubic_f16", fused=False)).float().mean().item() < 1e-3
+    q, k, v = make("realistic", 1, 512, 2, 1, 128, seed=8)
+    x = zyfa.quantize_fp8(q, k, v)
+    ref = attention_fp64(*x.dequantized())
+    err = {r: ((fp8_attention_spec(**x.kwargs(), p_rule=r) - ref).norm() / ref.norm()).item()
+           for r in ("exact", "lean_cubic_f16")}
+    assert err["lean_cubic_f16"] <= 1.01 * err["exact"], err
+
+
 def test_lean_bits_range_and_top():
     y = torch.tensor([0.0, -1.0, -2.5, -15.0, -40.0, float("-inf")])
     for r in F.P_RULES:

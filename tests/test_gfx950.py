@@ -406,7 +406,7 @@ def test_dispatch_selects_gfx950_on_a_faked_mi355x(monkeypatch):
     assert dispatch.select(problem).name == "gfx950"
     assert dispatch.select(dataclasses.replace(problem, ref_rule="block_pow2")).name == "gfx950"
     for other, why in ((dict(arch="gfx942"), "targets gfx950"), (dict(is_fp8=False), "FP8 only"),
-                       (dict(ref_rule="running"), "ref_rule"),
+                       (dict(ref_rule="running"), "ref_rule"), (dict(p_rule="lean_cubic_f16"), "p_rule"),
                        (dict(p_rule="exact"), "p_rule"), (dict(per_token_descales=True), "per-token"),
                        (dict(head_dims=(96, 128)), "head dims"), (dict(head_dims=(256, 256)), "head dims")):
         ok, reason = backends._gfx950_ok(dataclasses.replace(problem, **other))

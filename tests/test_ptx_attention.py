@@ -18,7 +18,8 @@ from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.fragments import KEY_OF_SLOT, a_operand_position, accumulator_position, p_sources
-from zyfa.fp8 import LEAN_RULES
+from zyfa.asm.ptx.lean_p import PTX_RULES
+from zyfa.fp8 import HALF_RULES
 from zyfa.reference import attention_fp64, fp8_attention_spec
 
 H100_CLASS = HAS_GPU and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
@@ -54,7 +55,7 @@ def test_permuted_vt_places_keys_in_their_slots():
 
 @pytest.mark.parametrize("rowsum", attn.ROWSUMS)
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("rule", LEAN_RULES)
+@pytest.mark.parametrize("rule", PTX_RULES)
 def test_attention_kernel_assembles_within_budget(rule, causal, rowsum):
     name, ptx = attn.attention_kernel(rule, causal, rowsum)
     a = assemble(ptx)
@@ -68,11 +69,16 @@ def test_attention_kernel_assembles_within_budget(rule, causal, rowsum):
     # integer divisions (batch, head, kv head) may use conversions, the loop may not
     first, last = ops.index("QGMMA"), len(ops) - 1 - ops[::-1].index("QGMMA")
     loop = ops[first:last]
-    for conversion in ("F2I", "I2F", "F2F", "F2FP"):
+    for conversion in ("F2I", "I2F", "F2F"):
         assert conversion not in loop, f"{conversion} in the main loop"
     assert sass.count("MUFU.EX2") == 4, "exp2 of alpha and beta for the thread's two rows, nothing per element"
-    # F2FP only in the epilogue's BF16 packing (one per pair of output columns and row)
-    assert ops.count("F2FP") == ptx.count("cvt.rn.bf16x2.f32") == 32
+    # F2FP in the epilogue's BF16 packing (one per pair of output columns and row); in the
+    # loop only for a half-precision rule, one F2FP.F16 per two scores (and never to E4M3)
+    half_packs = 32 if rule in HALF_RULES else 0
+    assert loop.count("F2FP") == half_packs == sass.count("F2FP.F16.F32.PACK_AB")
+    assert ops.count("F2FP") - half_packs == ptx.count("cvt.rn.bf16x2.f32") == 32
+    if rule in HALF_RULES:
+        assert loop.count("HFMA2") == 4 * 32 and "FFMA" in loop     # 4 a pair; float32 FFMA for y and the row sums
 
 
 def test_attention_kernel_refuses_what_it_does_not_implement():
@@ -120,7 +126,7 @@ def _exact_s_case(shape, seed, negative=False):
 
 
 @hopper
-@pytest.mark.parametrize("rule", LEAN_RULES)
+@pytest.mark.parametrize("rule", PTX_RULES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_ptx_kernel_equals_spec_when_s_is_exact(shape, rule):
     kw, causal = _exact_s_case(shape, seed=len(rule) + shape[1])
@@ -159,7 +165,7 @@ def test_tensor_core_row_sums_stay_near_the_float32_ones(shape):
 
 
 @hopper
-@pytest.mark.parametrize("rule", LEAN_RULES)
+@pytest.mark.parametrize("rule", PTX_RULES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_ptx_kernel_vs_spec_and_float64(shape, rule):
     """Realistic activations: the tensor cores' accumulation of S (~13 bits) moves many t

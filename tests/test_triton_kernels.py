@@ -62,7 +62,7 @@ def _fp8_case(shape, kind="realistic", granularity="head"):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("p_rule", ["lean_cubic", "lean", "exact"])
+@pytest.mark.parametrize("p_rule", ["lean_cubic", "lean", "exact", "lean_cubic_f16"])
 def test_fp8_kernel_vs_spec(shape, p_rule):
     x, ref, causal = _fp8_case(shape)
     out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=p_rule, return_lse=True, backend="triton")

@@ -8,7 +8,7 @@ import importlib.util
 import torch
 
 from . import dispatch
-from .fp8 import LEAN_RULES
+from .fp8 import HALF_RULES, LEAN_RULES
 from .ops import out_dtype
 from .reference import attention_fp64, fp8_attention_spec
 
@@ -25,10 +25,10 @@ _CUDA_PYTHON = _has_cuda_python()
 
 
 def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, head_dims_text: str,
-                          ref_rules: tuple = ("block",)):
-    """What both generated kernels implement: FP8, lean P, ``ref_rules``, per-head (or
+                          ref_rules: tuple = ("block",), p_rules: tuple = LEAN_RULES):
+    """What both generated kernels implement: FP8, ``p_rules``, ``ref_rules``, per-head (or
     per-tensor) q/k descales. None if the problem fits, else (False, reason)."""
-    lean = LEAN_RULES
+    lean = p_rules
     if not p.is_fp8:
         return False, f"the {kernel} is FP8 only"
     if not head_dims_ok:
@@ -49,7 +49,8 @@ def _ptx_ok(p: dispatch.Problem):
             " (ROCm)" if torch.version.hip is not None and p.device.type == "cuda" else "")
     if p.arch != "sm90":
         return False, f"generated PTX targets sm_90a (Hopper), device is {p.arch}"
-    refusal = _generated_fp8_limits(p, "generated kernel", p.head_dims == (128, 128), "(128, 128)")
+    refusal = _generated_fp8_limits(p, "generated kernel", p.head_dims == (128, 128), "(128, 128)",
+                                    p_rules=LEAN_RULES + HALF_RULES)
     if refusal:
         return refusal
     if not _CUDA_PYTHON:

@@ -28,8 +28,10 @@ LEAN_QUAD_K = float(torch.tensor(0.345, dtype=torch.float32))
 LEAN_CUBIC_A = float(torch.tensor(0.3048215, dtype=torch.float32))
 LEAN_CUBIC_B = float(torch.tensor(0.0776252, dtype=torch.float32))
 
-P_RULES = ("exact", "lean", "lean_quad", "lean_cubic")
-LEAN_RULES = ("lean", "lean_quad", "lean_cubic")   # no exponential: the rules the generated kernels take
+P_RULES = ("exact", "lean", "lean_quad", "lean_cubic", "lean_cubic_f16")
+LEAN_RULES = ("lean", "lean_quad", "lean_cubic")   # no exponential, float32: every generated kernel takes these
+HALF_RULES = ("lean_cubic_f16",)                   # the cubic in packed half precision (two scores an HFMA2)
+F16_MAGIC = 1536.0           # 1.5 * 2^10: the magic number of half precision (ulp 1 on [1024, 2048))
 REF_RULES = ("block", "running", "block_pow2")
 
 
@@ -79,11 +81,51 @@ def fma32(a, b, c, fused: bool = True):
     return a * b + c
 
 
+def round_f16(x: torch.Tensor) -> torch.Tensor:
+    """float64 values rounded once to IEEE half precision (nearest even, subnormals, overflow
+    to inf), returned as float64. (A cast through float32 could round twice.)"""
+    x = x.to(torch.float64)
+    _, ex = torch.frexp(x)                             # x = m 2^ex, 0.5 <= |m| < 1
+    step = torch.clamp(ex, min=-13) - 11               # half's spacing: 2^(ex - 11), 2^-24 below 2^-14
+    r = torch.ldexp(torch.round(torch.ldexp(x, -step)), step)
+    r = torch.where(r.abs() > 65504.0, torch.copysign(torch.full_like(r, float("inf")), r), r)
+    return torch.where(torch.isfinite(x), r, x)
+
+
+def fma16(a, b, c, fused: bool = True):
+    """half-precision a*b + c from half values held in float64: one rounding (HFMA2) or two.
+    The float64 product and sum are exact for the magnitudes the rule meets."""
+    if fused:
+        return round_f16(a * b + c)
+    return round_f16(round_f16(a * b) + c)
+
+
+def round_f16_scalar(v: float) -> float:
+    return float(round_f16(torch.tensor(v, dtype=torch.float64)))
+
+
+def _p_bits_cubic_f16(y: torch.Tensor, fused: bool) -> torch.Tensor:
+    """lean_cubic in half precision: y rounded to half, then the same steps as the float32
+    cubic with half's magic number and the coefficients rounded to half; every operation is
+    rounded to half (two scores an instruction in packed half arithmetic)."""
+    y = torch.maximum(round_f16(y.double()), torch.tensor(Y_FLOOR, dtype=torch.float64))
+    a = round_f16(round_f16(y - 0.5) + F16_MAGIC)     # floor(y) = rne(y - 0.5) via the magic number
+    fl = round_f16(a - F16_MAGIC)
+    f = round_f16(y - fl)
+    inner = fma16(f, round_f16_scalar(8.0 * LEAN_CUBIC_B), round_f16_scalar(8.0 * (LEAN_CUBIC_A - LEAN_CUBIC_B)), fused)
+    slope = fma16(f, inner, round_f16_scalar(8.0 * (1.0 - LEAN_CUBIC_A)), fused)
+    base = fma16(a, 8.0, P_ONE_BITS - 7 * F16_MAGIC, fused)    # 8 floor(y) + 120 + MAGIC, exact
+    w = fma16(f, slope, base, fused)
+    return (w - F16_MAGIC).to(torch.int32)
+
+
 def p_bits(y: torch.Tensor, rule: str, fused: bool = True) -> torch.Tensor:
     """E4M3 bits of the probability 2^(y + 8) under a P rule; y is float32 (t - r)."""
     y = _f32(y)
     if rule == "exact":
         return e4m3_encode_nonneg(torch.exp2(y.double() + P_OFFSET_LOG2))
+    if rule == "lean_cubic_f16":
+        return _p_bits_cubic_f16(y, fused)
     # every lean rule starts from the clamped y, so bits >= 0 without a second clamp
     y = torch.maximum(y, torch.tensor(Y_FLOOR, dtype=torch.float32))
     if rule == "lean":

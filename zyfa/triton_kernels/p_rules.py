@@ -14,7 +14,8 @@ P_EXACT: tl.constexpr = tl.constexpr(0)
 P_LEAN: tl.constexpr = tl.constexpr(1)
 P_LEAN_QUAD: tl.constexpr = tl.constexpr(2)
 P_LEAN_CUBIC: tl.constexpr = tl.constexpr(3)
-P_RULE_IDS = {"exact": 0, "lean": 1, "lean_quad": 2, "lean_cubic": 3}
+P_LEAN_CUBIC_F16: tl.constexpr = tl.constexpr(4)
+P_RULE_IDS = {"exact": 0, "lean": 1, "lean_quad": 2, "lean_cubic": 3, "lean_cubic_f16": 4}
 
 _MAGIC: tl.constexpr = tl.constexpr(fp8.MAGIC)
 _MAGIC_BITS: tl.constexpr = tl.constexpr(0x4B400000)
@@ -26,11 +27,42 @@ _QUAD_BASE: tl.constexpr = tl.constexpr(8.0 * (1.0 - fp8.LEAN_QUAD_K))
 _CUBIC_B: tl.constexpr = tl.constexpr(fp8.LEAN_CUBIC_B)
 _CUBIC_AB: tl.constexpr = tl.constexpr(fp8.LEAN_CUBIC_A - fp8.LEAN_CUBIC_B)
 _CUBIC_1A: tl.constexpr = tl.constexpr(1.0 - fp8.LEAN_CUBIC_A)
+# lean_cubic_f16: half precision throughout (constants already rounded to half, exactly)
+_H_MAGIC: tl.constexpr = tl.constexpr(fp8.F16_MAGIC)
+_H_B8: tl.constexpr = tl.constexpr(fp8.round_f16_scalar(8.0 * fp8.LEAN_CUBIC_B))
+_H_AB8: tl.constexpr = tl.constexpr(fp8.round_f16_scalar(8.0 * (fp8.LEAN_CUBIC_A - fp8.LEAN_CUBIC_B)))
+_H_1A8: tl.constexpr = tl.constexpr(fp8.round_f16_scalar(8.0 * (1.0 - fp8.LEAN_CUBIC_A)))
+_H_BASE: tl.constexpr = tl.constexpr(fp8.P_ONE_BITS - 7 * fp8.F16_MAGIC)
+_H_MAGIC_BITS: tl.constexpr = tl.constexpr(0x6600)
+
+
+@triton.jit
+def _h(x, value):
+    """The constant ``value`` (exactly a half) as a half tensor shaped like ``x``: Python
+    floats would promote half arithmetic to float32."""
+    return tl.full(x.shape, value, tl.float16)
+
+
+@triton.jit
+def lean_cubic_f16_bits(y):
+    """int32 E4M3 codes of 2^(y + 8) by the cubic in half precision (zyfa.fp8.p_bits,
+    lean_cubic_f16): y rounded to half, every step rounded to half; on GPUs the pairs of
+    elements a thread holds can run as packed half instructions."""
+    h = tl.maximum(y.to(tl.float16), _h(y, _Y_FLOOR))
+    a = (h - _h(y, 0.5)) + _h(y, _H_MAGIC)
+    fl = a - _h(y, _H_MAGIC)
+    f = h - fl
+    inner = tl.fma(f, _h(y, _H_B8), _h(y, _H_AB8))
+    slope = tl.fma(f, inner, _h(y, _H_1A8))
+    w = tl.fma(f, slope, tl.fma(a, _h(y, 8.0), _h(y, _H_BASE)))
+    return w.to(tl.int16, bitcast=True).to(tl.int32) - _H_MAGIC_BITS
 
 
 @triton.jit
 def lean_p_bits(y, P_RULE: tl.constexpr):
     """int32 E4M3 codes in [0, 120] of 2^(y + 8) for a lean rule (zyfa.fp8.p_bits)."""
+    if P_RULE == P_LEAN_CUBIC_F16:
+        return lean_cubic_f16_bits(y)
     y = tl.maximum(y, _Y_FLOOR)
     if P_RULE == P_LEAN:
         w = tl.fma(y, 8.0, _ONE_BITS + _MAGIC)

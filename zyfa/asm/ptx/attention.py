@@ -28,7 +28,8 @@ from ... import fp8 as F
 from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .fragments import p_sources
-from .lean_p import LEAN_RULES, emit_pack4, emit_p_code
+from ...fp8 import HALF_RULES
+from .lean_p import PTX_RULES, emit_pack4, emit_pack_pairs, emit_p_code, emit_p_code_pair
 from .smem import emit_descriptor, emit_wait
 from .target import f32, module, program
 
@@ -291,21 +292,40 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
     if rowsum == "alu":
         for half in (0, 1):
             emit("mov.f32", l_blk[half], f32(0.0))
+    ys = []
     for i, si in enumerate(s):
         y = prog.reg("f32")
         emit("fma.f32", y, si, c.fac, neg_m[_acc_row_half(i)])   # the spec's y = fma(S, c, -r)
-        w = emit_p_code(prog, y, rule)                       # low byte: the E4M3 code
-        codes.append(w)
+        ys.append(y)
+    # the code shifted into a float32's exponent/mantissa is P * 2^-120 exactly (subnormal
+    # codes land on float32 subnormals): a shift (and a mask) and one FMA per P
+    def add_to_rowsum(i, code_bits):
         if rowsum == "alu":
-            # the code shifted into a float32's exponent/mantissa is P * 2^-120 exactly
-            # (subnormal codes land on float32 subnormals): one shift and one FMA per P
-            scaled = prog.reg("b32")
-            emit("shl.b32", scaled, w, 20)
-            emit("fma.f32", l_blk[_acc_row_half(i)], scaled, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
+            emit("fma.f32", l_blk[_acc_row_half(i)], code_bits, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
+    if rule in HALF_RULES:                                   # two scores (same row, adjacent keys) a word
+        pairs = {}
+        for i in range(0, ACC, 2):
+            w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], rule)   # codes in bytes 0 and 2
+            for j, shift in ((i, 20), (i + 1, 4)):
+                if rowsum == "alu":
+                    scaled = prog.reg("b32")
+                    emit("shl.b32", scaled, w, shift)
+                    emit("and.b32", scaled, scaled, "0x0FF00000")
+                    add_to_rowsum(j, scaled)
+        p_regs = [[emit_pack_pairs(prog, pairs[src[0]], pairs[src[2]]) for src in p_sources(k)]
+                  for k in range(BLOCK_N // 32)]
+    else:
+        for i, y in enumerate(ys):
+            w = emit_p_code(prog, y, rule)                   # low byte: the E4M3 code
+            codes.append(w)
+            if rowsum == "alu":
+                scaled = prog.reg("b32")
+                emit("shl.b32", scaled, w, 20)
+                add_to_rowsum(i, scaled)
+        p_regs = [[emit_pack4(prog, [codes[r] for r in src]) for src in p_sources(k)] for k in range(BLOCK_N // 32)]
     if rowsum == "alu":
         for half in (0, 1):
             _emit_quad_reduce(prog, l_blk[half], "add.f32")
-    p_regs = [[emit_pack4(prog, [codes[r] for r in src]) for src in p_sources(k)] for k in range(BLOCK_N // 32)]
 
     prog.comment("block = P V^T in a fresh accumulator" + ("; row sums = P . ones" if rowsum == "mma" else ""))
     o = prog.regs("f32", ACC)
@@ -413,8 +433,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads. Grid (B * Hq,
     ceil(Sq / 64)), 128 threads, SHARED_BYTES of dynamic shared memory.
     """
-    if rule not in LEAN_RULES:
-        raise ValueError(f"the generated kernel implements the lean rules {LEAN_RULES}, got {rule!r}")
+    if rule not in PTX_RULES:
+        raise ValueError(f"the generated kernel implements the lean rules {PTX_RULES}, got {rule!r}")
     if rowsum not in ROWSUMS:
         raise ValueError(f"rowsum must be one of {ROWSUMS}, got {rowsum!r}")
     name = kernel_name(rule, causal, rowsum)

@@ -7,10 +7,15 @@ that turns float32 y = t - r into packed E4M3 codes, four per 32-bit word with p
 """
 from __future__ import annotations
 
+import struct
+
 from ... import fp8 as F
-from ...fp8 import LEAN_RULES
+from ...fp8 import HALF_RULES, LEAN_RULES
 from ..program import Program, Reg
 from .target import f32, module, program
+
+PTX_RULES = LEAN_RULES + HALF_RULES      # the rules the generated PTX takes
+PACK_HALF_PAIRS = "0x6420"               # prmt: bytes 0 and 2 of two half2 words: four codes
 
 
 
@@ -45,6 +50,44 @@ def emit_p_code(prog: Program, y: Reg, rule: str) -> Reg:
     return w
 
 
+def _half2(x: float) -> str:
+    """A b32 immediate holding x rounded to half precision in both halves."""
+    bits = struct.unpack("<H", struct.pack("<e", F.round_f16_scalar(x)))[0]
+    return f"0x{bits << 16 | bits:08x}"
+
+
+def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, rule: str) -> Reg:
+    """A b32 register of two half-precision values 1536 + code: the E4M3 code of 2^(y + 8)
+    for ``y_lo`` in byte 0 and for ``y_hi`` in byte 2, under a half-precision rule; the spec's
+    operations (zyfa.fp8, lean_cubic_f16) on two scores an instruction."""
+    if rule not in HALF_RULES:
+        raise ValueError(f"half-precision P rules are {HALF_RULES}, got {rule!r}")
+    k = {name: prog.reg("b32") for name in ("floor", "half", "magic", "b", "ab", "a1", "eight", "base")}
+    for name, value in (("floor", F.Y_FLOOR), ("half", 0.5), ("magic", F.F16_MAGIC), ("b", 8.0 * F.LEAN_CUBIC_B),
+                        ("ab", 8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)), ("a1", 8.0 * (1.0 - F.LEAN_CUBIC_A)),
+                        ("eight", 8.0), ("base", F.P_ONE_BITS - 7 * F.F16_MAGIC)):
+        prog.emit("mov.b32", k[name], _half2(value))          # ptxas folds these into immediates
+    y, a, fl, f, inner, slope, base, w = prog.regs("b32", 8)
+    prog.emit("cvt.f16x2.f32", y, y_hi, y_lo)
+    prog.emit("max.f16x2", y, y, k["floor"])
+    prog.emit("sub.f16x2", a, y, k["half"])                   # floor(y) = rne(y - 0.5) via the magic number
+    prog.emit("add.f16x2", a, a, k["magic"])
+    prog.emit("sub.f16x2", fl, a, k["magic"])
+    prog.emit("sub.f16x2", f, y, fl)
+    prog.emit("fma.f16x2", inner, f, k["b"], k["ab"])
+    prog.emit("fma.f16x2", slope, f, inner, k["a1"])
+    prog.emit("fma.f16x2", base, a, k["eight"], k["base"])    # 8 floor(y) + 120 + magic, exact
+    prog.emit("fma.f16x2", w, f, slope, base)
+    return w
+
+
+def emit_pack_pairs(prog: Program, lo: Reg, hi: Reg) -> Reg:
+    """Four codes in one word from two pair words (bytes 0, 2 of ``lo``, then of ``hi``)."""
+    packed = prog.reg("b32")
+    prog.emit("prmt.b32", packed, lo, hi, PACK_HALF_PAIRS)
+    return packed
+
+
 def emit_pack4(prog: Program, codes: list[Reg]) -> Reg:
     """The low bytes of four registers packed into one 32-bit word (byte i from codes[i])."""
     lo, hi, packed = prog.regs("b32", 3)
@@ -74,8 +117,12 @@ def p_codes_kernel(rule: str, arch: str = "sm_90a") -> tuple[str, str]:
     prog.emit("add.u64", addr, yp, off)
     ys = prog.regs("f32", 4)
     prog.emit("ld.global.v4.f32", *ys, addr)
-    codes = [emit_p_code(prog, y, rule) for y in ys]        # unrolled in Python
-    packed = emit_pack4(prog, codes)
+    if rule in HALF_RULES:
+        packed = emit_pack_pairs(prog, emit_p_code_pair(prog, ys[0], ys[1], rule),
+                                 emit_p_code_pair(prog, ys[2], ys[3], rule))
+    else:
+        codes = [emit_p_code(prog, y, rule) for y in ys]    # unrolled in Python
+        packed = emit_pack4(prog, codes)
     prog.emit("mul.wide.u32", off, i, 4)
     prog.emit("add.u64", oaddr, op, off)
     prog.emit("st.global.b32", oaddr, packed)

@@ -94,6 +94,12 @@ OPS = {
     "setp.lt.f32": "setp.lt.f32 {0}, {1}, {2};",
     "setp.eq.f32": "setp.eq.f32 {0}, {1}, {2};",
     "bra.div": "bra {0};",                      # a branch threads of a warp may take apart
+    # packed half precision (two values a register; .rn keeps ptxas from contracting add + mul)
+    "cvt.f16x2.f32": "cvt.rn.f16x2.f32 {0}, {1}, {2};",     # {1} -> upper half, {2} -> lower
+    "max.f16x2": "max.f16x2 {0}, {1}, {2};",
+    "add.f16x2": "add.rn.f16x2 {0}, {1}, {2};",
+    "sub.f16x2": "sub.rn.f16x2 {0}, {1}, {2};",
+    "fma.f16x2": "fma.rn.f16x2 {0}, {1}, {2}, {3};",
 }
 
 
