@@ -53,17 +53,21 @@ def test_permuted_vt_places_keys_in_their_slots():
         assert torch.equal(vt[:, :, :, slot].permute(1, 2, 0), want), key
 
 
-@pytest.mark.parametrize("rowsum", attn.ROWSUMS)
+VARIANTS = [(rule, rowsum) for rule in PTX_RULES for rowsum in attn.ROWSUMS if rowsum != "hmma" or rule in HALF_RULES]
+
+
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("rule", PTX_RULES)
+@pytest.mark.parametrize("rule, rowsum", VARIANTS)
 def test_attention_kernel_assembles_within_budget(rule, causal, rowsum):
     name, ptx = attn.attention_kernel(rule, causal, rowsum)
     a = assemble(ptx)
     sass = a.sass()
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass)
     assert a.spill_bytes == 0, a.report
-    assert a.registers <= attn.REGISTER_BUDGET, f"{a.registers} registers > budget {attn.REGISTER_BUDGET}"
+    budget = attn.register_budget(rowsum)
+    assert a.registers <= budget, f"{a.registers} registers > budget {budget}"
     assert ops.count("QGMMA") == (12 if rowsum == "mma" else 8), "4 wgmma for Q K^T, 4 for P V^T (+ 4 for P . ones)"
+    assert ops.count("HGMMA") == (8 if rowsum == "hmma" else 0), "8 half-precision P . ones"
     assert "UTMALDG" in ops and "SYNCS" in " ".join(ops)
     # the softmax lies between the first QGMMA (Q K^T) and the last (P V^T); the prologue's
     # integer divisions (batch, head, kv head) may use conversions, the loop may not
@@ -149,6 +153,21 @@ def _assert_equals_spec(kw, causal, rule):
     assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
     # float32 row sums of the same P: the LSE differs by float32 ordering only
     assert (lse.double() - lse_spec).abs().max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
+
+
+@hopper
+@pytest.mark.parametrize("shape", SHAPES)
+def test_half_precision_row_sums_equal_the_float32_ones(shape):
+    """rowsum="hmma" (half rules): the P of each pair as a half2 A operand against halves of
+    256, float32 accumulation on the tensor cores: the same sums as the ALUs' up to float32
+    ordering."""
+    from zyfa.asm.ptx.kernels import attention_fp8
+    kw, causal = _exact_s_case(shape, seed=shape[1] + 1)
+    a, lse_a = attention_fp8(**kw, causal=causal, p_rule="lean_cubic_f16", rowsum="alu")
+    b, lse_b = attention_fp8(**kw, causal=causal, p_rule="lean_cubic_f16", rowsum="hmma")
+    spec = fp8_attention_spec(**kw, causal=causal, p_rule="lean_cubic_f16")
+    print(f"{shape}: out {rel_err(b, a):.2e}, lse {(lse_b - lse_a).abs().max():.2e}")
+    assert rel_err(b, a) <= 0.5 * rel_err(spec.bfloat16(), spec) and (lse_b - lse_a).abs().max() < 1e-5
 
 
 @hopper

@@ -43,13 +43,21 @@ STAGE_BYTES = 2 * KV_BYTES
 STAGE0 = Q_BYTES + ONES_BYTES               # 1024-aligned, as 128-byte swizzled tiles must be
 BAR_OFFSET = STAGE0 + STAGES * STAGE_BYTES  # mbarriers: Q, then one per stage
 E4M3_ONE_X4 = 0x38383838
-ROWSUMS = ("mma", "alu")
+ROWSUMS = ("mma", "alu", "hmma")
+HALF_256_X2 = 0x5C005C00                    # two halves of 256: B of the half-precision row-sum wgmma
 SHARED_BYTES = BAR_OFFSET + 8 * (1 + STAGES) + 1024   # + slack to align the base to 1024
 LN2 = 0.6931471805599453
 ACC = BLOCK_N // 2                          # f32 accumulator registers per thread (m64n128)
 # 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 x SHARED_BYTES its
 # 227 KB of shared memory: three CTAs per SM, so one's softmax can overlap another's wgmma
 REGISTER_BUDGET = 168
+# rowsum="hmma" keeps 32 more registers of half2 P (the f16 A fragments) until its wgmmas
+# are done: 232 x 128 x 2 fits, two CTAs an SM
+HMMA_REGISTER_BUDGET = 232
+
+
+def register_budget(rowsum: str) -> int:
+    return HMMA_REGISTER_BUDGET if rowsum == "hmma" else REGISTER_BUDGET
 
 PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "vt_map[128]"),
           (".u64", "out_ptr"), (".u64", "lse_ptr"), (".u64", "fac_ptr"), (".u64", "vd_ptr"),
@@ -304,8 +312,15 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             emit("fma.f32", l_blk[_acc_row_half(i)], code_bits, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
     if rule in HALF_RULES:                                   # two scores (same row, adjacent keys) a word
         pairs = {}
+        p16 = {}
         for i in range(0, ACC, 2):
             w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], rule)   # codes in bytes 0 and 2
+            if rowsum == "hmma":
+                # an E4M3 code shifted into a half's exponent/mantissa is P * 2^-8 exactly
+                # (subnormals too): two P of a pair as the half2 A operand of the row-sum wgmma
+                masked = p16[i] = prog.reg("b32")
+                emit("and.b32", masked, w, "0x00FF00FF")
+                emit("shl.b32", masked, masked, 7)
             for j, shift in ((i, 20), (i + 1, 4)):
                 if rowsum == "alu":
                     scaled = prog.reg("b32")
@@ -341,9 +356,16 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             ok = prog.reg("u64")
             emit("add.u64", ok, d_ones, 2 * k)
             emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
+    if rowsum == "hmma":
+        # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
+        # blocks 2 t and 2 t + 1 are the f16 A fragment (a0..a3) as they stand; B: halves of 256
+        # (the ones tile: every element, so no descriptor step), float32 accumulation
+        for t in range(BLOCK_N // 16):
+            a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
+            emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else yes)
     emit("wgmma.commit")
     emit("wgmma.wait", 0)
-    if rowsum == "mma":
+    if rowsum in ("mma", "hmma"):
         l_blk = [sums[0], sums[2]]                            # rows g and g + 8
 
     prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
@@ -437,6 +459,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
         raise ValueError(f"the generated kernel implements the lean rules {PTX_RULES}, got {rule!r}")
     if rowsum not in ROWSUMS:
         raise ValueError(f"rowsum must be one of {ROWSUMS}, got {rowsum!r}")
+    if rowsum == "hmma" and rule not in HALF_RULES:
+        raise ValueError(f"rowsum 'hmma' takes the half-precision pairs of a rule in {HALF_RULES}, not {rule!r}")
     name = kernel_name(rule, causal, rowsum)
     prog = program()
     emit = prog.emit
@@ -452,11 +476,11 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     emit("fence.mbarrier_init")
     ones, ones_word, tid8 = prog.regs("u32", 3)
     emit("add.u32", ones, c.smem, Q_BYTES)
-    if rowsum == "mma":
+    if rowsum in ("mma", "hmma"):
         prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
         emit("mov.u32", tid8, "%tid.x")
         emit("mad.lo.u32", tid8, tid8, 8, ones)
-        emit("mov.u32", ones_word, E4M3_ONE_X4)
+        emit("mov.u32", ones_word, E4M3_ONE_X4 if rowsum == "mma" else HALF_256_X2)
         emit("st.shared.v2.b32", tid8, ones_word, ones_word)
         emit("fence.proxy.async")
     emit("bar.sync", 0)

@@ -59,6 +59,7 @@ OPS = {
     "wgmma.m64n128k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
     # A from four registers of packed E4M3 ({1}: "a0, a1, a2, a3")
     "wgmma.m64n128k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
+    "wgmma.m64n8k16.f16.rs": "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1, 0;",
     "wgmma.m64n8k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
     "st.shared.v2.b32": "st.shared.v2.b32 [{0}], {{{1}, {2}}};",
     "tma.load.3d": "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}}}], [{5}];",
