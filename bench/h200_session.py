@@ -202,17 +202,17 @@ def kernel_error(rec, quick, backend="triton"):
             torch.cuda.empty_cache()
 
 
-def repeatability(rec, n, backend="triton"):
+def repeatability(rec, n, backend="triton", p_rule="lean_cubic"):
     q, k, v = make("realistic", 1, 2048, 8, 2, 128, seed=3, device="cuda")
     x = zyfa.quantize_fp8(q, k, v)
-    first = zyfa.flash_attn_func(**x.kwargs(), backend=backend)
+    first = zyfa.flash_attn_func(**x.kwargs(), p_rule=p_rule, backend=backend)
     diffs = 0
     t0 = time.time()
     for _ in range(n):
-        o = zyfa.flash_attn_func(**x.kwargs(), backend=backend)
+        o = zyfa.flash_attn_func(**x.kwargs(), p_rule=p_rule, backend=backend)
         diffs += int(not torch.equal(o.view(torch.int16), first.view(torch.int16)))
     torch.cuda.synchronize()
-    rec.append(dict(check="repeatability", backend=backend, launches=n, differing=diffs, seconds=time.time() - t0))
+    rec.append(dict(check="repeatability", backend=backend, p_rule=p_rule, launches=n, differing=diffs, seconds=time.time() - t0))
     log(f"repeatability: {diffs} of {n} launches differ bitwise from the first")
 
 
@@ -222,6 +222,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="bits,correct,speed,kerr,repeat")
     ap.add_argument("--backend", default="triton", help="zyfa backend for kerr and repeat: triton or ptx")
+    ap.add_argument("--p-rule", default="lean_cubic", help="P rule of the repeatability check")
     a = ap.parse_args()
     only = a.only.split(",")
     rec, tuned = [], {}
@@ -236,7 +237,7 @@ def main():
     log(meta)
     steps = [("bits", lambda: check_p_bits(rec)), ("correct", lambda: check_correctness(rec)),
              ("kerr", lambda: kernel_error(rec, a.quick, a.backend)),
-             ("repeat", lambda: repeatability(rec, 7200, a.backend)),
+             ("repeat", lambda: repeatability(rec, 7200, a.backend, a.p_rule)),
              ("speed", lambda: speed(rec, tuned, a.quick))]
     for name, fn in steps:
         if name in only:
