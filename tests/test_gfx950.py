@@ -179,12 +179,13 @@ def test_emulator_runs_tritons_gfx950_fp8_attention(shape):
     from zyfa.triton_kernels.tuning import TileConfig
     kw = _small_int_case(shape, seed=shape[1])
     out, lse = emulate_triton_attention(_triton_text("attention_fp8"), **kw)
-    spec, lse_spec = fp8_attention_spec(**kw, causal=True, block_n=ATTENTION["block_n"], return_lse=True)
+    spec, lse_spec = fp8_attention_spec(**kw, causal=True, p_rule=ATTENTION["p_rule"], block_n=ATTENTION["block_n"],
+                                        return_lse=True)
     rounding = ((spec.bfloat16().double() - spec).norm() / spec.norm()).item()
     assert ((out.double() - spec).norm() / spec.norm()).item() <= 1.01 * rounding
     assert (lse.double() - lse_spec).abs().max().item() < 1e-5
     config = TileConfig(ATTENTION["block_m"], ATTENTION["block_n"], ATTENTION["num_warps"], ATTENTION["num_stages"])
-    ran, ran_lse = triton_attention(**kw, causal=True, config=config)
+    ran, ran_lse = triton_attention(**kw, causal=True, p_rule=ATTENTION["p_rule"], config=config)
     assert ((out.double() - ran.double()).norm() / spec.norm()).item() <= 3 * rounding
     assert (lse - ran_lse).abs().max().item() < 1e-4
 
@@ -375,7 +376,7 @@ def test_generated_gfx950_attention_on_realistic_activations():
     q, k, v = make("realistic", 1, 96, 4, 2, 128, seed=5)
     x = zyfa.quantize_fp8(q, k, v)
     out, lse = emulate_attention(**x.kwargs())
-    spec = fp8_attention_spec(**x.kwargs(), block_n=64)
+    spec = fp8_attention_spec(**x.kwargs(), p_rule="lean_cubic", block_n=64)
     ref = attention_fp64(*x.dequantized())
     assert ((out.double() - spec).norm() / spec.norm()).item() < 1e-6
     spec_err = ((spec - ref).norm() / ref.norm()).item()
@@ -449,7 +450,8 @@ def test_gfx950_backend_runs_through_the_hip_loader(monkeypatch):
         out, lse = kernels.attention_fp8(**kw, causal=True, p_rule="lean_cubic", ref_rule="block_pow2")
     finally:
         kernels._kernel.cache_clear()
-    spec, lse_spec = fp8_attention_spec(**kw, causal=True, ref_rule="block_pow2", block_n=64, return_lse=True)
+    spec, lse_spec = fp8_attention_spec(**kw, causal=True, p_rule="lean_cubic", ref_rule="block_pow2", block_n=64,
+                                        return_lse=True)
     assert out.dtype == torch.bfloat16 and out.shape == (1, 40, 2, 128)
     rounding = ((spec.bfloat16().double() - spec).norm() / spec.norm()).item()
     assert ((out.double() - spec).norm() / spec.norm()).item() <= 1.5 * rounding

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
-from .fp8 import P_RULES, REF_RULES
+from .fp8 import DEFAULT_P_RULE, P_RULES, REF_RULES
 from .ops import flash_attn_op
 from .scales import is_per_token
 from .validation import validate
 
-DEFAULT_P_RULE = "lean_cubic"
 DEFAULT_REF_RULE = "block"
 
 

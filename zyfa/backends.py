@@ -8,7 +8,7 @@ import importlib.util
 import torch
 
 from . import dispatch
-from .fp8 import HALF_RULES, LEAN_RULES
+from .fp8 import DEFAULT_P_RULE, HALF_RULES, LEAN_RULES
 from .ops import out_dtype
 from .reference import attention_fp64, fp8_attention_spec
 
@@ -124,7 +124,7 @@ def _triton_run(q, k, v, **kw):
 
 
 def _reference_run(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
-                   v_descale=None, p_rule="lean_cubic", ref_rule="block"):
+                   v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule="block"):
     """The spec for FP8, float64 attention for BF16/FP16 (slow: for checks and the CPU demo)."""
     if q.dtype == torch.float8_e4m3fn:
         out, lse = fp8_attention_spec(q, k, v, q_descale, k_descale, v_descale, causal=causal,

@@ -17,6 +17,7 @@ def run(seqlen: int | None = None) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")     # must precede the kernels' import
     import zyfa
     from zyfa.activations import realistic
+    from zyfa.fp8 import DEFAULT_P_RULE
     from zyfa.bench.measure import rel_err
     from zyfa.reference import attention_fp64
 
@@ -42,7 +43,7 @@ def run(seqlen: int | None = None) -> None:
 
     x = zyfa.quantize_fp8(q, k, v)
     runs = [("zyfa bf16", lambda: zyfa.flash_attn_func(q, k, v)),
-            ("zyfa fp8 (lean_cubic P)", lambda: zyfa.flash_attn_func(**x.kwargs())),
+            (f"zyfa fp8 ({DEFAULT_P_RULE} P)", lambda: zyfa.flash_attn_func(**x.kwargs())),
             ("zyfa fp8 (naive lean P)", lambda: zyfa.flash_attn_func(**x.kwargs(), p_rule="lean"))]
     if gpu:
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
@@ -50,13 +51,13 @@ def run(seqlen: int | None = None) -> None:
             qt, kt, vt, is_causal=True, enable_gqa=True).transpose(1, 2)))
     else:   # the MI355X kernel, run instruction by instruction in zyfa's gfx950 emulator
         from zyfa.asm.gfx950.attention import emulate_attention
-        runs.append(("gfx950 asm fp8 (emulated)", lambda: emulate_attention(**x.kwargs())[0]))
-    print(f"{'method':26s} {'err vs fp64':>12s} {'TFLOP/s':>9s} {'time':>9s}")
+        runs.append(("gfx950 asm fp8 (lean_cubic, emulated)", lambda: emulate_attention(**x.kwargs())[0]))
+    print(f"{'method':38s} {'err vs fp64':>12s} {'TFLOP/s':>9s} {'time':>9s}")
     for name, fn in runs:
         out, tflops, sec = timed(fn)
         err = rel_err(out[:, rows], ref)
         tf = f"{tflops:9.0f}" if tflops else f"{'-':>9s}"
-        print(f"{name:26s} {err:12.3e} {tf} {sec * 1e3:7.1f}ms")
+        print(f"{name:38s} {err:12.3e} {tf} {sec * 1e3:7.1f}ms")
     print("backend:", zyfa.explain(**x.kwargs()).splitlines()[0])
     print("err = ||out - ref|| / ||ref|| against float64 attention on the unquantized inputs"
           + (" (last 512 query rows)" if gpu else ""))

@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from .fp8 import P_OFFSET_LOG2, P_RULES, REF_RULES, e4m3_decode, fma32, p_bits
+from .fp8 import DEFAULT_P_RULE, P_OFFSET_LOG2, P_RULES, REF_RULES, e4m3_decode, fma32, p_bits
 from .scales import LOG2E, is_per_token, normalize_descales
 
 NEG_FLOOR = -1.0e30          # finite stand-in for -inf in references, so 2^(a - b) never sees inf - inf
@@ -95,7 +95,7 @@ def dequantize(x8: torch.Tensor, descale: torch.Tensor, kind: str) -> torch.Tens
 
 def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
                        causal: bool = True, softmax_scale: float | None = None,
-                       p_rule: str = "lean_cubic", ref_rule: str = "block",
+                       p_rule: str = DEFAULT_P_RULE, ref_rule: str = "block",
                        block_n: int = 128, rescale_threshold: float = RESCALE_THRESHOLD,
                        fused_fma: bool = True, return_lse: bool = False):
     """The blockwise FP8 algorithm (module docstring), bit for bit in the P bits.

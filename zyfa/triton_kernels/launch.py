@@ -7,6 +7,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ..fp8 import DEFAULT_P_RULE
 from ..ops import out_dtype
 from ..tma import tma_aligned, tma_ready
 from ..scales import LOG2E, coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
@@ -50,7 +51,7 @@ def transposed_v(v: torch.Tensor) -> torch.Tensor:
 
 
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
-                     v_descale=None, p_rule="lean_cubic", ref_rule="block",
+                     v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule="block",
                      config: TileConfig | None = None):
     """Run the Triton kernel; inputs already validated. Returns (out, lse)."""
     B, Sq, Hq, D = q.shape

@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from ...fp8 import DEFAULT_P_RULE
 from ...scales import head_factor, per_channel_v_descale
 from ...tma import tma_ready
 from . import attention as attn
@@ -80,7 +81,7 @@ def permuted_vt(v: torch.Tensor) -> torch.Tensor:
 
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
-                  p_rule="lean_cubic", ref_rule="block", rowsum="alu"):
+                  p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum="alu"):
     """FP8 d128 attention by the generated sm_90a kernel; inputs validated by flash_attn_func
     (coarse q/k descales, ref_rule "block", a lean or half-precision p_rule). Returns (out BF16,
     lse float32).
