@@ -112,12 +112,13 @@ def _prologue(prog: Program, causal: bool) -> _Ctx:
     c.zero = prog.reg("u32")                               # TMA coordinates must be registers
     emit("mov.u32", c.zero, 0)
 
-    prog.comment("work: (batch, head) from ctaid.x, query tile from ctaid.y, last tiles first")
+    prog.comment("work: query tile from ctaid.x (last tiles first), (batch, head) from ctaid.y: the CTAs")
+    prog.comment("running together share one head's K/V, which then stays in L2 (heads fastest thrashed it)")
     bh, ty, nty, group = prog.regs("u32", 4)
     c.b, c.h, c.kvh, c.bkv, c.start_m = prog.regs("u32", 5)
-    emit("mov.u32", bh, "%ctaid.x")
-    emit("mov.u32", ty, "%ctaid.y")
-    emit("mov.u32", nty, "%nctaid.y")
+    emit("mov.u32", bh, "%ctaid.y")
+    emit("mov.u32", ty, "%ctaid.x")
+    emit("mov.u32", nty, "%nctaid.x")
     emit("div.u32", c.b, bh, c.hq)
     emit("rem.u32", c.h, bh, c.hq)
     emit("div.u32", group, c.hq, hkv)
@@ -452,8 +453,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
     group and boxes of 128 x 128; out (B, Sq, Hq, 128) BF16; lse (B, Hq, Sq) float32;
     fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale
-    (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads. Grid (B * Hq,
-    ceil(Sq / 64)), 128 threads, SHARED_BYTES of dynamic shared memory.
+    (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads. Grid (ceil(Sq / 64),
+    B * Hq), 128 threads, SHARED_BYTES of dynamic shared memory.
     """
     if rule not in PTX_RULES:
         raise ValueError(f"the generated kernel implements the lean rules {PTX_RULES}, got {rule!r}")

@@ -109,5 +109,5 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv)]
     kernel = _attention(p_rule, bool(causal), rowsum, "sm_90a", dev.index if dev.index is not None else torch.cuda.current_device())
-    kernel((B * Hq, -(-Sq // attn.BLOCK_M)), (attn.THREADS,), maps + ptrs + sizes)
+    kernel((-(-Sq // attn.BLOCK_M), B * Hq), (attn.THREADS,), maps + ptrs + sizes)
     return out, lse
