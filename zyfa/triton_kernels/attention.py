@@ -132,11 +132,12 @@ def attention_fwd_kernel(
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr):
-    """Grid (batch * heads, query tiles). q/k/o descriptors are 4-D (B, S, H, D) with
+    """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
     blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8."""
-    bh = tl.program_id(0)                       # heads vary fastest: one tile row of all heads together
+    # query tiles vary fastest: the programs running together share one head's K/V in L2
+    bh = tl.program_id(1)
     num_m = tl.cdiv(Sq, BLOCK_M)
-    m_block = num_m - 1 - tl.program_id(1)      # heaviest (last) query tiles first
+    m_block = num_m - 1 - tl.program_id(0)      # heaviest (last) query tiles first
     b = bh // Hq
     h = bh % Hq
     kvh = h // (Hq // Hkv)

@@ -81,7 +81,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
         k_tail = TensorDescriptor.from_tensor(k, [1, bn, 1, d_tail]) if d_tail else k_desc
         v_desc = TensorDescriptor.from_tensor(v, [1, 1, Dv, bn] if is_fp8 else [1, bn, 1, Dv])
         o_desc = TensorDescriptor.from_tensor(out, [1, bm, 1, Dv])
-        grid = (B * Hq, triton.cdiv(Sq, bm))
+        grid = (triton.cdiv(Sq, bm), B * Hq)
         attention_fwd_kernel[grid](
             q_desc, q_tail, k_desc, k_tail, v_desc, o_desc, lse, qd, kd, vd,
             Sq, Sk, Hq, Hkv, scale * LOG2E,

@@ -131,7 +131,7 @@ def emulate_triton_attention(text: str, q, k, v, q_descale, k_descale, v_descale
                mem.alloc(kd.float().contiguous().numpy()), mem.alloc(vd.float().contiguous().numpy()),
                Sq, Sk, Hq, Hkv, float(1.0 / math.sqrt(D) * LOG2E), 0, 0])
     kernel = E.parse(text)
-    E.launch(kernel, mem, (B * Hq, -(-Sq // bm)), 64 * ATTENTION["num_warps"],
+    E.launch(kernel, mem, (-(-Sq // bm), B * Hq), 64 * ATTENTION["num_warps"],
              pack(*kernel_args(text, kernel.name), args))
     out = torch.from_numpy(mem.array(o_desc[0], np.int16, B * Sq * Hq * Dv)).view(torch.bfloat16)
     lse = torch.from_numpy(mem.array(lse_ptr, np.float32, B * Hq * Sq))
