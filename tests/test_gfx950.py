@@ -353,6 +353,41 @@ def test_generated_gfx950_attention_equals_the_spec(shape, rule, ref_rule):
     assert (lse.double() - lse_spec).abs().max().item() < 1e-5
 
 
+def test_emulator_requires_the_waits_hardware_needs():
+    """Loads complete at issue in the emulator; the wait check makes a missing s_waitcnt an
+    error anyway: using a load's destination before the wait, and a barrier passed with an
+    LDS write outstanding. The same code with its waits runs."""
+    def run(body):
+        text = "\n".join(["k:", "v_mov_b32_e32 v1, 0", *body, "s_endpgm"])
+        E.launch(E.parse(text, "k"), E.Memory(), (1,), 64, b"")
+    run(["ds_read_b128 v[4:7], v1", "s_waitcnt lgkmcnt(0)", "v_mov_b32_e32 v8, v4"])
+    with pytest.raises(E.WaitError, match="still writing"):
+        run(["ds_read_b128 v[4:7], v1", "v_mov_b32_e32 v8, v4"])
+    with pytest.raises(E.WaitError, match="still writing"):       # nor may anything overwrite it
+        run(["ds_read_b128 v[4:7], v1", "ds_read_b32 v9, v1", "s_waitcnt lgkmcnt(1)", "v_mov_b32_e32 v9, 0"])
+    run(["ds_read_b128 v[4:7], v1", "ds_read_b32 v9, v1", "s_waitcnt lgkmcnt(1)", "v_mov_b32_e32 v8, v4"])
+    with pytest.raises(E.WaitError, match="s_barrier"):
+        run(["ds_write_b32 v1, v1", "s_barrier"])
+    run(["ds_write_b32 v1, v1", "s_waitcnt lgkmcnt(0)", "s_barrier"])
+
+
+@pytest.mark.parametrize("after", ["ds_bpermute_b32", "ds_read_b128", "ds_write_b128", "global_load_dwordx4"])
+def test_generated_kernel_needs_each_of_its_waits(after, monkeypatch):
+    """Drop the first s_waitcnt that follows each kind of memory instruction in zyfa's kernel
+    loop: the emulator refuses it (all 23 of the kernel's waits but one redundant prologue
+    wait are needed this way)."""
+    from zyfa.asm.gfx950 import attention as AT
+    name, text = AT.attention_kernel("lean_cubic", True, 128, 128, "block_pow2")
+    lines = text.splitlines()
+    first = next(i for i in range(lines.index(".Lblock:"), len(lines)) if lines[i].strip().startswith(after))
+    wait = next(i for i in range(first, len(lines)) if lines[i].strip().startswith("s_waitcnt"))
+    mutated = "\n".join(ln for i, ln in enumerate(lines) if i != wait)
+    monkeypatch.setattr(AT, "attention_kernel", lambda *a, **k: (name, mutated))
+    with pytest.raises(E.WaitError):
+        AT.emulate_attention(**_small_int_case((1, 40, 200, 1, 1, 128, 128, True), seed=3), causal=True,
+                             ref_rule="block_pow2")
+
+
 @pytest.mark.parametrize("barrier", [0, 1])
 def test_emulator_catches_the_race_a_missing_barrier_makes(barrier, monkeypatch):
     """Drop either barrier of the generated kernel's loop: waves then read K/V^T bytes other

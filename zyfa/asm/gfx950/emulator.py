@@ -8,9 +8,12 @@ preloaded kernargs; system SGPRs: workgroup ids; v0: work-item ids) taken from t
 kernel's ``.amdhsa_*`` directives. Memory is one flat byte array (``Memory``).
 
 Arithmetic is exact where the hardware's is: float32 add/mul round to nearest even with
-denormals kept, FMA rounds once (emulated exactly, see ``fma_f32``). ``s_waitcnt`` is a
-no-op: every load completes before the next instruction. Unknown instructions raise, naming
-themselves: the emulator never guesses.
+denormals kept, FMA rounds once (emulated exactly, see ``fma_f32``). Every load completes
+at issue, so two checks stand in for what that hides: ``waits.Waits`` raises when code touches
+a register a load has not been waited for (``s_waitcnt``), or passes a barrier with an LDS
+write outstanding; ``LdsRaces`` raises when two waves touch an LDS byte between the same two
+barriers and one of them writes it. Unknown instructions raise, naming themselves: the
+emulator never guesses.
 """
 from __future__ import annotations
 
@@ -222,6 +225,7 @@ class Wave:
         self.scc = 0
         self.pc = 0
         self.index, self.races = 0, None             # set by launch: the wave's number, the race check
+        self.waits = Waits()                          # loads not yet waited for (s_waitcnt)
 
     # ---- operands
     def _regs(self, tok):
@@ -326,6 +330,7 @@ class Wave:
             self.pc += 1
             if ins.op == "s_endpgm":
                 return
+            self.waits.before(ins)
             if ins.op == "s_barrier":
                 yield
                 continue
@@ -333,6 +338,7 @@ class Wave:
             if handler is None:
                 raise NotImplementedError(f"emulator: instruction {ins.op!r} ({ins.line}) is not implemented")
             handler(self, ins)
+            self.waits.after(ins)
 
     def jump(self, label: str) -> None:
         self.pc = self.k.labels[label]
@@ -352,6 +358,8 @@ def _literal(tok: str, bits: int = 32, float_op: bool = False) -> int:
 
 
 # ------------------------------------------------------------------ instruction semantics
+from .waits import Waits, WaitError  # noqa: E402,F401  (re-exported)
+
 OPS: dict = {}          # opcode -> handler(wave, instruction); filled by .semantics
 
 
