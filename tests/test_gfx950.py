@@ -469,13 +469,14 @@ class _EmulatedHip(_FakeHip):
                                                    self.name.decode()).groups()
         name, text = attention_kernel(rule, mode == "causal", int(dim), int(vdim), ref_rule)
         E.launch(E.parse(text, name), E.HostMemory(), (gx, gy, gz), bx, kernargs)
-        self.launches.append((gx, bx))
+        self.launches.append(((gx, gy, gz), bx))
         return 0
 
 
 def test_gfx950_backend_runs_through_the_hip_loader(monkeypatch):
-    """flash_attn's gfx950 path up to the device: per-head buffers, V^T permutation, c, kernel
-    arguments packed from the metadata, the launch; the fake runtime executes the assembly."""
+    """flash_attn's gfx950 path up to the device: the V^T permutation of every head, the device
+    tables of c, v descales and kv heads, kernel arguments packed from the metadata, one launch
+    for every head; the fake runtime executes the assembly."""
     from zyfa.asm.gfx950 import kernels
     from zyfa.reference import fp8_attention_spec
     fake = _EmulatedHip()
@@ -492,7 +493,7 @@ def test_gfx950_backend_runs_through_the_hip_loader(monkeypatch):
     rounding = ((spec.bfloat16().double() - spec).norm() / spec.norm()).item()
     assert ((out.double() - spec).norm() / spec.norm()).item() <= 1.5 * rounding
     assert (lse.double() - lse_spec).abs().max().item() < 1e-5
-    assert fake.launches == [(1, 512), (1, 512)]               # one launch per head: one workgroup of 8 waves
+    assert fake.launches == [((1, 2, 1), 512)]                  # one launch: a workgroup of 8 waves a head
 
 
 # ---------------------------------------------------------------- the cycle model

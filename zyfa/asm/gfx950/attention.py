@@ -85,22 +85,25 @@ BYTE_ORDER = [key_of_byte(h, j) for h in (0, 1) for j in range(32)]
 
 
 def permuted_vt(v):
-    """(Sk keys, Dv) E4M3 bytes (a torch uint8 tensor) -> (Dv, Sk rounded up to 64): in each
-    64-key block, byte 32 h + j of row n is v[key_of_byte(h, j), n] (zeros past Sk): what
-    the lanes of half h load."""
-    sk, dv = v.shape
+    """(..., Sk keys, Dv) E4M3 bytes (a torch uint8 tensor) -> (..., Dv, Sk rounded up to 64):
+    in each 64-key block, byte 32 h + j of row n is v[key_of_byte(h, j), n] (zeros past Sk):
+    what the lanes of half h load."""
+    *lead, sk, dv = v.shape
     blocks = -(-sk // BLOCK_N)
-    padded = v.new_zeros(blocks * BLOCK_N, dv)
-    padded[:sk] = v
-    return padded.reshape(blocks, BLOCK_N, dv)[:, BYTE_ORDER].permute(2, 0, 1).reshape(dv, -1).contiguous()
+    padded = v.new_zeros(*lead, blocks * BLOCK_N, dv)
+    padded[..., :sk, :] = v
+    x = padded.reshape(*lead, blocks, BLOCK_N, dv)[..., BYTE_ORDER, :]
+    return x.movedim(-1, -3).reshape(*lead, dv, blocks * BLOCK_N).contiguous()
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: int = 128,
                      value_dim: int = 128, ref_rule: str = "block") -> tuple[str, str]:
-    """(name, assembly) of the kernel for one head: args q (Sq x D), k (Sk x D) E4M3 row-major,
-    vt = permuted_vt(v), vd (Dv,) float32, out (Sq x Dv) float32, lse (Sq,) float32, c (the
-    spec's factor, > 0), seqlen_q, seqlen_k (seqlen_q <= seqlen_k when causal). Grid: one
-    workgroup of 512 threads per 256 queries."""
+    """(name, assembly) of the kernel, every head in one launch: args q (B, Sq, Hq, D) and k
+    (B, Sk, Hkv, D) E4M3, vt = permuted_vt of v as (B, Hkv, Sk, Dv): (B, Hkv, Dv, Sk padded
+    to 64), vd (B, Hq, Dv) float32, out (B, Sq, Hq, Dv) float32, lse (B, Hq, Sq) float32,
+    fac (B, Hq) float32 (the spec's factor c, > 0), kv_head (Hq,) uint32, then seqlen_q,
+    seqlen_k (seqlen_q <= seqlen_k when causal), heads, kv_heads; all contiguous, and each
+    tensor's offsets within a head under 2^32 bytes. Grid (ceil(Sq / 256), Hq, B), 512 threads."""
     if rule not in LEAN_RULES:
         raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
     if ref_rule not in REF_RULES:
@@ -116,18 +119,54 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     prog = program()
     emit = prog.emit
     kernarg = prog.aligned("s", 2)
-    (wg,) = prog.regs("s", 1)
+    wg, head, batch = prog.regs("s", 3)                          # workgroup ids: query tile, head, batch
     ptrs = prog.aligned("s", 8, 4)                               # q, k, vt, vd
-    outs = prog.aligned("s", 4, 4)                               # out, lse
-    fac, sq, sk = prog.regs("s", 3)
+    outs = prog.aligned("s", 8, 4)                               # out, lse, fac, kv_head
+    sq, sk, hq, hkv = prog.aligned("s", 4, 4)
+    fac, kvh, bh, bkv, lo, hi = prog.regs("s", 6)
     (tid,) = prog.regs("v", 1)
     emit("s_load_dwordx8", span(ptrs), span(kernarg), 0)
-    emit("s_load_dwordx4", span(outs), span(kernarg), 32)
-    emit("s_load_dword", fac, span(kernarg), 48)
-    emit("s_load_dword", sq, span(kernarg), 52)
-    emit("s_load_dword", sk, span(kernarg), 56)
+    emit("s_load_dwordx8", span(outs), span(kernarg), 32)
+    emit("s_load_dwordx4", span([sq, sk, hq, hkv]), span(kernarg), 64)
     q_ptr, k_ptr, vt_ptr, vd_ptr = (span(ptrs[i:i + 2]) for i in range(0, 8, 2))
-    out_ptr, lse_ptr = span(outs[:2]), span(outs[2:])
+    out_ptr, lse_ptr, fac_ptr, kv_ptr = (span(outs[i:i + 2]) for i in range(0, 8, 2))
+
+    def add_product(ptr, x, y):
+        """ptr (a 64-bit SGPR pair) += x * y, the product taken to 64 bits (x, y not lo / hi)."""
+        emit("s_mul_i32", lo, x, y)
+        emit("s_mul_hi_u32", hi, x, y)
+        emit("s_add_u32", ptr[0], ptr[0], lo)
+        emit("s_addc_u32", ptr[1], ptr[1], hi)
+
+    prog.comment("this workgroup's head: its kv head and factor c from tables, its slices of every tensor")
+    emit("s_waitcnt_lgkm")
+    emit("s_mul_i32", bh, batch, hq)
+    emit("s_add_u32", bh, bh, head)                              # batch * Hq + head
+    emit("s_lshl_b32", lo, head, 2)
+    emit("s_load_dword", kvh, kv_ptr, lo)
+    emit("s_lshl_b32", lo, bh, 2)
+    emit("s_load_dword", fac, fac_ptr, lo)
+    emit("s_waitcnt_lgkm")
+    emit("s_mul_i32", bkv, batch, hkv)
+    emit("s_add_u32", bkv, bkv, kvh)                             # batch * Hkv + kv head
+    q_stride, k_stride, o_stride, n, const = prog.regs("s", 5)   # bytes between rows; scratch
+    emit("s_mul_i32", q_stride, hq, head_dim)
+    emit("s_mul_i32", k_stride, hkv, head_dim)
+    emit("s_mul_i32", o_stride, hq, 4 * value_dim)
+    emit("s_mul_i32", n, batch, sq)
+    add_product(ptrs[0:2], n, q_stride)                          # q += (b Sq) (Hq D) + h D
+    emit("s_mov_b32", const, head_dim)
+    add_product(ptrs[0:2], head, const)
+    emit("s_mul_i32", n, batch, sk)
+    add_product(ptrs[2:4], n, k_stride)                          # k += (b Sk) (Hkv D) + kvh D
+    add_product(ptrs[2:4], kvh, const)
+    emit("s_mul_i32", n, batch, sq)
+    add_product(outs[0:2], n, o_stride)                          # out += (b Sq) (Hq Dv 4) + h Dv 4
+    emit("s_mov_b32", const, 4 * value_dim)
+    add_product(outs[0:2], head, const)
+    add_product(ptrs[6:8], bh, const)                            # vd += (b Hq + h) Dv 4
+    emit("s_lshl_b32", n, sq, 2)
+    add_product(outs[2:4], bh, n)                                # lse += (b Hq + h) Sq 4
 
     prog.comment("lane coordinates, query limits, the number of key blocks")
     s_tiles = [prog.aligned("v", 16, 2) for _ in range(2)]       # scores: free before the loop, so
@@ -150,7 +189,6 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("s_lshl_b32", q0, wg, 8)                                # first query of the workgroup
     emit("v_lshl_add_u32", query, wave, 5, row)                  # + 32 wave + row
     emit("v_add_u32", query, q0, query)
-    emit("s_waitcnt_lgkm")
     emit("s_add_u32", sk_last, sk, -1 & 0xFFFFFFFF)
     emit("s_add_u32", tmp, sq, -1 & 0xFFFFFFFF)
     emit("v_min_u32", qload, tmp, query)                         # rows past seqlen_q load the last row
@@ -175,11 +213,13 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("s_min_u32", band, band, tmp)
     emit("s_add_u32", skp, sk, BLOCK_N - 1)
     emit("s_and_b32", skp, skp, -BLOCK_N & 0xFFFFFFFF)           # V^T row stride: Sk padded to 64
+    emit("s_mul_i32", n, skp, value_dim)
+    add_product(ptrs[4:6], bkv, n)                               # vt += (b Hkv + kvh) Dv Sk_padded
 
     prog.comment("Q as the B operand of S^T = K Q^T, one 8-register slice per 64 head dims")
     (dim,) = prog.regs("s", 1)
     emit("s_mov_b32", dim, head_dim)
-    emit("v_mad_u32_u24", qoff, qload, dim, t16)                 # row * D + 16 half
+    emit("v_mad_u32_u24", qoff, qload, q_stride, t16)            # row * Hq D + 16 half
     qb = [prog.aligned("v", 8, 2) for _ in range(chunks)]
     for dc, regs in enumerate(qb):
         emit("global_load_dwordx4_at", span(regs[:4]), qoff, q_ptr, 64 * dc)
@@ -213,7 +253,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("s_cbranch_scc1", load_v)
         emit("v_add_u32", addr, key_first, lane)
         emit("v_min_u32", addr, sk_last, addr)                   # keys past seqlen_k load the last key
-        emit("v_mad_u32_u24", addr, addr, dim, w16)
+        emit("v_mad_u32_u24", addr, addr, k_stride, w16)
         for c in range(k_cols):
             emit("global_load_dwordx4_at", span(staged[4 * c:4 * c + 4]), addr, k_ptr, 64 * c)
         emit("s_branch", loaded)
@@ -472,9 +512,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("v_accvgpr_read_b32" if pow2 else "v_mov_b32", l_final, l_sum)
     l_sum = l_final
     emit("v_rcp_f32", inv, l_sum)
-    (row_bytes,) = prog.regs("s", 1)
-    emit("s_mov_b32", row_bytes, 4 * value_dim)
-    emit("v_mul_lo_u32", oo, query, row_bytes)                   # query * Dv * 4
+    emit("v_mul_lo_u32", oo, query, o_stride)                    # query * Hq Dv 4
     emit("v_add_u32", oo, oo, t16)                               # + 16 half bytes (4 half floats)
     emit("v_log_f32", lg, l_sum)
     emit("v_add_f32", lg, lg, A)
@@ -507,46 +545,59 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
                          f"{MAX_VGPRS} a wave may hold when two share a SIMD (ping-pong); this kernel does not "
                          f"take them yet")
     abi = {"user_sgpr_count": 2, "user_sgpr_kernarg_segment_ptr": 1, "system_sgpr_workgroup_id_x": 1,
-           "system_vgpr_workitem_id": 0}
-    args = [("global_buffer", 8 * i, 8) for i in range(6)] + [("by_value", 48, 4), ("by_value", 52, 4),
-                                                             ("by_value", 56, 4)]
-    return name, module(name, prog, args, kernarg_size=64, abi=abi, workgroup_size=64 * WAVES,
+           "system_sgpr_workgroup_id_y": 1, "system_sgpr_workgroup_id_z": 1, "system_vgpr_workitem_id": 0}
+    args = [("global_buffer", 8 * i, 8) for i in range(8)] + [("by_value", 64 + 4 * i, 4) for i in range(4)]
+    return name, module(name, prog, args, kernarg_size=80, abi=abi, workgroup_size=64 * WAVES,
                         lds_bytes=2 * BLOCK_N * (head_dim + value_dim))
+
+
+def launch_args(q, k, v, q_descale, k_descale, v_descale, softmax_scale, device):
+    """The kernel's tensors for FlashAttention-layout FP8 q/k/v (per-head descales): byte views
+    of q and k, the permuted V^T, per-query-head v descales and factors c, the kv-head table.
+    No host synchronization: c stays on the device."""
+    import math
+
+    import torch
+
+    from ...scales import head_factor, per_channel_v_descale
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    group = Hq // Hkv
+    if max(Sq * Hq * 4 * Dv, Sk * Hkv * D, Dv * (-(-Sk // BLOCK_N) * BLOCK_N)) >= 2 ** 32:
+        raise ValueError("the gfx950 kernel addresses within a head with 32-bit offsets; this shape needs more")
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    fac = head_factor(q_descale, k_descale, B, Hkv, scale, device).repeat_interleave(group, dim=1)
+    vd = per_channel_v_descale(v_descale.to(device), B, Hkv, Dv).repeat_interleave(group, dim=1)
+    as_bytes = lambda t: t.contiguous().view(torch.uint8)   # noqa: E731
+    return dict(q=as_bytes(q), k=as_bytes(k), vt=permuted_vt(as_bytes(v).permute(0, 2, 1, 3)),
+                vd=vd.float().contiguous(), fac=fac.float().contiguous(),
+                kv_head=(torch.arange(Hq, device=device, dtype=torch.int32) // group).contiguous())
+
+
+def grid(q) -> tuple[int, int, int]:
+    B, Sq, Hq, _ = q.shape
+    return (-(-Sq // (QUERIES * WAVES)), Hq, B)
 
 
 def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_rule="lean_cubic",
                       softmax_scale=None, ref_rule="block"):
     """Run the generated gfx950 kernel in the emulator on FlashAttention-layout FP8 tensors
-    (per-head descales, GQA allowed), one head at a time. Returns (out float32
+    (per-head descales, GQA allowed), one launch for every head. Returns (out float32
     (B, Sq, Hq, Dv), lse float32 (B, Hq, Sq)). Slow: it is a CPU emulation, for checks."""
-    import math
-
     import torch
 
-    from ...scales import head_factor, normalize_descales
     from . import emulator as E
     from .loader import kernel_args, pack
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
-    _, _, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
-    factors = head_factor(q_descale, k_descale, B, Hkv, scale, q.device)
+    t = launch_args(q, k, v, q_descale, k_descale, v_descale, softmax_scale, q.device)
     name, text = attention_kernel(p_rule, causal, D, Dv, ref_rule)
     kernel, (args, size) = E.parse(text, name), kernel_args(text, name)
-    out = torch.zeros(B, Sq, Hq, Dv, dtype=torch.float32)
-    lse = torch.zeros(B, Hq, Sq, dtype=torch.float32)
-    group = Hq // Hkv
-    for b in range(B):
-        for h in range(Hq):
-            kvh = h // group
-            c = float(factors[b, kvh])
-            mem = E.Memory()
-            pq = mem.alloc(q[b, :, h].contiguous().view(torch.uint8).numpy())
-            pk = mem.alloc(k[b, :, kvh].contiguous().view(torch.uint8).numpy())
-            pv = mem.alloc(permuted_vt(v[b, :, kvh].contiguous().view(torch.uint8)).numpy())
-            pd = mem.alloc(vs[b, kvh].contiguous().numpy())
-            po, pl = mem.alloc(np.zeros((Sq, Dv), np.float32)), mem.alloc(np.zeros(Sq, np.float32))
-            E.launch(kernel, mem, (-(-Sq // (QUERIES * WAVES)),), 64 * WAVES, pack(args, size, [pq, pk, pv, pd, po, pl, c, Sq, Sk]))
-            out[b, :, h] = torch.from_numpy(mem.array(po, np.float32, Sq * Dv).reshape(Sq, Dv))
-            lse[b, h] = torch.from_numpy(mem.array(pl, np.float32, Sq))
+    mem = E.Memory()
+    ptrs = {key: mem.alloc(value.numpy()) for key, value in t.items()}
+    po, pl = mem.alloc(np.zeros((B, Sq, Hq, Dv), np.float32)), mem.alloc(np.zeros((B, Hq, Sq), np.float32))
+    values = [ptrs["q"], ptrs["k"], ptrs["vt"], ptrs["vd"], po, pl, ptrs["fac"], ptrs["kv_head"], Sq, Sk, Hq, Hkv]
+    E.launch(kernel, mem, grid(q), 64 * WAVES, pack(args, size, values))
+    out = torch.from_numpy(mem.array(po, np.float32, B * Sq * Hq * Dv).reshape(B, Sq, Hq, Dv))
+    lse = torch.from_numpy(mem.array(pl, np.float32, B * Hq * Sq).reshape(B, Hq, Sq))
     return out, lse

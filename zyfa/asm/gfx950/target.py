@@ -24,6 +24,8 @@ OPS = {
     "s_load_dwordx8": "s_load_dwordx8 {0}, {1}, {2}",
     "s_mov_b32": "s_mov_b32 {0}, {1}",
     "s_add_u32": "s_add_u32 {0}, {1}, {2}",
+    "s_addc_u32": "s_addc_u32 {0}, {1}, {2}",             # + the carry of the last s_add_u32
+    "s_mul_hi_u32": "s_mul_hi_u32 {0}, {1}, {2}",
     "s_sub_u32": "s_sub_u32 {0}, {1}, {2}",
     "s_lshl_b32": "s_lshl_b32 {0}, {1}, {2}",
     "s_lshr_b32": "s_lshr_b32 {0}, {1}, {2}",

@@ -109,7 +109,7 @@ def emulate_triton_attention(text: str, q, k, v, q_descale, k_descale, v_descale
         raise ValueError("the compiled kernel is the causal one")
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
-    bm, bn = ATTENTION["block_m"], ATTENTION["block_n"]
+    bm = ATTENTION["block_m"]
     if (D, Dv) != (ATTENTION["head_dim"], ATTENTION["head_dim_v"]):
         raise ValueError(f"the compiled kernel takes head dims {ATTENTION['head_dim']}, got {D}")
     vt = transposed_v(v)
