@@ -431,6 +431,10 @@ def test_permuted_vt_puts_every_key_once_per_block():
                 key = 64 * block + key_of_byte(h, j)
                 want = v[key] if key < 100 else np.zeros(3)
                 assert np.array_equal(vt[:, 64 * block + 32 * h + j], want)
+    # leading (batch, head) dims: each slice permuted on its own
+    batched = torch.randint(0, 256, (2, 3, 100, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    stacked = torch.stack([torch.stack([permuted_vt(batched[b, h]) for h in range(3)]) for b in range(2)])
+    assert torch.equal(permuted_vt(batched), stacked)
 
 
 # ---------------------------------------------------------------- dispatch and runtime on a faked MI355X
