@@ -33,6 +33,17 @@ def test_fp8_sm90_uses_qgmma_without_spills(tile):
     assert info["mufu_ex2"] * 8 < exact["mufu_ex2"], (info, exact)
 
 
+def test_half_precision_rule_compiles_to_packed_half_arithmetic():
+    """lean_cubic_f16 in the Triton kernel: Triton packs its half arithmetic two scores an
+    instruction on both targets (HFMA2 on sm_90a, v_pk_fma_f16 on gfx950), without spills."""
+    tile = _tile((128, 128, 8, 2))
+    cubic, half = (inspect("sm90", fp8=True, p_rule=r, **tile) for r in ("lean_cubic", "lean_cubic_f16"))
+    assert half["hfma2"] > 0 and cubic["hfma2"] == 0 and half["ffma"] < cubic["ffma"], (half, cubic)
+    assert half["spill_bytes"] == 0, half
+    amd = inspect("gfx950", fp8=True, p_rule="lean_cubic_f16", **_tile((128, 64, 8, 2)))
+    assert amd["pk_fma_f16"] > 0 and amd["mfma_f8"] > 0, amd
+
+
 def test_bf16_sm90_uses_hgmma():
     info = inspect("sm90", fp8=False, p_rule="exact", **_tile((128, 64, 8, 3)))
     assert info["hgmma_sass"] > 0 and info["spill_bytes"] == 0, info

@@ -50,6 +50,7 @@ def summarize_sm90(k) -> dict:
     return {"wgmma_e4m3": len(re.findall(r"wgmma\.mma_async[^\n]*e4m3", ptx)),
             "qgmma_sass": code.count("QGMMA"), "hgmma_sass": code.count("HGMMA"),
             "mufu_ex2": code.count("MUFU.EX2"), "f2i": len(re.findall(r"\bF2I", code)),
+            "hfma2": code.count("HFMA2"), "ffma": len(re.findall(r"\bFFMA\b", code)),
             "registers": a.registers or None, "spill_bytes": a.spill_bytes}
 
 
@@ -61,6 +62,7 @@ def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num
         return summarize_sm90(k)
     asm = k.asm["amdgcn"]
     return {"mfma_f8": len(re.findall(r"v_mfma\w*f8", asm)), "v_exp_f32": asm.count("v_exp_f32"),
+            "pk_fma_f16": asm.count("v_pk_fma_f16"),
             "scratch": "scratch_" in asm and ".private_segment_fixed_size: 0" not in asm}
 
 
