@@ -51,13 +51,8 @@ ACC = BLOCK_N // 2                          # f32 accumulator registers per thre
 # 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 x SHARED_BYTES its
 # 227 KB of shared memory: three CTAs per SM, so one's softmax can overlap another's wgmma
 REGISTER_BUDGET = 168
-# rowsum="hmma" keeps 32 more registers of half2 P (the f16 A fragments) until its wgmmas
-# are done: 232 x 128 x 2 fits, two CTAs an SM
-HMMA_REGISTER_BUDGET = 232
-
-
-def register_budget(rowsum: str) -> int:
-    return HMMA_REGISTER_BUDGET if rowsum == "hmma" else REGISTER_BUDGET
+# (rowsum="hmma" waits for its half-precision row sums before P.V, so its half2 P is dead
+# before P.V's accumulator lives and it fits the same budget)
 
 PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "vt_map[128]"),
           (".u64", "out_ptr"), (".u64", "lse_ptr"), (".u64", "fac_ptr"), (".u64", "vd_ptr"),
@@ -343,10 +338,22 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
         for half in (0, 1):
             _emit_quad_reduce(prog, l_blk[half], "add.f32")
 
+    sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
+    if rowsum == "hmma":
+        # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
+        # blocks 2 t and 2 t + 1 are the f16 A fragment (a0..a3) as they stand; B: halves of 256
+        # (the ones tile: every element, so no descriptor step), float32 accumulation. Waited
+        # for before P.V, so the half2 P is dead before P.V's accumulator lives (registers)
+        prog.comment("row sums = P . 256 in half precision")
+        emit("wgmma.fence")
+        for t in range(BLOCK_N // 16):
+            a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
+            emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else yes)
+        emit("wgmma.commit")
+        emit("wgmma.wait", 0)
     prog.comment("block = P V^T in a fresh accumulator" + ("; row sums = P . ones" if rowsum == "mma" else ""))
     o = prog.regs("f32", ACC)
     o_list = ", ".join(map(str, o))
-    sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
     emit("wgmma.fence")
     for k in range(BLOCK_N // 32):
         bk = prog.reg("u64")
@@ -357,13 +364,6 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             ok = prog.reg("u64")
             emit("add.u64", ok, d_ones, 2 * k)
             emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
-    if rowsum == "hmma":
-        # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
-        # blocks 2 t and 2 t + 1 are the f16 A fragment (a0..a3) as they stand; B: halves of 256
-        # (the ones tile: every element, so no descriptor step), float32 accumulation
-        for t in range(BLOCK_N // 16):
-            a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
-            emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else yes)
     emit("wgmma.commit")
     emit("wgmma.wait", 0)
     if rowsum in ("mma", "hmma"):
