@@ -29,7 +29,7 @@ from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .fragments import p_sources
 from ...fp8 import HALF_RULES
-from .lean_p import PTX_RULES, emit_pack4, emit_pack_pairs, emit_p_code, emit_p_code_pair
+from .lean_p import PTX_RULES, emit_pack4, emit_pack_pairs, emit_p_code, emit_p_code_pair, half_constants
 from .smem import emit_descriptor, emit_wait
 from .target import f32, module, program
 
@@ -304,25 +304,24 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
     # the code shifted into a float32's exponent/mantissa is P * 2^-120 exactly (subnormal
     # codes land on float32 subnormals): a shift (and a mask) and one FMA per P
     def add_to_rowsum(i, code_bits):
-        if rowsum == "alu":
-            emit("fma.f32", l_blk[_acc_row_half(i)], code_bits, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
+        emit("fma.f32", l_blk[_acc_row_half(i)], code_bits, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
     if rule in HALF_RULES:                                   # two scores (same row, adjacent keys) a word
         pairs = {}
         p16 = {}
+        consts = half_constants(prog)
         for i in range(0, ACC, 2):
-            w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], rule)   # codes in bytes 0 and 2
+            w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], consts)   # codes in bytes 0 and 2
             if rowsum == "hmma":
                 # an E4M3 code shifted into a half's exponent/mantissa is P * 2^-8 exactly
                 # (subnormals too): two P of a pair as the half2 A operand of the row-sum wgmma
                 masked = p16[i] = prog.reg("b32")
                 emit("and.b32", masked, w, "0x00FF00FF")
                 emit("shl.b32", masked, masked, 7)
-            for j, shift in ((i, 20), (i + 1, 4)):
-                if rowsum == "alu":
-                    scaled = prog.reg("b32")
-                    emit("shl.b32", scaled, w, shift)
-                    emit("and.b32", scaled, scaled, "0x0FF00000")
-                    add_to_rowsum(j, scaled)
+            for j, shift in ((i, 20), (i + 1, 4)) if rowsum == "alu" else ():
+                scaled = prog.reg("b32")
+                emit("shl.b32", scaled, w, shift)
+                emit("and.b32", scaled, scaled, "0x0FF00000")
+                add_to_rowsum(j, scaled)
         p_regs = [[emit_pack_pairs(prog, pairs[src[0]], pairs[src[2]]) for src in p_sources(k)]
                   for k in range(BLOCK_N // 32)]
     else:

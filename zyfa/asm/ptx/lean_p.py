@@ -56,17 +56,22 @@ def _half2(x: float) -> str:
     return f"0x{bits << 16 | bits:08x}"
 
 
-def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, rule: str) -> Reg:
-    """A b32 register of two half-precision values 1536 + code: the E4M3 code of 2^(y + 8)
-    for ``y_lo`` in byte 0 and for ``y_hi`` in byte 2, under a half-precision rule; the spec's
-    operations (zyfa.fp8, lean_cubic_f16) on two scores an instruction."""
-    if rule not in HALF_RULES:
-        raise ValueError(f"half-precision P rules are {HALF_RULES}, got {rule!r}")
-    k = {name: prog.reg("b32") for name in ("floor", "half", "magic", "b", "ab", "a1", "eight", "base")}
+def half_constants(prog: Program) -> dict:
+    """The half2 constants of lean_cubic_f16 in registers (ptxas folds them into immediates)."""
+    k = {}
     for name, value in (("floor", F.Y_FLOOR), ("half", 0.5), ("magic", F.F16_MAGIC), ("b", 8.0 * F.LEAN_CUBIC_B),
                         ("ab", 8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)), ("a1", 8.0 * (1.0 - F.LEAN_CUBIC_A)),
                         ("eight", 8.0), ("base", F.P_ONE_BITS - 7 * F.F16_MAGIC)):
-        prog.emit("mov.b32", k[name], _half2(value))          # ptxas folds these into immediates
+        k[name] = prog.reg("b32")
+        prog.emit("mov.b32", k[name], _half2(value))
+    return k
+
+
+def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, k: dict) -> Reg:
+    """A b32 register of two half-precision values 1536 + code: the E4M3 code of 2^(y + 8)
+    for ``y_lo`` in byte 0 and for ``y_hi`` in byte 2, under lean_cubic_f16 (the only
+    half-precision rule); the spec's operations on two scores an instruction. ``k``:
+    ``half_constants``."""
     y, a, fl, f, inner, slope, base, w = prog.regs("b32", 8)
     prog.emit("cvt.f16x2.f32", y, y_hi, y_lo)
     prog.emit("max.f16x2", y, y, k["floor"])
@@ -118,8 +123,9 @@ def p_codes_kernel(rule: str, arch: str = "sm_90a") -> tuple[str, str]:
     ys = prog.regs("f32", 4)
     prog.emit("ld.global.v4.f32", *ys, addr)
     if rule in HALF_RULES:
-        packed = emit_pack_pairs(prog, emit_p_code_pair(prog, ys[0], ys[1], rule),
-                                 emit_p_code_pair(prog, ys[2], ys[3], rule))
+        k = half_constants(prog)
+        packed = emit_pack_pairs(prog, emit_p_code_pair(prog, ys[0], ys[1], k),
+                                 emit_p_code_pair(prog, ys[2], ys[3], k))
     else:
         codes = [emit_p_code(prog, y, rule) for y in ys]    # unrolled in Python
         packed = emit_pack4(prog, codes)
