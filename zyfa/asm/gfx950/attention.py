@@ -43,6 +43,8 @@ v_exp/v_rcp/v_log are approximate on hardware.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ... import fp8 as F
@@ -241,10 +243,19 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     staged = prog.aligned("v", 4 * max(k_cols, v_rows), 4)
     exec_saved = prog.aligned("s", 2)
 
-    serial = iter(range(1 << 20))
+    serial = itertools.count()
 
     def fresh(label):                                            # the staging code is emitted three times
         return f"{label}_{next(serial)}"
+
+    def v_rows_only(body):
+        """``body()`` with the lanes past V^T's Dv rows off (when Dv < 64 lanes)."""
+        if value_dim < 64:
+            emit("v_cmp_gt_u32", value_dim, lane)
+            emit("s_and_saveexec_b64", span(exec_saved), "vcc")
+        body()
+        if value_dim < 64:
+            emit("s_mov_b64", "exec", span(exec_saved))
 
     def stage_loads(key_first):
         """Issue this wave's global loads of block ``key_first``: group 0 K, group 1 V^T."""
@@ -259,15 +270,13 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         emit("s_branch", loaded)
         prog.label(load_v)
         emit("v_add_u32", addr, key_first, vg_stage)
-        if value_dim < 64:                                       # V^T has fewer rows than lanes
-            emit("v_cmp_gt_u32", value_dim, lane)
-            emit("s_and_saveexec_b64", span(exec_saved), "vcc")
-        for i in range(v_rows):
-            emit("global_load_dwordx4_at", span(staged[4 * i:4 * i + 4]), addr, vt_ptr, 0)
-            if i + 1 < v_rows:
-                emit("v_add_u32", addr, sk64, addr)
-        if value_dim < 64:
-            emit("s_mov_b64", "exec", span(exec_saved))
+
+        def load_rows():
+            for i in range(v_rows):
+                emit("global_load_dwordx4_at", span(staged[4 * i:4 * i + 4]), addr, vt_ptr, 0)
+                if i + 1 < v_rows:
+                    emit("v_add_u32", addr, sk64, addr)
+        v_rows_only(load_rows)
         prog.label(loaded)
 
     def stage_writes(block_parity):
@@ -284,13 +293,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
         prog.label(write_v)
         emit("s_mul_i32", buf, block_parity, v_bytes)
         emit("v_add_u32", addr, buf, v_stage)
-        if value_dim < 64:                                       # V^T has fewer rows than lanes
-            emit("v_cmp_gt_u32", value_dim, lane)
-            emit("s_and_saveexec_b64", span(exec_saved), "vcc")
-        for i in range(v_rows):
-            emit("ds_write_b128_at", addr, span(staged[4 * i:4 * i + 4]), v_lds + 64 * 64 * i)
-        if value_dim < 64:
-            emit("s_mov_b64", "exec", span(exec_saved))
+        v_rows_only(lambda: [emit("ds_write_b128_at", addr, span(staged[4 * i:4 * i + 4]), v_lds + 64 * 64 * i)
+                             for i in range(v_rows)])
         prog.label(written)
         emit("s_waitcnt_lgkm")
 

@@ -380,15 +380,15 @@ class LdsRaces:
         self.read_epoch = np.full(nbytes, -1, np.int64)
         self.readers = np.zeros(nbytes, np.uint64)     # a bit per wave that read in read_epoch
 
-    def _fail(self, what: str, wave: int, idx: np.ndarray, other: np.ndarray) -> None:
+    def _fail(self, what: str, wave: int, idx: np.ndarray, other: list) -> None:
         raise LdsRaceError(f"LDS race after barrier {self.epoch}: wave {wave} {what} byte {int(idx[0])} "
-                           f"(of {len(idx)}) that wave(s) {sorted(set(other.tolist()))[:4]} touched since it")
+                           f"(of {len(idx)}) that wave(s) {sorted(set(other))[:4]} touched since it")
 
     def read(self, wave: int, idx: np.ndarray) -> None:
         idx = np.unique(idx)
         bad = (self.write_epoch[idx] == self.epoch) & (self.writer[idx] != wave)
         if bad.any():
-            self._fail("reads", wave, idx[bad], self.writer[idx[bad]])
+            self._fail("reads", wave, idx[bad], self.writer[idx[bad]].tolist())
         bit = np.uint64(1) << np.uint64(wave)
         fresh = self.read_epoch[idx] != self.epoch
         self.readers[idx] = np.where(fresh, bit, self.readers[idx] | bit)
@@ -406,9 +406,9 @@ class LdsRaces:
         read = (self.read_epoch[idx] == self.epoch) & ((self.readers[idx] & ~bit) != 0)
         if (wrote | read).any():
             bad = wrote | read
-            others = self.readers[idx] & ~bit
-            first_reader = np.log2(np.where(others == 0, 1, others & -others).astype(np.float64)).astype(np.int64)
-            self._fail("writes", wave, idx[bad], np.where(wrote, self.writer[idx], first_reader)[bad])
+            others = [int(self.writer[i]) if w else (int(r & ~bit) & -int(r & ~bit)).bit_length() - 1
+                      for i, w, r in zip(idx[bad], wrote[bad], self.readers[idx[bad]])]
+            self._fail("writes", wave, idx[bad], others)
         self.write_epoch[idx] = self.epoch
         self.writer[idx] = wave
 

@@ -540,10 +540,6 @@ def _mfma_scale_32x32x64_f8(w, i):
 
 # ---- what Triton's gfx950 attention kernel adds: 64-bit integer ops, lane moves, DPP,
 # division, conversions, buffer loads and paired LDS accesses
-def _s64(tok_val):
-    return tok_val - (1 << 64) if tok_val >> 63 else tok_val
-
-
 OPS.update({
     "s_xor_b32": _sop2(lambda a, b, w: a ^ b, sets_scc=lambda a, b, r, w: r != 0),
     "s_andn2_b32": _sop2(lambda a, b, w: a & ~b, sets_scc=lambda a, b, r, w: r != 0),
