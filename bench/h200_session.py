@@ -174,10 +174,10 @@ def speed(rec, tuned, quick):
 
 
 # ---------------------------------------------------------------- kernel-only error
-def kernel_error(rec, quick, backend="triton"):
-    from zyfa.asm.ptx.lean_p import PTX_RULES
+def kernel_error(rec, quick, backend="triton", rules=None):
+    from zyfa.asm.ptx.attention import ATTENTION_RULES
     fa = fa3()
-    rules = PTX_RULES if backend == "ptx" else F.P_RULES
+    rules = rules or (ATTENTION_RULES if backend == "ptx" else F.P_RULES)
     for S in ([2048] if quick else [2048, 65536]):
         for kind in ("gaussian", "realistic"):
             Hq, Hkv = 8, 2
@@ -223,6 +223,7 @@ def main():
     ap.add_argument("--only", default="bits,correct,speed,kerr,repeat")
     ap.add_argument("--backend", default="triton", help="zyfa backend for kerr and repeat: triton or ptx")
     ap.add_argument("--p-rule", default="lean_cubic", help="P rule of the repeatability check")
+    ap.add_argument("--rules", default=None, help="comma-separated P rules of the kernel-error check (default: all)")
     a = ap.parse_args()
     only = a.only.split(",")
     rec, tuned = [], {}
@@ -236,7 +237,7 @@ def main():
         meta["fa3"] = None
     log(meta)
     steps = [("bits", lambda: check_p_bits(rec)), ("correct", lambda: check_correctness(rec)),
-             ("kerr", lambda: kernel_error(rec, a.quick, a.backend)),
+             ("kerr", lambda: kernel_error(rec, a.quick, a.backend, a.rules and a.rules.split(","))),
              ("repeat", lambda: repeatability(rec, 7200, a.backend, a.p_rule)),
              ("speed", lambda: speed(rec, tuned, a.quick))]
     for name, fn in steps:

@@ -1,7 +1,7 @@
 """Versions of the generated Hopper kernel timed beside FA3 FP8 and the Triton kernel in one
 process, for the predict / change / measure log in bench/PTX_NOTES.md.
 
-    python bench/ptx_versions.py --out DIR [--cases "Mistral-7B 16K,d128 32 heads 32K"]
+    python bench/ptx_versions.py --out DIR [--cases "Mistral-7B 16K,d128 32 heads 32K"] [--variants REGEX]
 
 Times every (P rule, row-sum) variant of zyfa.asm.ptx on realistic activations, with the
 kernel-only error against float64 on the FP8 values read, the V^T permutation alone, and
@@ -13,6 +13,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 
 import torch
@@ -21,22 +22,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import zyfa  # noqa: E402
 from zyfa.asm.ptx import attention as attn  # noqa: E402
 from zyfa.asm.ptx.kernels import attention_fp8, permuted_vt  # noqa: E402
-from zyfa.asm.ptx.lean_p import PTX_RULES  # noqa: E402
-from zyfa.fp8 import HALF_RULES  # noqa: E402
 from zyfa.bench.cases import model_cases  # noqa: E402
 from zyfa.bench.measure import median_ms, rel_err  # noqa: E402
 from zyfa.bench.methods import all_methods  # noqa: E402
 from zyfa.bench.run import case_inputs, versions  # noqa: E402
 
 
-def variants(inp):
+def variants(inp, wanted):
+    """label -> call for every variant whose label matches ``wanted`` (a regex), and FA3 FP8."""
     x = inp.fp8("head")
     kw = dict(x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal)
     out = {f"ptx-{rule}-rowsum_{rs}": (lambda rule=rule, rs=rs: attention_fp8(**kw, p_rule=rule, rowsum=rs))
-           for rule in PTX_RULES for rs in attn.ROWSUMS if rs != "hmma" or rule in HALF_RULES}
-    for rule in ("lean_cubic", "lean_cubic_f16"):
+           for rule in attn.ATTENTION_RULES for rs in attn.ROWSUMS if rs != "hmma" or rule in attn.HMMA_RULES}
+    for rule in attn.HMMA_RULES:
+        out[f"ptx-{rule}-rowsum_hmma-pipelined"] = (lambda rule=rule: attention_fp8(**kw, p_rule=rule, rowsum="hmma",
+                                                                                    pipelined=True))
+    for rule in ("lean_cubic", "lean_cubic_f16", "exact"):
         out[f"triton-{rule}"] = (lambda rule=rule: zyfa.flash_attn_func(**kw, p_rule=rule, return_lse=True,
                                                                           backend="triton"))
+    out = {label: fn for label, fn in out.items() if re.search(wanted, label)}
     fa3 = next(m for m in all_methods() if m.label == "fa3-fp8")
     if fa3.missing() is None:
         out["fa3-fp8"] = fa3.build(inp)
@@ -47,6 +51,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", default="Mistral-7B 16K,d128 32 heads 32K")
+    ap.add_argument("--variants", default=".", help="regex over the variant labels (FA3 always runs)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     wanted = a.cases.split(",")
@@ -57,7 +62,7 @@ def main():
         sel = inp.ref_rows()
         x = inp.fp8("head")
         rows.append(dict(case=case.name, label="vt-permutation-only", ms=median_ms(lambda: permuted_vt(x.v))))
-        for label, fn in variants(inp).items():
+        for label, fn in variants(inp, a.variants).items():
             try:
                 out, _ = fn()
                 rec = dict(case=case.name, label=label, err_kernel=rel_err(out[:, sel], ref), ms=median_ms(fn))

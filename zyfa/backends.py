@@ -8,7 +8,7 @@ import importlib.util
 import torch
 
 from . import dispatch
-from .fp8 import DEFAULT_P_RULE, HALF_RULES, LEAN_RULES
+from .fp8 import DEFAULT_P_RULE, LEAN_RULES, P_RULES
 from .ops import out_dtype
 from .reference import attention_fp64, fp8_attention_spec
 
@@ -43,14 +43,14 @@ def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, 
 
 
 def _ptx_ok(p: dispatch.Problem):
-    """The generated sm_90a kernel: FP8, head dims 128, coarse q/k descales, lean P, block references."""
+    """The generated sm_90a kernel: FP8, head dims 128, coarse q/k descales, every P rule, block references."""
     if p.device.type != "cuda" or torch.version.hip is not None:
         return False, f"generated PTX runs on NVIDIA GPUs, tensors are on {p.device.type}" + (
             " (ROCm)" if torch.version.hip is not None and p.device.type == "cuda" else "")
     if p.arch != "sm90":
         return False, f"generated PTX targets sm_90a (Hopper), device is {p.arch}"
     refusal = _generated_fp8_limits(p, "generated kernel", p.head_dims == (128, 128), "(128, 128)",
-                                    p_rules=LEAN_RULES + HALF_RULES)
+                                    p_rules=P_RULES)
     if refusal:
         return refusal
     if not _CUDA_PYTHON:

@@ -13,7 +13,6 @@ from typing import Callable
 import torch
 
 import zyfa
-from zyfa.fp8 import HALF_RULES, LEAN_RULES
 from zyfa.fp8 import P_RULES
 from zyfa.quantize import FP8Inputs, quantize_fp8
 from zyfa.reference import attention_fp64
@@ -244,7 +243,7 @@ def all_methods(backend: str = "triton") -> list[Method]:
     out = [Method("zyfa", backend, "fp8", "head", _zyfa_fp8(r, backend), zm, p_rule=r) for r in P_RULES]
     out.append(Method("zyfa", backend, "bf16", None, _zyfa_bf16(backend), zm))
     out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _ptx_missing, p_rule=r,
-                   unsupported=_ptx_unsupported) for r in LEAN_RULES + HALF_RULES]
+                   unsupported=_ptx_unsupported) for r in P_RULES]
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),

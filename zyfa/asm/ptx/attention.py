@@ -29,28 +29,53 @@ from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .fragments import p_sources
 from ...fp8 import HALF_RULES
-from .lean_p import PTX_RULES, emit_pack4, emit_pack_pairs, emit_p_code, emit_p_code_pair, half_constants
+from .lean_p import (PTX_RULES, emit_p_code, emit_p_code_pair, emit_p_exact_pair, emit_pack4, emit_pack_pairs,
+                     half_constants)
 from .smem import emit_descriptor, emit_wait
 from .target import f32, module, program
 
 BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128
 THREADS = 128
-STAGES = 2
+STAGES = 2                                  # K / V^T stages; the pipelined kernel takes 3
 Q_BYTES = BLOCK_M * HEAD_DIM
 ONES_BYTES = 8 * HEAD_DIM                   # 8 rows of E4M3 ones: B of the row-sum wgmma
 KV_BYTES = BLOCK_N * HEAD_DIM               # one K tile or one V^T tile
 STAGE_BYTES = 2 * KV_BYTES
 STAGE0 = Q_BYTES + ONES_BYTES               # 1024-aligned, as 128-byte swizzled tiles must be
-BAR_OFFSET = STAGE0 + STAGES * STAGE_BYTES  # mbarriers: Q, then one per stage
 E4M3_ONE_X4 = 0x38383838
 ROWSUMS = ("mma", "alu", "hmma")
 HALF_256_X2 = 0x5C005C00                    # two halves of 256: B of the half-precision row-sum wgmma
-SHARED_BYTES = BAR_OFFSET + 8 * (1 + STAGES) + 1024   # + slack to align the base to 1024
+HALF_ONE_X2 = 0x3C003C00                    # two halves of 1: the same B for the exact rule's P values
+# the lean and half rules, bit-exact to the spec, and exact (MUFU.EX2 + the hardware's E4M3
+# rounding: the spec's codes but within MUFU's error of a rounding midpoint)
+ATTENTION_RULES = PTX_RULES + ("exact",)
+HMMA_RULES = HALF_RULES + ("exact",)        # the rules whose P pairs become half2 A operands
 LN2 = 0.6931471805599453
 ACC = BLOCK_N // 2                          # f32 accumulator registers per thread (m64n128)
 # 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 x SHARED_BYTES its
 # 227 KB of shared memory: three CTAs per SM, so one's softmax can overlap another's wgmma
 REGISTER_BUDGET = 168
+# pipelined: Q K^T of the next block in flight during this block's softmax holds a second S
+# (64 registers): two CTAs an SM, 240 x 128 x 2 registers
+PIPELINED_REGISTER_BUDGET = 240
+
+
+def stages(pipelined: bool) -> int:
+    """K / V^T stages: the pipelined kernel loads block j + 2 while S(j + 1) reads j + 1."""
+    return 3 if pipelined else STAGES
+
+
+def bar_offset(n_stages: int) -> int:
+    """Byte offset of the mbarriers (Q's, then one per stage), after the stages."""
+    return STAGE0 + n_stages * STAGE_BYTES
+
+
+def shared_bytes(n_stages: int) -> int:
+    """Dynamic shared memory of a kernel with ``n_stages`` stages (+ slack to align the base to 1024)."""
+    return bar_offset(n_stages) + 8 * (1 + n_stages) + 1024
+
+
+SHARED_BYTES = shared_bytes(STAGES)
 # (rowsum="hmma" waits for its half-precision row sums before P.V, so its half2 P is dead
 # before P.V's accumulator lives and it fits the same budget)
 
@@ -59,8 +84,9 @@ PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".a
           (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads")]
 
 
-def kernel_name(rule: str, causal: bool, rowsum: str = "alu") -> str:
-    return f"zyfa_attn_fp8_d128_{rule}_{'causal' if causal else 'full'}_rowsum_{rowsum}"
+def kernel_name(rule: str, causal: bool, rowsum: str = "alu", pipelined: bool = False) -> str:
+    return (f"zyfa_attn_fp8_d128_{rule}_{'causal' if causal else 'full'}_rowsum_{rowsum}"
+            + ("_pipelined" if pipelined else ""))
 
 
 def _acc_row_half(i: int) -> int:
@@ -77,8 +103,9 @@ class _Ctx:
     """Registers the prologue sets up and the loop and epilogue read."""
 
 
-def _prologue(prog: Program, causal: bool) -> _Ctx:
+def _prologue(prog: Program, causal: bool, n_stages: int) -> _Ctx:
     c = _Ctx()
+    c.stages = n_stages
     emit = prog.emit
     tmp64 = prog.reg("u64")
     c.maps = {}
@@ -172,7 +199,7 @@ def _prologue(prog: Program, causal: bool) -> _Ctx:
     emit("mov.u32", raw, "zyfa_smem")
     emit("add.u32", raw, raw, 1023)
     emit("and.b32", c.smem, raw, -1024 & 0xFFFFFFFF)
-    emit("add.u32", c.bar_q, c.smem, BAR_OFFSET)
+    emit("add.u32", c.bar_q, c.smem, bar_offset(n_stages))
     emit("add.u32", c.bar0, c.bar_q, 8)
     return c
 
@@ -198,32 +225,53 @@ def _emit_positive_factor(prog: Program, c: _Ctx) -> None:
     prog.label("FACTOR_POSITIVE")
 
 
-def _emit_kv_load(prog: Program, c: _Ctx, block: Reg) -> None:
-    """Thread 0 (the caller guards): K block ``block`` and its V^T into stage block % 2."""
+def _stage(prog: Program, c: _Ctx, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
+    """(K tile, V^T tile, mbarrier, phase parity) of key block ``block``'s stage."""
     emit = prog.emit
-    stage, k_tile, v_tile, bar, key0 = prog.regs("u32", 5)
-    emit("and.b32", stage, block, 1)
+    stage, phase, k_tile, v_tile, bar = prog.regs("u32", 5)
+    if c.stages == 2:
+        emit("and.b32", stage, block, 1)
+        emit("shr.u32", phase, block, 1)
+    else:
+        emit("rem.u32", stage, block, c.stages)
+        emit("div.u32", phase, block, c.stages)
+    emit("and.b32", phase, phase, 1)
     emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
     emit("add.u32", k_tile, k_tile, STAGE0)
     emit("add.u32", v_tile, k_tile, KV_BYTES)
     emit("mad.lo.u32", bar, stage, 8, c.bar0)
+    return k_tile, v_tile, bar, phase
+
+
+def _emit_kv_load(prog: Program, c: _Ctx, block: Reg) -> None:
+    """Thread 0 (the caller guards): K block ``block`` and its V^T into its stage."""
+    emit = prog.emit
+    k_tile, v_tile, bar, _ = _stage(prog, c, block)
+    key0 = prog.reg("u32")
     emit("mul.lo.u32", key0, block, BLOCK_N)
     emit("mbarrier.expect_tx", bar, STAGE_BYTES)
     emit("tma.load.4d", k_tile, c.maps["k_map"], c.zero, c.kvh, key0, c.b, bar)
     emit("tma.load.3d", v_tile, c.maps["vt_map"], key0, c.zero, c.bkv, bar)
 
 
-def _emit_mask(prog: Program, c: _Ctx, t: list[Reg], start_n: Reg) -> None:
-    """t = -inf where key > the row's limit (causal diagonal, or past seqlen_k)."""
+def _emit_mask(prog: Program, c: _Ctx, t: list[Reg], start_n: Reg, copy: bool = False) -> list[Reg]:
+    """t = -inf where key > the row's limit (causal diagonal, or past seqlen_k). ``copy``:
+    into new registers, leaving t (a wgmma accumulator) unwritten: ptxas serializes the
+    wgmmas in flight if other instructions write accumulator registers meanwhile."""
     reach = prog.regs("u32", 2)
     for half in (0, 1):
         prog.emit("sub.s32", reach[half], c.limits[half], start_n)
         prog.emit("sub.s32", reach[half], reach[half], c.q)
         prog.emit("sub.s32", reach[half], reach[half], c.q)       # limit - start_n - 2q
+    out = prog.regs("f32", len(t)) if copy else t
     for i, ti in enumerate(t):
-        out = prog.reg("pred")
-        prog.emit("setp.lt.s32", out, reach[_acc_row_half(i)], _acc_column(i))
-        prog.emit("mov.f32", ti, f32(float("-inf")), guard=out)
+        past = prog.reg("pred")
+        prog.emit("setp.lt.s32", past, reach[_acc_row_half(i)], _acc_column(i))
+        if copy:
+            prog.emit("selp.f32", out[i], f32(float("-inf")), ti, past)
+        else:
+            prog.emit("mov.f32", ti, f32(float("-inf")), guard=past)
+    return out
 
 
 def _emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
@@ -234,23 +282,13 @@ def _emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
         prog.emit(op, x, x, other)
 
 
-def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n: Reg, dq: Reg,
-                d_ones: Reg, total: list[Reg], A: list[Reg], l: list[Reg], yes: Reg) -> None:
-    """One key block: scores, mask, references, P, row sums, P V^T, accumulation."""
+def _emit_scores(prog: Program, c: _Ctx, j: Reg, dq: Reg, s: list[Reg], yes: Reg, tag: str) -> None:
+    """Wait for key block ``j``'s stage, then issue S = Q K^T into ``s`` (committed, not waited)."""
     emit = prog.emit
-    stage, phase, k_tile, v_tile, bar = prog.regs("u32", 5)
-    emit("and.b32", stage, j, 1)
-    emit("shr.u32", phase, j, 1)
-    emit("and.b32", phase, phase, 1)
-    emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
-    emit("add.u32", k_tile, k_tile, STAGE0)
-    emit("add.u32", v_tile, k_tile, KV_BYTES)
-    emit("mad.lo.u32", bar, stage, 8, c.bar0)
-    emit_wait(prog, bar, phase, "WAIT_KV")
-    dk, dv = emit_descriptor(prog, k_tile), emit_descriptor(prog, v_tile)
-
+    k_tile, _, bar, phase = _stage(prog, c, j)
+    emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
+    dk = emit_descriptor(prog, k_tile)
     prog.comment("S = Q K^T")
-    s = prog.regs("f32", ACC)
     s_list = ", ".join(map(str, s))
     emit("wgmma.fence")
     for k in range(HEAD_DIM // 32):
@@ -259,12 +297,28 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
         emit("add.u64", bk, dk, 2 * k)
         emit("wgmma.m64n128k32.e4m3.ss", s_list, ak, bk, 0 if k == 0 else yes)
     emit("wgmma.commit")
-    emit("wgmma.wait", 0)
-    masked = prog.reg("pred")
-    emit("setp.lt.u32", masked, start_n, c.band_start)      # true: unmasked block
-    emit("bra", "SCORES_READY", guard=masked)
-    _emit_mask(prog, c, s, start_n)
-    prog.label("SCORES_READY")
+
+
+def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n: Reg, s: list[Reg],
+                d_ones: Reg, total: list[Reg], A: list[Reg], l: list[Reg], yes: Reg, tag: str = "",
+                masked: bool | None = None, split_pv: bool = False) -> None:
+    """One key block from its scores ``s`` (complete): mask, references, P, row sums, P V^T
+    (waited for, with any wgmma still in flight), accumulation.
+
+    ``masked``: None masks in place where the block needs it; True masks into new registers;
+    False does not mask. ``split_pv``: P V^T in two halves of 64 value columns, each into a
+    fresh 32-register accumulator folded into the total before the next (32 registers fewer)."""
+    emit = prog.emit
+    _, v_tile, _, _ = _stage(prog, c, j)
+    dv = emit_descriptor(prog, v_tile)
+    if masked is None:
+        unmasked = prog.reg("pred")
+        emit("setp.lt.u32", unmasked, start_n, c.band_start)
+        emit("bra", f"SCORES_READY{tag}", guard=unmasked)
+        _emit_mask(prog, c, s, start_n)
+        prog.label(f"SCORES_READY{tag}")
+    elif masked:
+        s = _emit_mask(prog, c, s, start_n, copy=True)
 
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
@@ -291,23 +345,51 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
         emit("ex2.f32", alpha[half], diff[half])
 
     prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P ({rowsum})")
-    codes = []
+    exact = rule == "exact"
     l_blk = prog.regs("f32", 2)
     if rowsum == "alu":
         for half in (0, 1):
             emit("mov.f32", l_blk[half], f32(0.0))
+    if exact:                          # P = 2^(y + 8): the offset folded into the FFMA's addend
+        neg_m8 = prog.regs("f32", 2)
+        for half in (0, 1):
+            emit("add.f32", neg_m8[half], neg_m[half], f32(float(F.P_OFFSET_LOG2)))
+        neg_m = neg_m8
     ys = []
     for i, si in enumerate(s):
         y = prog.reg("f32")
-        emit("fma.f32", y, si, c.fac, neg_m[_acc_row_half(i)])   # the spec's y = fma(S, c, -r)
+        emit("fma.f32", y, si, c.fac, neg_m[_acc_row_half(i)])   # the spec's y = fma(S, c, -r) (+ 8: exact)
         ys.append(y)
+
     # the code shifted into a float32's exponent/mantissa is P * 2^-120 exactly (subnormal
     # codes land on float32 subnormals): a shift (and a mask) and one FMA per P
     def add_to_rowsum(i, code_bits):
         emit("fma.f32", l_blk[_acc_row_half(i)], code_bits, f32(2.0 ** 120), l_blk[_acc_row_half(i)])
-    if rule in HALF_RULES:                                   # two scores (same row, adjacent keys) a word
+
+    def add_code_to_rowsum(i, word, bit):
+        """Add the code at bits ``bit`` .. ``bit`` + 7 of ``word`` (accumulator register i)."""
+        scaled = prog.reg("b32")
+        emit("shl.b32" if bit <= 20 else "shr.b32", scaled, word, abs(20 - bit))
+        emit("and.b32", scaled, scaled, "0x0FF00000")
+        add_to_rowsum(i, scaled)
+
+    p16 = {}                           # rowsum="hmma": the half2 P of each pair, in P * 2^-8 (lean) or P (exact)
+    if exact:                          # two scores (same row, adjacent keys) a 16-bit pair of codes
+        pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1]) for i in range(0, ACC, 2)}
+        p_regs = []
+        for k in range(BLOCK_N // 32):
+            p_regs.append([])
+            for src in p_sources(k):
+                word = prog.reg("b32")
+                emit("mov.b32.pack", word, pairs[src[0]], pairs[src[2]])
+                p_regs[-1].append(word)
+                for byte, i in enumerate(src) if rowsum == "alu" else ():
+                    add_code_to_rowsum(i, word, 8 * byte)
+        for i, pair in pairs.items() if rowsum == "hmma" else ():
+            p16[i] = prog.reg("b32")
+            emit("cvt.f16x2.e4m3x2", p16[i], pair)           # E4M3 values are exact halves
+    elif rule in HALF_RULES:                                 # two scores (same row, adjacent keys) a word
         pairs = {}
-        p16 = {}
         consts = half_constants(prog)
         for i in range(0, ACC, 2):
             w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], consts)   # codes in bytes 0 and 2
@@ -317,20 +399,19 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
                 masked = p16[i] = prog.reg("b32")
                 emit("and.b32", masked, w, "0x00FF00FF")
                 emit("shl.b32", masked, masked, 7)
-            for j, shift in ((i, 20), (i + 1, 4)) if rowsum == "alu" else ():
-                scaled = prog.reg("b32")
-                emit("shl.b32", scaled, w, shift)
-                emit("and.b32", scaled, scaled, "0x0FF00000")
-                add_to_rowsum(j, scaled)
+            if rowsum == "alu":
+                add_code_to_rowsum(i, w, 0)
+                add_code_to_rowsum(i + 1, w, 16)
         p_regs = [[emit_pack_pairs(prog, pairs[src[0]], pairs[src[2]]) for src in p_sources(k)]
                   for k in range(BLOCK_N // 32)]
     else:
+        codes = []
         for i, y in enumerate(ys):
             w = emit_p_code(prog, y, rule)                   # low byte: the E4M3 code
             codes.append(w)
             if rowsum == "alu":
                 scaled = prog.reg("b32")
-                emit("shl.b32", scaled, w, 20)
+                emit("shl.b32", scaled, w, 20)               # the bits above the code are the magic's zeros
                 add_to_rowsum(i, scaled)
         p_regs = [[emit_pack4(prog, [codes[r] for r in src]) for src in p_sources(k)] for k in range(BLOCK_N // 32)]
     if rowsum == "alu":
@@ -350,6 +431,36 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else yes)
         emit("wgmma.commit")
         emit("wgmma.wait", 0)
+    if split_pv:
+        _emit_pv_halves(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag)
+    else:
+        _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag)
+    if rowsum in ("mma", "hmma"):
+        l_blk = [sums[0], sums[2]]                            # rows g and g + 8
+    for half in (0, 1):
+        emit("mul.f32", l[half], l[half], alpha[half])
+        emit("fma.f32", l[half], l_blk[half], beta[half], l[half])
+        emit("mov.f32", A[half], A_new[half])
+
+
+def _emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) -> None:
+    """total *= alpha, only when some row's reference moved (alpha != 1)."""
+    emit = prog.emit
+    keep = prog.regs("pred", 2)
+    for half in (0, 1):
+        emit("setp.neu.f32", keep[half], alpha[half], f32(1.0))
+    either = prog.reg("pred")
+    emit("or.pred", either, keep[0], keep[1])
+    emit("bra.div", f"RESCALED{tag}", guard=f"!{either}")
+    for i, ti in enumerate(total):
+        emit("mul.f32", ti, ti, alpha[_acc_row_half(i)])
+    prog.label(f"RESCALED{tag}")
+
+
+def _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag) -> None:
+    """block = P V^T in a fresh accumulator (+ the row sums = P . ones, rowsum "mma"); then
+    total = total * alpha + block * beta."""
+    emit = prog.emit
     prog.comment("block = P V^T in a fresh accumulator" + ("; row sums = P . ones" if rowsum == "mma" else ""))
     o = prog.regs("f32", ACC)
     o_list = ", ".join(map(str, o))
@@ -365,25 +476,38 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
     emit("wgmma.commit")
     emit("wgmma.wait", 0)
-    if rowsum in ("mma", "hmma"):
-        l_blk = [sums[0], sums[2]]                            # rows g and g + 8
-
     prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
-    keep = prog.regs("pred", 2)
-    for half in (0, 1):
-        emit("setp.neu.f32", keep[half], alpha[half], f32(1.0))
-    either = prog.reg("pred")
-    emit("or.pred", either, keep[0], keep[1])
-    emit("bra.div", "RESCALED", guard=f"!{either}")
-    for i, ti in enumerate(total):
-        emit("mul.f32", ti, ti, alpha[_acc_row_half(i)])
-    prog.label("RESCALED")
+    _emit_rescale(prog, total, alpha, tag)
     for i, (ti, oi) in enumerate(zip(total, o)):
         emit("fma.f32", ti, oi, beta[_acc_row_half(i)], ti)
-    for half in (0, 1):
-        emit("mul.f32", l[half], l[half], alpha[half])
-        emit("fma.f32", l[half], l_blk[half], beta[half], l[half])
-        emit("mov.f32", A[half], A_new[half])
+
+
+def _emit_pv_halves(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag) -> None:
+    """As _emit_pv, in two halves of 64 value columns: V^T rows 64 h .. 64 h + 63 start 8 KB
+    (512 descriptor units) into the tile, and accumulator register i of the m64n64 half is
+    register 32 h + i of the m64n128 total."""
+    emit = prog.emit
+    _emit_rescale(prog, total, alpha, tag)
+    half_acc = ACC // 2
+    for h in (0, 1):
+        prog.comment(f"block columns {64 * h}..{64 * h + 63} = P V^T in a fresh accumulator")
+        o = prog.regs("f32", half_acc)
+        o_list = ", ".join(map(str, o))
+        emit("wgmma.fence")
+        for k in range(BLOCK_N // 32):
+            bk = prog.reg("u64")
+            a_regs = ", ".join(map(str, p_regs[k]))
+            emit("add.u64", bk, dv, 2 * k + (HEAD_DIM // 2) * 128 // 16 * h)
+            emit("wgmma.m64n64k32.e4m3.rs", o_list, a_regs, bk, 0 if k == 0 else yes)
+            if rowsum == "mma" and h == 0:
+                ok = prog.reg("u64")
+                emit("add.u64", ok, d_ones, 2 * k)
+                emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
+        emit("wgmma.commit")
+        emit("wgmma.wait", 0)
+        for i, oi in enumerate(o):
+            ti = total[half_acc * h + i]
+            emit("fma.f32", ti, oi, beta[_acc_row_half(i)], ti)
 
 
 def _emit_epilogue(prog: Program, c: _Ctx, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
@@ -440,36 +564,107 @@ def _emit_epilogue(prog: Program, c: _Ctx, total: list[Reg], A: list[Reg], l: li
         emit("st.global.f32", addr, lg[half], guard=store)
 
 
+def _emit_prefetch(prog: Program, c: _Ctx, block: Reg, tag: str) -> None:
+    """Thread 0 starts the loads of key block ``block`` if it exists (its stage is free: the
+    block that used it last finished before the last bar.sync)."""
+    go = prog.reg("pred")
+    prog.emit("setp.lt.u32", go, block, c.n_blocks)
+    prog.emit("and.pred", go, go, c.leader)
+    prog.emit("bra.div", f"PREFETCHED{tag}", guard=f"!{go}")
+    _emit_kv_load(prog, c, block)
+    prog.label(f"PREFETCHED{tag}")
+
+
+def _emit_serial_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n) -> None:
+    """Per block: prefetch the next block; S = Q K^T, waited for; the softmax and P V^T."""
+    emit = prog.emit
+    s = prog.regs("f32", ACC)
+    next_j, more = prog.reg("u32"), prog.reg("pred")
+    prog.label("BLOCK_LOOP")
+    emit("add.u32", next_j, j, 1)
+    _emit_prefetch(prog, c, next_j, "")
+    _emit_scores(prog, c, j, dq, s, yes, "")
+    emit("wgmma.wait", 0)
+    _emit_block(prog, c, rule, rowsum, j, start_n, s, d_ones, total, A, l, yes)
+    emit("bar.sync", 0)                           # every warp is done with this stage
+    emit("mov.u32", j, next_j)
+    emit("add.u32", start_n, start_n, BLOCK_N)
+    emit("setp.lt.u32", more, j, c.n_blocks)
+    emit("bra", "BLOCK_LOOP", guard=more)
+
+
+def _emit_pipelined_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n) -> None:
+    """S(0) before the loop; per block j: prefetch block j + 2, wait for S(j), issue
+    S(j + 1) into the other S registers, then block j's softmax and P V^T (whose wait also
+    covers S(j + 1)). Unrolled twice so the two S register sets alternate."""
+    emit = prog.emit
+    s_regs = (prog.regs("f32", ACC), prog.regs("f32", ACC))
+    _emit_scores(prog, c, j, dq, s_regs[0], yes, "_FIRST")
+    ahead, next_j = prog.regs("u32", 2)
+    has_next, more = prog.reg("pred"), prog.reg("pred")
+    prog.label("BLOCK_LOOP")
+    for half, (cur, nxt) in enumerate((s_regs, s_regs[::-1])):
+        tag = f"_{half}"
+        emit("add.u32", ahead, j, 2)
+        _emit_prefetch(prog, c, ahead, tag)
+        emit("wgmma.wait", 0)                     # S(j) is complete
+        emit("add.u32", next_j, j, 1)
+        emit("setp.lt.u32", has_next, next_j, c.n_blocks)
+        emit("bra", f"NEXT_ISSUED{tag}", guard=f"!{has_next}")      # uniform
+        _emit_scores(prog, c, next_j, dq, nxt, yes, tag)
+        prog.label(f"NEXT_ISSUED{tag}")
+        # the masked and unmasked blocks as separate code: the mask writes new registers,
+        # never the scores' (a wgmma accumulator while S(j + 1) is in flight)
+        unmasked = prog.reg("pred")
+        emit("setp.lt.u32", unmasked, start_n, c.band_start)
+        emit("bra", f"UNMASKED{tag}", guard=unmasked)
+        _emit_block(prog, c, rule, rowsum, j, start_n, cur, d_ones, total, A, l, yes, tag + "M",
+                    masked=True, split_pv=True)
+        emit("bra", f"BLOCK_DONE{tag}")
+        prog.label(f"UNMASKED{tag}")
+        _emit_block(prog, c, rule, rowsum, j, start_n, cur, d_ones, total, A, l, yes, tag + "U",
+                    masked=False, split_pv=True)
+        prog.label(f"BLOCK_DONE{tag}")
+        emit("bar.sync", 0)                       # every warp is done with block j's stage
+        emit("mov.u32", j, next_j)
+        emit("add.u32", start_n, start_n, BLOCK_N)
+        emit("setp.lt.u32", more, j, c.n_blocks)
+        emit("bra", "BLOCK_LOOP" if half else "LOOP_DONE", guard=more if half else f"!{more}")
+    prog.label("LOOP_DONE")
+
+
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str = "alu",
-                     arch: str = "sm_90a") -> tuple[str, str]:
+                     arch: str = "sm_90a", pipelined: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
 
     ``rowsum``: the row sums of the rounded P from the codes on the ALUs in float32 ("alu",
     2 instructions a score, the spec's precision) or from a wgmma against a tile of ones
     ("mma", 4 instructions a block; the tensor cores' truncating accumulation costs ~1e-3).
+    ``pipelined``: Q K^T of block j + 1 is issued before the softmax of block j, so the
+    tensor cores compute it meanwhile (a second S in registers, three K / V^T stages).
 
     Parameters: TMA maps of q (B, Sq, Hq, 128) and k (B, Sk, Hkv, 128) with boxes of 64 and
     128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
     group and boxes of 128 x 128; out (B, Sq, Hq, 128) BF16; lse (B, Hq, Sq) float32;
     fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale
     (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads. Grid (ceil(Sq / 64),
-    B * Hq), 128 threads, SHARED_BYTES of dynamic shared memory.
+    B * Hq), 128 threads, shared_bytes(stages(pipelined)) of dynamic shared memory.
     """
-    if rule not in PTX_RULES:
-        raise ValueError(f"the generated kernel implements the lean rules {PTX_RULES}, got {rule!r}")
+    if rule not in ATTENTION_RULES:
+        raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
     if rowsum not in ROWSUMS:
         raise ValueError(f"rowsum must be one of {ROWSUMS}, got {rowsum!r}")
-    if rowsum == "hmma" and rule not in HALF_RULES:
-        raise ValueError(f"rowsum 'hmma' takes the half-precision pairs of a rule in {HALF_RULES}, not {rule!r}")
-    name = kernel_name(rule, causal, rowsum)
+    if rowsum == "hmma" and rule not in HMMA_RULES:
+        raise ValueError(f"rowsum 'hmma' takes the P pairs of a rule in {HMMA_RULES}, not {rule!r}")
+    name = kernel_name(rule, causal, rowsum, pipelined)
     prog = program()
     emit = prog.emit
-    c = _prologue(prog, causal)
+    c = _prologue(prog, causal, stages(pipelined))
 
     prog.comment("thread 0: barriers, then the Q tile and the first K / V^T block")
     yes = prog.reg("pred")
     emit("setp.eq.u32", yes, c.zero, 0)
-    for k in range(1 + STAGES):
+    for k in range(1 + c.stages):
         bar = prog.reg("u32")
         emit("add.u32", bar, c.bar_q, 8 * k)
         emit("mbarrier.init", bar, 1, guard=c.leader)
@@ -480,7 +675,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
         prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
         emit("mov.u32", tid8, "%tid.x")
         emit("mad.lo.u32", tid8, tid8, 8, ones)
-        emit("mov.u32", ones_word, E4M3_ONE_X4 if rowsum == "mma" else HALF_256_X2)
+        emit("mov.u32", ones_word, E4M3_ONE_X4 if rowsum == "mma" else HALF_ONE_X2 if rule == "exact" else HALF_256_X2)
         emit("st.shared.v2.b32", tid8, ones_word, ones_word)
         emit("fence.proxy.async")
     emit("bar.sync", 0)
@@ -488,6 +683,12 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     emit("mbarrier.expect_tx", c.bar_q, Q_BYTES)
     emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.start_m, c.b, c.bar_q)
     _emit_kv_load(prog, c, c.zero)
+    if pipelined:                                  # the first two blocks before the loop
+        second, one = prog.reg("pred"), prog.reg("u32")
+        emit("setp.gt.u32", second, c.n_blocks, 1)
+        emit("bra.div", "LOADS_STARTED", guard=f"!{second}")
+        emit("mov.u32", one, 1)
+        _emit_kv_load(prog, c, one)
     prog.label("LOADS_STARTED")
     emit_wait(prog, c.bar_q, 0, "WAIT_Q")
     _emit_positive_factor(prog, c)
@@ -505,21 +706,10 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
 
-    prog.label("BLOCK_LOOP")
-    prefetch = prog.reg("pred")
-    emit("add.u32", next_j, j, 1)
-    emit("setp.lt.u32", prefetch, next_j, c.n_blocks)
-    emit("and.pred", prefetch, prefetch, c.leader)
-    emit("bra.div", "PREFETCHED", guard=f"!{prefetch}")
-    _emit_kv_load(prog, c, next_j)               # its stage was freed by the last bar.sync
-    prog.label("PREFETCHED")
-    _emit_block(prog, c, rule, rowsum, j, start_n, dq, d_ones, total, A, l, yes)
-    emit("bar.sync", 0)                           # every warp is done with this stage
-    more = prog.reg("pred")
-    emit("mov.u32", j, next_j)
-    emit("add.u32", start_n, start_n, BLOCK_N)
-    emit("setp.lt.u32", more, j, c.n_blocks)
-    emit("bra", "BLOCK_LOOP", guard=more)
+    if pipelined:
+        _emit_pipelined_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n)
+    else:
+        _emit_serial_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n)
 
     _emit_epilogue(prog, c, total, A, l)
     emit("ret")

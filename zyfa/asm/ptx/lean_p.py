@@ -14,7 +14,7 @@ from ...fp8 import HALF_RULES, LEAN_RULES
 from ..program import Program, Reg
 from .target import f32, module, program
 
-PTX_RULES = LEAN_RULES + HALF_RULES      # the rules the generated PTX takes
+PTX_RULES = LEAN_RULES + HALF_RULES      # the rules whose P bits the generated PTX matches exactly
 PACK_HALF_PAIRS = "0x6420"               # prmt: bytes 0 and 2 of two half2 words: four codes
 
 
@@ -84,6 +84,19 @@ def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, k: dict) -> Reg:
     prog.emit("fma.f16x2", base, a, k["eight"], k["base"])    # 8 floor(y) + 120 + magic, exact
     prog.emit("fma.f16x2", w, f, slope, base)
     return w
+
+
+def emit_p_exact_pair(prog: Program, y8_lo: Reg, y8_hi: Reg) -> Reg:
+    """A b16 register holding the E4M3 codes of 2^y8 (y8 = y + 8, folded into the caller's
+    FFMA) for ``y8_lo`` (low byte) and ``y8_hi``: the exact rule on MUFU.EX2 and the
+    hardware's round-half-even conversion (subnormals and saturation included). It equals
+    the spec's codes except where 2^y8 lies within MUFU's ~2 ulp of a rounding midpoint."""
+    e_lo, e_hi = prog.regs("f32", 2)
+    prog.emit("ex2.f32", e_lo, y8_lo)
+    prog.emit("ex2.f32", e_hi, y8_hi)
+    pair = prog.reg("b16")
+    prog.emit("cvt.e4m3x2.f32", pair, e_hi, e_lo)
+    return pair
 
 
 def emit_pack_pairs(prog: Program, lo: Reg, hi: Reg) -> Reg:

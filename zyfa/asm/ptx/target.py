@@ -10,7 +10,7 @@ import struct
 from ..program import Program, Target
 
 # register kind -> PTX type; names are %<kind>_<n>, e.g. %f32_3, %b32_0, %pred_1
-KINDS = {"f32": ".f32", "b32": ".b32", "u32": ".u32", "u64": ".u64", "pred": ".pred"}
+KINDS = {"f32": ".f32", "b16": ".b16", "b32": ".b32", "u32": ".u32", "u64": ".u64", "pred": ".pred"}
 
 OPS = {
     "ld.param.u64": "ld.param.u64 {0}, [{1}];",
@@ -59,6 +59,7 @@ OPS = {
     "wgmma.m64n128k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
     # A from four registers of packed E4M3 ({1}: "a0, a1, a2, a3")
     "wgmma.m64n128k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
+    "wgmma.m64n64k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
     "wgmma.m64n8k16.f16.rs": "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1, 0;",
     "wgmma.m64n8k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
     "st.shared.v2.b32": "st.shared.v2.b32 [{0}], {{{1}, {2}}};",
@@ -77,6 +78,7 @@ OPS = {
     "setp.lt.u32": "setp.lt.u32 {0}, {1}, {2};",
     "setp.lt.s32": "setp.lt.s32 {0}, {1}, {2};",
     "setp.gt.f32": "setp.gt.f32 {0}, {1}, {2};",
+    "setp.gt.u32": "setp.gt.u32 {0}, {1}, {2};",
     "setp.neu.f32": "setp.neu.f32 {0}, {1}, {2};",
     "and.pred": "and.pred {0}, {1}, {2};",
     "or.pred": "or.pred {0}, {1}, {2};",
@@ -101,6 +103,11 @@ OPS = {
     "add.f16x2": "add.rn.f16x2 {0}, {1}, {2};",
     "sub.f16x2": "sub.rn.f16x2 {0}, {1}, {2};",
     "fma.f16x2": "fma.rn.f16x2 {0}, {1}, {2}, {3};",
+    # the exact rule: MUFU exp2, then the hardware's round-to-nearest-even into E4M3 pairs
+    "cvt.e4m3x2.f32": "cvt.rn.satfinite.e4m3x2.f32 {0}, {1}, {2};",   # {1} -> upper byte, {2} -> lower
+    "cvt.f16x2.e4m3x2": "cvt.rn.f16x2.e4m3x2 {0}, {1};",            # lower byte -> lower half
+    "mov.b32.pack": "mov.b32 {0}, {{{1}, {2}}};",                   # two b16: {1} lower, {2} upper
+    "shr.b32": "shr.b32 {0}, {1}, {2};",
 }
 
 
