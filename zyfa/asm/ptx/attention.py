@@ -431,10 +431,7 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else yes)
         emit("wgmma.commit")
         emit("wgmma.wait", 0)
-    if split_pv:
-        _emit_pv_halves(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag)
-    else:
-        _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag)
+    _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag, 2 if split_pv else 1)
     if rowsum in ("mma", "hmma"):
         l_blk = [sums[0], sums[2]]                            # rows g and g + 8
     for half in (0, 1):
@@ -457,56 +454,39 @@ def _emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) -
     prog.label(f"RESCALED{tag}")
 
 
-def _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag) -> None:
+def _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag, parts: int = 1) -> None:
     """block = P V^T in a fresh accumulator (+ the row sums = P . ones, rowsum "mma"); then
-    total = total * alpha + block * beta."""
+    total = total * alpha + block * beta. ``parts`` = 2: in two halves of 64 value columns,
+    each folded into the total before the next (32 registers fewer): V^T rows 64 h .. start
+    8 KB (512 descriptor units) into the tile, and register i of the m64n64 half is register
+    32 h + i of the m64n128 total."""
     emit = prog.emit
-    prog.comment("block = P V^T in a fresh accumulator" + ("; row sums = P . ones" if rowsum == "mma" else ""))
-    o = prog.regs("f32", ACC)
-    o_list = ", ".join(map(str, o))
-    emit("wgmma.fence")
-    for k in range(BLOCK_N // 32):
-        bk = prog.reg("u64")
-        a_regs = ", ".join(map(str, p_regs[k]))
-        emit("add.u64", bk, dv, 2 * k)
-        emit("wgmma.m64n128k32.e4m3.rs", o_list, a_regs, bk, 0 if k == 0 else yes)
-        if rowsum == "mma":
-            ok = prog.reg("u64")
-            emit("add.u64", ok, d_ones, 2 * k)
-            emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
-    emit("wgmma.commit")
-    emit("wgmma.wait", 0)
-    prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
-    _emit_rescale(prog, total, alpha, tag)
-    for i, (ti, oi) in enumerate(zip(total, o)):
-        emit("fma.f32", ti, oi, beta[_acc_row_half(i)], ti)
-
-
-def _emit_pv_halves(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag) -> None:
-    """As _emit_pv, in two halves of 64 value columns: V^T rows 64 h .. 64 h + 63 start 8 KB
-    (512 descriptor units) into the tile, and accumulator register i of the m64n64 half is
-    register 32 h + i of the m64n128 total."""
-    emit = prog.emit
-    _emit_rescale(prog, total, alpha, tag)
-    half_acc = ACC // 2
-    for h in (0, 1):
-        prog.comment(f"block columns {64 * h}..{64 * h + 63} = P V^T in a fresh accumulator")
-        o = prog.regs("f32", half_acc)
+    if parts > 1:                      # the total is folded half by half: rescale it first
+        _emit_rescale(prog, total, alpha, tag)
+    width = ACC // parts
+    op = {1: "wgmma.m64n128k32.e4m3.rs", 2: "wgmma.m64n64k32.e4m3.rs"}[parts]
+    for h in range(parts):
+        prog.comment(f"block columns {128 // parts * h}.. = P V^T in a fresh accumulator"
+                     + ("; row sums = P . ones" if rowsum == "mma" and h == 0 else ""))
+        o = prog.regs("f32", width)
         o_list = ", ".join(map(str, o))
         emit("wgmma.fence")
         for k in range(BLOCK_N // 32):
             bk = prog.reg("u64")
             a_regs = ", ".join(map(str, p_regs[k]))
-            emit("add.u64", bk, dv, 2 * k + (HEAD_DIM // 2) * 128 // 16 * h)
-            emit("wgmma.m64n64k32.e4m3.rs", o_list, a_regs, bk, 0 if k == 0 else yes)
+            emit("add.u64", bk, dv, 2 * k + HEAD_DIM // parts * 128 // 16 * h)
+            emit(op, o_list, a_regs, bk, 0 if k == 0 else yes)
             if rowsum == "mma" and h == 0:
                 ok = prog.reg("u64")
                 emit("add.u64", ok, d_ones, 2 * k)
                 emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
         emit("wgmma.commit")
         emit("wgmma.wait", 0)
+        if parts == 1:
+            prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
+            _emit_rescale(prog, total, alpha, tag)
         for i, oi in enumerate(o):
-            ti = total[half_acc * h + i]
+            ti = total[width * h + i]
             emit("fma.f32", ti, oi, beta[_acc_row_half(i)], ti)
 
 
