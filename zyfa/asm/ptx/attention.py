@@ -10,17 +10,19 @@ spec's block_n; grid (batch * heads, query tiles), heaviest query tiles first):
              S = Q K^T (4 x wgmma m64n128k32, both operands in shared memory);
              mask S (band and tail blocks only); row max over the quad, taken on S
              (m = max(S) c: c > 0, made so by flipping Q's signs for a negative descale);
-             lazy reference A; P codes by the lean rule of y = fma(S, c, -m) (FMA pipe +
-             magic number); row sum of the rounded P from the codes (float32, or the
-             tensor cores with rowsum="mma"); P packed with prmt into the A operand;
+             lazy reference A; P codes of y = fma(S, c, -m) by the exact rule (MUFU.EX2,
+             the hardware's E4M3 rounding) or a lean rule (FMA pipe + magic number);
+             row sum of the rounded P (float32 on the ALUs, or half-precision wgmmas
+             with float32 accumulation, "hmma"); P packed into the A operand;
              block = P V^T (4 x wgmma, A from registers) in a fresh accumulator;
              total = total * alpha + block * beta (two-level accumulation; the multiply
              only when a reference moved)
   epilogue   out = total / l * v_descale in BF16, LSE = ln2 (A + log2 l - 8)
 
 V^T arrives with its keys permuted inside each 16-key group (fragments.KEY_OF_SLOT) so P
-goes from the QK^T accumulator to the A operand without moving between threads. Speed
-(warp specialization, ping-pong, persistence) is issue 6's work.
+goes from the QK^T accumulator to the A operand without moving between threads.
+``pipelined=True`` issues the next block's Q K^T before this block's softmax (v8). Versions,
+predictions and H200 measurements: bench/PTX_NOTES.md.
 """
 from __future__ import annotations
 
@@ -55,9 +57,8 @@ ACC = BLOCK_N // 2                          # f32 accumulator registers per thre
 # 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 x SHARED_BYTES its
 # 227 KB of shared memory: three CTAs per SM, so one's softmax can overlap another's wgmma
 REGISTER_BUDGET = 168
-# pipelined: Q K^T of the next block in flight during this block's softmax holds a second S
-# (64 registers): two CTAs an SM, 240 x 128 x 2 registers
-PIPELINED_REGISTER_BUDGET = 240
+# (pipelined: Q K^T of the next block in flight during this block's softmax holds a second S,
+# 64 registers; it takes up to 255, two CTAs an SM)
 
 
 def stages(pipelined: bool) -> int:
