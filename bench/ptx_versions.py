@@ -37,9 +37,6 @@ def variants(inp, wanted):
     for rule in attn.HMMA_RULES:
         out[f"ptx-{rule}-rowsum_hmma-pipelined"] = (lambda rule=rule: attention_fp8(**kw, p_rule=rule, rowsum="hmma",
                                                                                     pipelined=True))
-    for share in (1, 2):     # the exact rule with share/4 of the key columns on the FMA pipe (an experiment)
-        out[f"ptx-exact-rowsum_hmma-cubic{share}"] = (lambda share=share: attention_fp8(**kw, p_rule="exact",
-                                                                                      cubic_blocks=share))
     for rule in ("lean_cubic", "lean_cubic_f16", "exact"):
         out[f"triton-{rule}"] = (lambda rule=rule: zyfa.flash_attn_func(**kw, p_rule=rule, return_lse=True,
                                                                           backend="triton"))

@@ -351,22 +351,15 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
     if rowsum == "alu":
         for half in (0, 1):
             emit("mov.f32", l_blk[half], f32(0.0))
-    neg_m_plain = neg_m
     if exact:                          # P = 2^(y + 8): the offset folded into the FFMA's addend
         neg_m8 = prog.regs("f32", 2)
         for half in (0, 1):
             emit("add.f32", neg_m8[half], neg_m[half], f32(float(F.P_OFFSET_LOG2)))
         neg_m = neg_m8
-    # experiment (exact only): the last ``c.cubic_blocks`` of every 4 accumulator column blocks
-    # (8 keys each) take the half-precision cubic on the FMA pipe instead of MUFU
-    def on_fma_pipe(i):
-        return exact and (i // 4) % 4 >= 4 - c.cubic_blocks
-
     ys = []
     for i, si in enumerate(s):
         y = prog.reg("f32")
-        addend = neg_m_plain if on_fma_pipe(i) else neg_m
-        emit("fma.f32", y, si, c.fac, addend[_acc_row_half(i)])   # the spec's y = fma(S, c, -r) (+ 8: exact)
+        emit("fma.f32", y, si, c.fac, neg_m[_acc_row_half(i)])   # the spec's y = fma(S, c, -r) (+ 8: exact)
         ys.append(y)
 
     # the code shifted into a float32's exponent/mantissa is P * 2^-120 exactly (subnormal
@@ -383,9 +376,7 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
 
     p16 = {}                           # rowsum="hmma": the half2 P of each pair, in P * 2^-8 (lean) or P (exact)
     if exact:                          # two scores (same row, adjacent keys) a 16-bit pair of codes
-        consts = half_constants(prog) if c.cubic_blocks else None
-        pairs = {i: (_emit_cubic_pair16(prog, ys[i], ys[i + 1], consts) if on_fma_pipe(i)
-                     else emit_p_exact_pair(prog, ys[i], ys[i + 1])) for i in range(0, ACC, 2)}
+        pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1]) for i in range(0, ACC, 2)}
         p_regs = []
         for k in range(BLOCK_N // 32):
             p_regs.append([])
@@ -448,16 +439,6 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
         emit("mul.f32", l[half], l[half], alpha[half])
         emit("fma.f32", l[half], l_blk[half], beta[half], l[half])
         emit("mov.f32", A[half], A_new[half])
-
-
-def _emit_cubic_pair16(prog: Program, y_lo: Reg, y_hi: Reg, consts: dict) -> Reg:
-    """The half-precision cubic's two codes as a b16 pair (low byte: y_lo), like
-    emit_p_exact_pair's: bytes 0 and 2 of the pair word moved together, then the low half."""
-    w = emit_p_code_pair(prog, y_lo, y_hi, consts)
-    both, pair, unused = prog.reg("b32"), prog.reg("b16"), prog.reg("b16")
-    prog.emit("prmt.b32", both, w, w, "0x0020")
-    prog.emit("mov.b32.unpack", pair, unused, both)
-    return pair
 
 
 def _emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) -> None:
@@ -634,7 +615,7 @@ def _emit_pipelined_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j,
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str = "alu",
-                     arch: str = "sm_90a", pipelined: bool = False, cubic_blocks: int = 0) -> tuple[str, str]:
+                     arch: str = "sm_90a", pipelined: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
 
     ``rowsum``: the row sums of the rounded P from the codes on the ALUs in float32 ("alu",
@@ -642,8 +623,6 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     ("mma", 4 instructions a block; the tensor cores' truncating accumulation costs ~1e-3).
     ``pipelined``: Q K^T of block j + 1 is issued before the softmax of block j, so the
     tensor cores compute it meanwhile (a second S in registers, three K / V^T stages).
-    ``cubic_blocks`` (an experiment, exact only): that many of every 4 column blocks of 8 keys
-    take lean_cubic_f16 on the FMA pipe instead of MUFU (not a spec rule: timing only).
 
     Parameters: TMA maps of q (B, Sq, Hq, 128) and k (B, Sk, Hkv, 128) with boxes of 64 and
     128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
@@ -658,14 +637,10 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
         raise ValueError(f"rowsum must be one of {ROWSUMS}, got {rowsum!r}")
     if rowsum == "hmma" and rule not in HMMA_RULES:
         raise ValueError(f"rowsum 'hmma' takes the P pairs of a rule in {HMMA_RULES}, not {rule!r}")
-    if cubic_blocks and (rule != "exact" or not 0 < cubic_blocks < 4):
-        raise ValueError(f"cubic_blocks (an experiment: 1-3 of every 4 column blocks of the exact rule on the "
-                         f"FMA pipe) got {cubic_blocks} with rule {rule!r}")
-    name = kernel_name(rule, causal, rowsum, pipelined) + (f"_cubic{cubic_blocks}" if cubic_blocks else "")
+    name = kernel_name(rule, causal, rowsum, pipelined)
     prog = program()
     emit = prog.emit
     c = _prologue(prog, causal, stages(pipelined))
-    c.cubic_blocks = cubic_blocks
 
     prog.comment("thread 0: barriers, then the Q tile and the first K / V^T block")
     yes = prog.reg("pred")
