@@ -37,8 +37,6 @@ def variants(inp, wanted):
     for rule in attn.HMMA_RULES:
         out[f"ptx-{rule}-rowsum_hmma-pipelined"] = (lambda rule=rule: attention_fp8(**kw, p_rule=rule, rowsum="hmma",
                                                                                     pipelined=True))
-        out[f"ptx-{rule}-rowsum_hmma-wg3"] = (lambda rule=rule: attention_fp8(**kw, p_rule=rule, rowsum="hmma",
-                                                                              warpgroups=3))
     for rule in ("lean_cubic", "lean_cubic_f16", "exact"):
         out[f"triton-{rule}"] = (lambda rule=rule: zyfa.flash_attn_func(**kw, p_rule=rule, return_lse=True,
                                                                           backend="triton"))

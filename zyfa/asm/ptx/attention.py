@@ -43,8 +43,7 @@ Q_BYTES = BLOCK_M * HEAD_DIM
 ONES_BYTES = 8 * HEAD_DIM                   # 8 rows of E4M3 ones: B of the row-sum wgmma
 KV_BYTES = BLOCK_N * HEAD_DIM               # one K tile or one V^T tile
 STAGE_BYTES = 2 * KV_BYTES
-# layout: Q tile(s) | ones | stages | mbarriers; every tile 1024-aligned, as 128-byte swizzled
-# tiles must be (stage0, bar_offset, shared_bytes below)
+STAGE0 = Q_BYTES + ONES_BYTES               # 1024-aligned, as 128-byte swizzled tiles must be
 E4M3_ONE_X4 = 0x38383838
 ROWSUMS = ("mma", "alu", "hmma")
 HALF_256_X2 = 0x5C005C00                    # two halves of 256: B of the half-precision row-sum wgmma
@@ -67,19 +66,14 @@ def stages(pipelined: bool) -> int:
     return 3 if pipelined else STAGES
 
 
-def stage0(warpgroups: int = 1) -> int:
-    """Byte offset of the first K / V^T stage: after one Q tile a warpgroup and the ones tile."""
-    return warpgroups * Q_BYTES + ONES_BYTES
-
-
-def bar_offset(n_stages: int, warpgroups: int = 1) -> int:
+def bar_offset(n_stages: int) -> int:
     """Byte offset of the mbarriers (Q's, then one per stage), after the stages."""
-    return stage0(warpgroups) + n_stages * STAGE_BYTES
+    return STAGE0 + n_stages * STAGE_BYTES
 
 
-def shared_bytes(n_stages: int, warpgroups: int = 1) -> int:
+def shared_bytes(n_stages: int) -> int:
     """Dynamic shared memory of a kernel with ``n_stages`` stages (+ slack to align the base to 1024)."""
-    return bar_offset(n_stages, warpgroups) + 8 * (1 + n_stages) + 1024
+    return bar_offset(n_stages) + 8 * (1 + n_stages) + 1024
 
 
 SHARED_BYTES = shared_bytes(STAGES)
@@ -110,9 +104,9 @@ class _Ctx:
     """Registers the prologue sets up and the loop and epilogue read."""
 
 
-def _prologue(prog: Program, causal: bool, n_stages: int, wgs: int = 1) -> _Ctx:
+def _prologue(prog: Program, causal: bool, n_stages: int) -> _Ctx:
     c = _Ctx()
-    c.stages, c.wgs = n_stages, wgs
+    c.stages = n_stages
     emit = prog.emit
     tmp64 = prog.reg("u64")
     c.maps = {}
@@ -155,16 +149,7 @@ def _prologue(prog: Program, causal: bool, n_stages: int, wgs: int = 1) -> _Ctx:
     emit("mad.lo.u32", c.bkv, c.b, hkv, c.kvh)
     emit("sub.u32", ty, nty, ty)
     emit("sub.u32", ty, ty, 1)
-    c.tile_m = prog.reg("u32")
-    emit("mul.lo.u32", c.tile_m, ty, BLOCK_M * wgs)
-    c.wg = prog.reg("u32")                                 # warpgroup: rows start_m .. start_m + 63
-    if wgs == 1:
-        emit("mov.u32", c.start_m, c.tile_m)
-        emit("mov.u32", c.wg, 0)
-    else:
-        emit("shr.u32", c.wg, warp, 2)
-        emit("and.b32", warp, warp, 3)                     # the warp within its warpgroup
-        emit("mad.lo.u32", c.start_m, c.wg, BLOCK_M, c.tile_m)
+    emit("mul.lo.u32", c.start_m, ty, BLOCK_M)
 
     prog.comment("block bounds: keys [0, band_start) unmasked, [band_start, band_end) masked")
     diag, full_end, band_end, last_key = prog.regs("u32", 4)
@@ -176,8 +161,8 @@ def _prologue(prog: Program, causal: bool, n_stages: int, wgs: int = 1) -> _Ctx:
     emit("mad.lo.u32", c.rows[0], warp, 16, g)
     emit("add.u32", c.rows[0], c.rows[0], c.start_m)
     emit("add.u32", c.rows[1], c.rows[0], 8)
-    if causal:                         # every warpgroup runs the CTA's last warpgroup's blocks
-        emit("add.u32", band_end, c.tile_m, BLOCK_M * wgs)
+    if causal:
+        emit("add.u32", band_end, c.start_m, BLOCK_M)
         emit("add.u32", band_end, band_end, diag)
         emit("min.u32", band_end, band_end, c.sk)
         emit("add.u32", c.band_start, c.start_m, diag)
@@ -215,9 +200,7 @@ def _prologue(prog: Program, causal: bool, n_stages: int, wgs: int = 1) -> _Ctx:
     emit("mov.u32", raw, "zyfa_smem")
     emit("add.u32", raw, raw, 1023)
     emit("and.b32", c.smem, raw, -1024 & 0xFFFFFFFF)
-    emit("add.u32", c.bar_q, c.smem, bar_offset(n_stages, wgs))
-    c.q_tile = prog.reg("u32")
-    emit("mad.lo.u32", c.q_tile, c.wg, Q_BYTES, c.smem)
+    emit("add.u32", c.bar_q, c.smem, bar_offset(n_stages))
     emit("add.u32", c.bar0, c.bar_q, 8)
     return c
 
@@ -232,9 +215,7 @@ def _emit_positive_factor(prog: Program, c: _Ctx) -> None:
     emit("mul.f32", c.fac, c.fac, f32(-1.0))
     tid, base, addr, word = prog.regs("u32", 4)
     emit("mov.u32", tid, "%tid.x")
-    if c.wgs > 1:
-        emit("and.b32", tid, tid, THREADS - 1)              # each warpgroup flips its own Q tile
-    emit("mad.lo.u32", base, tid, Q_BYTES // THREADS, c.q_tile)
+    emit("mad.lo.u32", base, tid, Q_BYTES // THREADS, c.smem)
     for i in range(Q_BYTES // THREADS // 4):
         emit("add.u32", addr, base, 4 * i)
         emit("ld.shared.b32", word, addr)
@@ -257,7 +238,7 @@ def _stage(prog: Program, c: _Ctx, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
         emit("div.u32", phase, block, c.stages)
     emit("and.b32", phase, phase, 1)
     emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
-    emit("add.u32", k_tile, k_tile, stage0(c.wgs))
+    emit("add.u32", k_tile, k_tile, STAGE0)
     emit("add.u32", v_tile, k_tile, KV_BYTES)
     emit("mad.lo.u32", bar, stage, 8, c.bar0)
     return k_tile, v_tile, bar, phase
@@ -321,10 +302,9 @@ def _emit_scores(prog: Program, c: _Ctx, j: Reg, dq: Reg, s: list[Reg], yes: Reg
 
 def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n: Reg, s: list[Reg],
                 d_ones: Reg, total: list[Reg], A: list[Reg], l: list[Reg], yes: Reg, tag: str = "",
-                masked: bool | None = None, split_pv: bool = False, turn=None) -> None:
+                masked: bool | None = None, split_pv: bool = False) -> None:
     """One key block from its scores ``s`` (complete): mask, references, P, row sums, P V^T
-    (waited for, with any wgmma still in flight), accumulation. ``turn``: (take, hand over)
-    emitters around the issue of the row-sum and P V^T wgmmas (the ring of warpgroups).
+    (waited for, with any wgmma still in flight), accumulation.
 
     ``masked``: None masks in place where the block needs it; True masks into new registers;
     False does not mask. ``split_pv``: P V^T in two halves of 64 value columns, each into a
@@ -440,8 +420,6 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             _emit_quad_reduce(prog, l_blk[half], "add.f32")
 
     sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
-    if turn:
-        turn[0]()
     if rowsum == "hmma":
         # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
         # blocks 2 t and 2 t + 1 are the f16 A fragment (a0..a3) as they stand; B: halves of 256
@@ -454,8 +432,7 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else yes)
         emit("wgmma.commit")
         emit("wgmma.wait", 0)
-    _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag, 2 if split_pv else 1,
-             turn[1] if turn else None)
+    _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag, 2 if split_pv else 1)
     if rowsum in ("mma", "hmma"):
         l_blk = [sums[0], sums[2]]                            # rows g and g + 8
     for half in (0, 1):
@@ -478,13 +455,12 @@ def _emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) -
     prog.label(f"RESCALED{tag}")
 
 
-def _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag, parts: int = 1,
-             issued=None) -> None:
+def _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag, parts: int = 1) -> None:
     """block = P V^T in a fresh accumulator (+ the row sums = P . ones, rowsum "mma"); then
     total = total * alpha + block * beta. ``parts`` = 2: in two halves of 64 value columns,
     each folded into the total before the next (32 registers fewer): V^T rows 64 h .. start
     8 KB (512 descriptor units) into the tile, and register i of the m64n64 half is register
-    32 h + i of the m64n128 total. ``issued``: an emitter run after each commit."""
+    32 h + i of the m64n128 total."""
     emit = prog.emit
     if parts > 1:                      # the total is folded half by half: rescale it first
         _emit_rescale(prog, total, alpha, tag)
@@ -506,8 +482,6 @@ def _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, ta
                 emit("add.u64", ok, d_ones, 2 * k)
                 emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
         emit("wgmma.commit")
-        if issued:                     # e.g. hand the tensor cores to the next warpgroup
-            issued()
         emit("wgmma.wait", 0)
         if parts == 1:
             prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
@@ -600,57 +574,6 @@ def _emit_serial_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, st
     emit("bra", "BLOCK_LOOP", guard=more)
 
 
-def _emit_turn(prog: Program, c: _Ctx) -> None:
-    """Wait for this warpgroup's turn at the tensor cores (named barrier 1 + wg: its own 128
-    threads and the 128 of the warpgroup before it in the ring, which arrived)."""
-    bar = prog.reg("u32")
-    prog.emit("add.u32", bar, c.wg, 1)
-    prog.emit("bar.sync.n", bar, 2 * THREADS)
-
-
-def _emit_pass_turn(prog: Program, c: _Ctx) -> None:
-    """Hand the turn to the next warpgroup in the ring (arrive on its barrier, no wait)."""
-    nxt, bar = prog.regs("u32", 2)
-    prog.emit("add.u32", nxt, c.wg, 1)
-    prog.emit("rem.u32", nxt, nxt, c.wgs)
-    prog.emit("add.u32", bar, nxt, 1)
-    prog.emit("bar.arrive.n", bar, 2 * THREADS)
-
-
-def _emit_ring_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n) -> None:
-    """Three warpgroups share the K / V^T stages and take turns at the tensor cores: per block,
-    one turn issues Q K^T, one the row-sum and P V^T wgmmas; in between, the other warpgroups'
-    wgmmas run during this one's softmax. The ring orders every warpgroup's block j - 2 before
-    warpgroup 0 reloads its stage (three stages), so no barrier ends a block."""
-    emit = prog.emit
-    s = prog.regs("f32", ACC)
-    next_j, more, last = prog.reg("u32"), prog.reg("pred"), prog.reg("pred")
-    prog.comment("the ring starts at warpgroup 0: the last warpgroup hands it the first turn")
-    emit("setp.eq.u32", last, c.wg, c.wgs - 1)
-    bar1 = prog.reg("u32")
-    emit("mov.u32", bar1, 1)
-    emit("bar.arrive.n", bar1, 2 * THREADS, guard=last)
-    prog.label("BLOCK_LOOP")
-    emit("add.u32", next_j, j, 1)
-    _emit_prefetch(prog, c, next_j, "")
-    _emit_turn(prog, c)
-    _emit_scores(prog, c, j, dq, s, yes, "")
-    _emit_pass_turn(prog, c)
-    emit("wgmma.wait", 0)
-    _emit_block(prog, c, rule, rowsum, j, start_n, s, d_ones, total, A, l, yes,
-                turn=(lambda: _emit_turn(prog, c), lambda: _emit_pass_turn(prog, c)))
-    emit("mov.u32", j, next_j)
-    emit("add.u32", start_n, start_n, BLOCK_N)
-    emit("setp.lt.u32", more, j, c.n_blocks)
-    emit("bra", "BLOCK_LOOP", guard=more)
-    prog.comment("warpgroup 0 takes the last warpgroup's final hand-over, so none is left pending")
-    first = prog.reg("pred")
-    emit("setp.eq.u32", first, c.wg, 0)
-    emit("bra", "RING_DONE", guard=f"!{first}")
-    emit("bar.sync.n", bar1, 2 * THREADS)
-    prog.label("RING_DONE")
-
-
 def _emit_pipelined_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n) -> None:
     """S(0) before the loop; per block j: prefetch block j + 2, wait for S(j), issue
     S(j + 1) into the other S registers, then block j's softmax and P V^T (whose wait also
@@ -692,7 +615,7 @@ def _emit_pipelined_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j,
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str = "alu",
-                     arch: str = "sm_90a", pipelined: bool = False, warpgroups: int = 1) -> tuple[str, str]:
+                     arch: str = "sm_90a", pipelined: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
 
     ``rowsum``: the row sums of the rounded P from the codes on the ALUs in float32 ("alu",
@@ -700,9 +623,6 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     ("mma", 4 instructions a block; the tensor cores' truncating accumulation costs ~1e-3).
     ``pipelined``: Q K^T of block j + 1 is issued before the softmax of block j, so the
     tensor cores compute it meanwhile (a second S in registers, three K / V^T stages).
-    ``warpgroups`` = 3: one CTA of three warpgroups (192 query rows) shares each K / V^T tile
-    (three stages), and the warpgroups take turns at the tensor cores in a ring of named
-    barriers (ping-pong among three), one turn for Q K^T and one for P V^T a block.
 
     Parameters: TMA maps of q (B, Sq, Hq, 128) and k (B, Sk, Hkv, 128) with boxes of 64 and
     128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
@@ -717,12 +637,10 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
         raise ValueError(f"rowsum must be one of {ROWSUMS}, got {rowsum!r}")
     if rowsum == "hmma" and rule not in HMMA_RULES:
         raise ValueError(f"rowsum 'hmma' takes the P pairs of a rule in {HMMA_RULES}, not {rule!r}")
-    if warpgroups not in (1, 3) or (warpgroups > 1 and pipelined):
-        raise ValueError(f"warpgroups is 1 or 3 (not with pipelined), got {warpgroups}")
-    name = kernel_name(rule, causal, rowsum, pipelined) + (f"_wg{warpgroups}" if warpgroups > 1 else "")
+    name = kernel_name(rule, causal, rowsum, pipelined)
     prog = program()
     emit = prog.emit
-    c = _prologue(prog, causal, 3 if warpgroups > 1 else stages(pipelined), warpgroups)
+    c = _prologue(prog, causal, stages(pipelined))
 
     prog.comment("thread 0: barriers, then the Q tile and the first K / V^T block")
     yes = prog.reg("pred")
@@ -733,25 +651,18 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
         emit("mbarrier.init", bar, 1, guard=c.leader)
     emit("fence.mbarrier_init")
     ones, ones_word, tid8 = prog.regs("u32", 3)
-    emit("add.u32", ones, c.smem, warpgroups * Q_BYTES)
+    emit("add.u32", ones, c.smem, Q_BYTES)
     if rowsum in ("mma", "hmma"):
         prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
         emit("mov.u32", tid8, "%tid.x")
-        if warpgroups > 1:                          # every warpgroup writes the same tile
-            emit("and.b32", tid8, tid8, THREADS - 1)
         emit("mad.lo.u32", tid8, tid8, 8, ones)
         emit("mov.u32", ones_word, E4M3_ONE_X4 if rowsum == "mma" else HALF_ONE_X2 if rule == "exact" else HALF_256_X2)
         emit("st.shared.v2.b32", tid8, ones_word, ones_word)
         emit("fence.proxy.async")
     emit("bar.sync", 0)
     emit("bra.div", "LOADS_STARTED", guard=f"!{c.leader}")
-    emit("mbarrier.expect_tx", c.bar_q, warpgroups * Q_BYTES)
+    emit("mbarrier.expect_tx", c.bar_q, Q_BYTES)
     emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.start_m, c.b, c.bar_q)
-    for w in range(1, warpgroups):                  # thread 0 (warpgroup 0) loads every Q tile
-        q_dst, q_row = prog.regs("u32", 2)
-        emit("add.u32", q_dst, c.smem, w * Q_BYTES)
-        emit("add.u32", q_row, c.tile_m, w * BLOCK_M)
-        emit("tma.load.4d", q_dst, c.maps["q_map"], c.zero, c.h, q_row, c.b, c.bar_q)
     _emit_kv_load(prog, c, c.zero)
     if pipelined:                                  # the first two blocks before the loop
         second, one = prog.reg("pred"), prog.reg("u32")
@@ -762,7 +673,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     prog.label("LOADS_STARTED")
     emit_wait(prog, c.bar_q, 0, "WAIT_Q")
     _emit_positive_factor(prog, c)
-    dq = emit_descriptor(prog, c.q_tile)
+    dq = emit_descriptor(prog, c.smem)
     d_ones = emit_descriptor(prog, ones)
 
     total = prog.regs("f32", ACC)
@@ -778,8 +689,6 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
 
     if pipelined:
         _emit_pipelined_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n)
-    elif warpgroups > 1:
-        _emit_ring_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n)
     else:
         _emit_serial_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j, start_n)
 

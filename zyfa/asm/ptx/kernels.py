@@ -62,12 +62,10 @@ def qk_tile(q: torch.Tensor, k: torch.Tensor, q_row: int = 0, k_row: int = 0) ->
 
 
 @functools.cache
-def _attention(rule: str, causal: bool, rowsum: str, pipelined: bool, warpgroups: int, arch: str,
-               device: int) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, rowsum, arch, pipelined, warpgroups)
-    n_stages = 3 if warpgroups > 1 else attn.stages(pipelined)
+def _attention(rule: str, causal: bool, rowsum: str, pipelined: bool, arch: str, device: int) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, rowsum, arch, pipelined)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                  attn.shared_bytes(n_stages, warpgroups))
+                  attn.shared_bytes(attn.stages(pipelined)))
 
 
 def permuted_vt(v: torch.Tensor) -> torch.Tensor:
@@ -84,7 +82,7 @@ def permuted_vt(v: torch.Tensor) -> torch.Tensor:
 
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
-                  p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum=None, pipelined=False, warpgroups=1):
+                  p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum=None, pipelined=False):
     """FP8 d128 attention by the generated sm_90a kernel; inputs validated by flash_attn_func
     (coarse q/k descales, ref_rule "block", a lean or half-precision p_rule). Returns (out BF16,
     lse float32).
@@ -94,8 +92,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     ``"alu"`` (the default for the float32 lean rules: float32 on the ALUs, as the spec does);
     ``"mma"`` from FP8 wgmmas against ones, faster but ~1e-3 off from their truncating
     accumulation. ``pipelined``: Q K^T of the next block overlaps this block's softmax
-    (attn.attention_kernel); ``warpgroups=3``: three warpgroups of one CTA share K / V^T and take
-    turns at the tensor cores (attn.attention_kernel). H200 timings of each are in bench/PTX_NOTES.md."""
+    (attn.attention_kernel). H200 timings of each are in bench/PTX_NOTES.md."""
     if rowsum is None:
         rowsum = "hmma" if p_rule in attn.HMMA_RULES else "alu"
     if ref_rule != "block":
@@ -116,8 +113,6 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
             tensor_map(vt, (1, Dv, attn.BLOCK_N))]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv)]
-    kernel = _attention(p_rule, bool(causal), rowsum, bool(pipelined), int(warpgroups), "sm_90a",
-                        dev.index if dev.index is not None else torch.cuda.current_device())
-    rows = attn.BLOCK_M * warpgroups
-    kernel((-(-Sq // rows), B * Hq), (attn.THREADS * warpgroups,), maps + ptrs + sizes)
+    kernel = _attention(p_rule, bool(causal), rowsum, bool(pipelined), "sm_90a", dev.index if dev.index is not None else torch.cuda.current_device())
+    kernel((-(-Sq // attn.BLOCK_M), B * Hq), (attn.THREADS,), maps + ptrs + sizes)
     return out, lse

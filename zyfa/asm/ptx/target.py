@@ -45,9 +45,6 @@ OPS = {
     "st.global.v2.f32": "st.global.v2.f32 [{0}], {{{1}, {2}}};",
     # barriers, TMA and the tensor cores
     "bar.sync": "bar.sync {0};",
-    # named barriers with a thread count: {0} barrier id (a register), {1} threads
-    "bar.sync.n": "bar.sync {0}, {1};",
-    "bar.arrive.n": "bar.arrive {0}, {1};",
     "mbarrier.init": "mbarrier.init.shared::cta.b64 [{0}], {1};",
     "fence.mbarrier_init": "fence.mbarrier_init.release.cluster;",
     "fence.proxy.async": "fence.proxy.async.shared::cta;",
