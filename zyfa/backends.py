@@ -28,13 +28,12 @@ def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, 
                           ref_rules: tuple = ("block",), p_rules: tuple = LEAN_RULES):
     """What both generated kernels implement: FP8, ``p_rules``, ``ref_rules``, per-head (or
     per-tensor) q/k descales. None if the problem fits, else (False, reason)."""
-    lean = p_rules
     if not p.is_fp8:
         return False, f"the {kernel} is FP8 only"
     if not head_dims_ok:
         return False, f"the {kernel} takes head dims {head_dims_text}, not {p.head_dims}"
-    if p.p_rule not in lean:
-        return False, f"the {kernel} implements p_rule {lean}, not {p.p_rule!r}"
+    if p.p_rule not in p_rules:
+        return False, f"the {kernel} implements p_rule {p_rules}, not {p.p_rule!r}"
     if p.ref_rule not in ref_rules:
         return False, f"the {kernel} implements ref_rule {ref_rules}, not {p.ref_rule!r}"
     if p.per_token_descales:

@@ -54,11 +54,13 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 HMMA_RULES = HALF_RULES + ("exact",)        # the rules whose P pairs become half2 A operands
 LN2 = 0.6931471805599453
 ACC = BLOCK_N // 2                          # f32 accumulator registers per thread (m64n128)
-# 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 x SHARED_BYTES its
-# 227 KB of shared memory: three CTAs per SM, so one's softmax can overlap another's wgmma
+# 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 x shared_bytes(STAGES)
+# its 227 KB of shared memory: three CTAs per SM, so one's softmax can overlap another's wgmma.
+# (rowsum="hmma" waits for its half-precision row sums before P.V, so its half2 P is dead
+# before P.V's accumulator lives and it fits the same budget. Pipelined: Q K^T of the next
+# block in flight during this block's softmax holds a second S, 64 registers; it takes up to
+# 255, two CTAs an SM.)
 REGISTER_BUDGET = 168
-# (pipelined: Q K^T of the next block in flight during this block's softmax holds a second S,
-# 64 registers; it takes up to 255, two CTAs an SM)
 
 
 def stages(pipelined: bool) -> int:
@@ -75,10 +77,6 @@ def shared_bytes(n_stages: int) -> int:
     """Dynamic shared memory of a kernel with ``n_stages`` stages (+ slack to align the base to 1024)."""
     return bar_offset(n_stages) + 8 * (1 + n_stages) + 1024
 
-
-SHARED_BYTES = shared_bytes(STAGES)
-# (rowsum="hmma" waits for its half-precision row sums before P.V, so its half2 P is dead
-# before P.V's accumulator lives and it fits the same budget)
 
 PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "vt_map[128]"),
           (".u64", "out_ptr"), (".u64", "lse_ptr"), (".u64", "fac_ptr"), (".u64", "vd_ptr"),
@@ -423,9 +421,10 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
     if rowsum == "hmma":
         # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
         # blocks 2 t and 2 t + 1 are the f16 A fragment (a0..a3) as they stand; B: halves of 256
-        # (the ones tile: every element, so no descriptor step), float32 accumulation. Waited
+        # (P * 2^-8, the half rule) or of 1 (P, exact) (the ones tile: every element, so no
+        # descriptor step), float32 accumulation. Waited
         # for before P.V, so the half2 P is dead before P.V's accumulator lives (registers)
-        prog.comment("row sums = P . 256 in half precision")
+        prog.comment("row sums of P in half precision")
         emit("wgmma.fence")
         for t in range(BLOCK_N // 16):
             a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
@@ -619,8 +618,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
 
     ``rowsum``: the row sums of the rounded P from the codes on the ALUs in float32 ("alu",
-    2 instructions a score, the spec's precision) or from a wgmma against a tile of ones
-    ("mma", 4 instructions a block; the tensor cores' truncating accumulation costs ~1e-3).
+    2 instructions a score, the spec's precision), from half-precision wgmmas with float32
+    accumulation ("hmma", exact and half rules: the same sums) or from FP8 wgmmas against a
+    tile of ones ("mma"; the tensor cores' truncating accumulation costs ~1e-3).
     ``pipelined``: Q K^T of block j + 1 is issued before the softmax of block j, so the
     tensor cores compute it meanwhile (a second S in registers, three K / V^T stages).
 
@@ -683,7 +683,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     for half in (0, 1):
         emit("mov.f32", A[half], f32(NEG_FLOOR))
         emit("mov.f32", l[half], f32(0.0))
-    j, next_j, start_n = prog.regs("u32", 3)
+    j, start_n = prog.regs("u32", 2)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
 

@@ -84,8 +84,7 @@ def permuted_vt(v: torch.Tensor) -> torch.Tensor:
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
                   p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum=None, pipelined=False):
     """FP8 d128 attention by the generated sm_90a kernel; inputs validated by flash_attn_func
-    (coarse q/k descales, ref_rule "block", a lean or half-precision p_rule). Returns (out BF16,
-    lse float32).
+    (coarse q/k descales, ref_rule "block", any P rule). Returns (out BF16, lse float32).
 
     The row sums of the rounded P: ``rowsum="hmma"`` (the default for the exact and half
     rules) takes them from half-precision wgmmas with float32 accumulation, the same sums as

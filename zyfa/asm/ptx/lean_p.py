@@ -18,7 +18,6 @@ PTX_RULES = LEAN_RULES + HALF_RULES      # the rules whose P bits the generated 
 PACK_HALF_PAIRS = "0x6420"               # prmt: bytes 0 and 2 of two half2 words: four codes
 
 
-
 def emit_p_code(prog: Program, y: Reg, rule: str) -> Reg:
     """An f32 register whose low byte is the E4M3 code of 2^(y + 8) under ``rule``
     (its float value is MAGIC + code); the same operations, in the same order, as the spec."""
