@@ -35,8 +35,9 @@ def variants(inp, wanted):
     out = {f"ptx-{rule}-rowsum_{rs}": (lambda rule=rule, rs=rs: attention_fp8(**kw, p_rule=rule, rowsum=rs))
            for rule in attn.ATTENTION_RULES for rs in attn.ROWSUMS if rs != "hmma" or rule in attn.HMMA_RULES}
     for rule in attn.HMMA_RULES:
-        out[f"ptx-{rule}-rowsum_hmma-pipelined"] = (lambda rule=rule: attention_fp8(**kw, p_rule=rule, rowsum="hmma",
-                                                                                    pipelined=True))
+        for schedule in attn.SCHEDULES[1:]:
+            out[f"ptx-{rule}-rowsum_hmma-{schedule}"] = (
+                lambda rule=rule, schedule=schedule: attention_fp8(**kw, p_rule=rule, rowsum="hmma", schedule=schedule))
     for rule in ("lean_cubic", "lean_cubic_f16", "exact"):
         out[f"triton-{rule}"] = (lambda rule=rule: zyfa.flash_attn_func(**kw, p_rule=rule, return_lse=True,
                                                                           backend="triton"))

@@ -94,12 +94,37 @@ def test_pipelined_kernel_keeps_its_wgmmas_asynchronous(rule):
     if a non-wgmma instruction writes accumulator registers meanwhile: the masked block
     writes its scores into new registers for that reason. Two CTAs an SM need <= 255
     registers; it spills a few dozen bytes there (bench/PTX_NOTES.md v8)."""
-    a = assemble(attn.attention_kernel(rule, True, "hmma", pipelined=True)[1])
+    a = assemble(attn.attention_kernel(rule, True, "hmma", schedule="pipelined")[1])
     assert "C7515" not in a.report and "serialized" not in a.report, a.report
     assert a.registers <= 255 and a.spill_bytes <= 128, a.report
     # S(0); per unrolled copy S(j + 1), then P V^T as 2 halves x 4 k-steps in the masked and
     # the unmasked code
     assert a.sass().count("QGMMA") == 4 + 2 * (4 + 2 * 2 * 4)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("rule, rowsum", [("exact", "hmma"), ("lean_cubic_f16", "hmma"), ("lean_cubic", "alu")])
+def test_pingpong_kernel_hands_registers_to_its_consumers(rule, rowsum, causal):
+    """v11: the launch allots 168 registers a thread; the producer warpgroup gives all but 24
+    back and the consumers take 240 (setmaxnreg), which their loop uses without spilling
+    (causal lean_cubic_f16: one word spilled in the prologue, under the 168 before the
+    hand-over, and reloaded in block 0 and once a block in the loop)."""
+    from zyfa.asm.ptx import pingpong
+    a = assemble(attn.attention_kernel(rule, causal, rowsum, schedule="pingpong")[1])
+    sass = a.sass()
+    assert "C7515" not in a.report and "serialized" not in a.report, a.report
+    assert a.registers == pingpong.MAX_REGISTERS and a.spill_bytes <= 64, a.report
+    assert "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass and "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass
+    used = max(int(r) for r in re.findall(r"\bR(\d+)\b", sass))
+    assert 168 <= used < 240, f"the consumers use up to R{used}"
+    # no spill stores between the first and the last wgmma, and at most two reloads
+    lines = sass.splitlines()
+    gmma = [i for i, line in enumerate(lines) if "GMMA" in line]
+    loop = lines[gmma[0]:gmma[-1]]
+    assert not any("STL" in line for line in loop) and sum("LDL" in line for line in loop) <= 2
+    # Q K^T of block 0; in the loop Q K^T and P V^T; P V^T of the last block
+    assert sass.count("QGMMA") == 4 + 8 + 4
+    assert sass.count("BAR.ARV") >= 3 and "SYNCS.ARRIVE.TRANS64.A1T0" in sass   # turns; a stage freed
 
 
 def test_attention_kernel_refuses_what_it_does_not_implement():
@@ -109,6 +134,10 @@ def test_attention_kernel_refuses_what_it_does_not_implement():
         attn.attention_kernel("lean_cubic", rowsum="hmma")
     with pytest.raises(ValueError, match="rowsum"):
         attn.attention_kernel("lean", rowsum="fast")
+    with pytest.raises(ValueError, match="schedule"):
+        attn.attention_kernel("exact", rowsum="hmma", schedule="warp")
+    with pytest.raises(ValueError, match="ping-pong"):
+        attn.attention_kernel("exact", rowsum="mma", schedule="pingpong")
 
 
 # ---------------------------------------------------------------------------- on an H200
@@ -183,17 +212,34 @@ def test_ptx_kernel_equals_spec_with_a_negative_descale(shape):
 
 
 @hopper
+@pytest.mark.parametrize("schedule", ["pipelined", "pingpong"])
 @pytest.mark.parametrize("rule", attn.HMMA_RULES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_pipelined_kernel_equals_the_serial_one(shape, rule):
-    """Q K^T of the next block in flight during this block's softmax, P V^T in two halves:
-    the same P and sums, so the same output up to float32 ordering of the total's update."""
+def test_scheduled_kernels_equal_the_serial_one(shape, rule, schedule):
+    """pipelined: Q K^T of the next block in flight during this block's softmax, P V^T in two
+    halves; pingpong: producer and consumer warpgroups, each block's P V^T issued with the
+    next block's Q K^T. The same P, sums and order of the total's updates: the same output."""
     from zyfa.asm.ptx.kernels import attention_fp8
     kw, causal = _exact_s_case(shape, seed=shape[1] + 7)
     a, lse_a = attention_fp8(**kw, causal=causal, p_rule=rule)
-    b, lse_b = attention_fp8(**kw, causal=causal, p_rule=rule, pipelined=True)
-    print(f"{shape} {rule}: pipelined vs serial out {rel_err(b, a):.2e}, lse {(lse_b - lse_a).abs().max():.2e}")
+    b, lse_b = attention_fp8(**kw, causal=causal, p_rule=rule, schedule=schedule)
+    print(f"{shape} {rule}: {schedule} vs serial out {rel_err(b, a):.2e}, lse {(lse_b - lse_a).abs().max():.2e}")
     assert torch.isfinite(b).all() and rel_err(b, a) <= 2.0 ** -9 and (lse_b - lse_a).abs().max() <= 1e-5
+    if schedule == "pingpong":
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
+
+
+@hopper
+def test_pingpong_kernel_on_realistic_inputs_and_negative_descales():
+    from zyfa.asm.ptx.kernels import attention_fp8
+    x, causal = _case((2, 1000, 1000, 8, 2, True))
+    a, lse_a = attention_fp8(**x.kwargs(), causal=causal)
+    b, lse_b = attention_fp8(**x.kwargs(), causal=causal, schedule="pingpong")
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
+    kw, causal = _exact_s_case((2, 300, 1000, 4, 4, True), seed=11, negative=True)
+    a, lse_a = attention_fp8(**kw, causal=causal)
+    b, lse_b = attention_fp8(**kw, causal=causal, schedule="pingpong")
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
 
 
 def _assert_equals_spec(kw, causal, rule):

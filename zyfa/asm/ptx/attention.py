@@ -26,6 +26,8 @@ predictions and H200 measurements: bench/PTX_NOTES.md.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ... import fp8 as F
 from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
 from ..program import Program, Reg
@@ -63,19 +65,36 @@ ACC = BLOCK_N // 2                          # f32 accumulator registers per thre
 REGISTER_BUDGET = 168
 
 
-def stages(pipelined: bool) -> int:
-    """K / V^T stages: the pipelined kernel loads block j + 2 while S(j + 1) reads j + 1."""
-    return 3 if pipelined else STAGES
+SCHEDULES = ("serial", "pipelined", "pingpong")
 
 
-def bar_offset(n_stages: int) -> int:
-    """Byte offset of the mbarriers (Q's, then one per stage), after the stages."""
-    return STAGE0 + n_stages * STAGE_BYTES
+def consumers(schedule: str) -> int:
+    """Warpgroups that compute (64 query rows each) in one CTA: two in the ping-pong kernel
+    (pingpong.py), which also has a producer warpgroup."""
+    return 2 if schedule == "pingpong" else 1
 
 
-def shared_bytes(n_stages: int) -> int:
-    """Dynamic shared memory of a kernel with ``n_stages`` stages (+ slack to align the base to 1024)."""
-    return bar_offset(n_stages) + 8 * (1 + n_stages) + 1024
+def stages(schedule: str) -> int:
+    """K / V^T stages: the pipelined kernel loads block j + 2 while S(j + 1) reads j + 1; the
+    ping-pong kernel's producer runs up to three blocks ahead of its consumers."""
+    return {"serial": STAGES, "pipelined": 3, "pingpong": 4}[schedule]
+
+
+def stage0(n_consumers: int) -> int:
+    """Byte offset of stage 0: after the Q tiles and the ones tile, 1024-aligned."""
+    return Q_BYTES * n_consumers + ONES_BYTES
+
+
+def bar_offset(n_stages: int, n_consumers: int = 1) -> int:
+    """Byte offset of the mbarriers (Q's, one per stage, then the ping-pong kernel's one per
+    stage that says it is free again), after the stages."""
+    return stage0(n_consumers) + n_stages * STAGE_BYTES
+
+
+def shared_bytes(schedule: str) -> int:
+    """Dynamic shared memory of a kernel (+ slack to align the base to 1024)."""
+    n, cons = stages(schedule), consumers(schedule)
+    return bar_offset(n, cons) + 8 * (1 + n * (2 if cons > 1 else 1)) + 1024
 
 
 PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "vt_map[128]"),
@@ -83,9 +102,9 @@ PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".a
           (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads")]
 
 
-def kernel_name(rule: str, causal: bool, rowsum: str = "alu", pipelined: bool = False) -> str:
+def kernel_name(rule: str, causal: bool, rowsum: str = "alu", schedule: str = "serial") -> str:
     return (f"zyfa_attn_fp8_d128_{rule}_{'causal' if causal else 'full'}_rowsum_{rowsum}"
-            + ("_pipelined" if pipelined else ""))
+            + ("" if schedule == "serial" else f"_{schedule}"))
 
 
 def _acc_row_half(i: int) -> int:
@@ -102,9 +121,13 @@ class _Ctx:
     """Registers the prologue sets up and the loop and epilogue read."""
 
 
-def _prologue(prog: Program, causal: bool, n_stages: int) -> _Ctx:
+def _prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1) -> _Ctx:
+    """Parameters, thread coordinates, the work of this CTA and block bounds. With
+    ``n_consumers`` > 1 the CTA has a producer warpgroup (c.wg 0) and consumer warpgroups
+    1.., each of 64 query rows; thread coordinates are within the warpgroup and the key
+    blocks span the CTA's rows."""
     c = _Ctx()
-    c.stages = n_stages
+    c.stages, c.stage0 = n_stages, stage0(n_consumers)
     emit = prog.emit
     tmp64 = prog.reg("u64")
     c.maps = {}
@@ -124,10 +147,18 @@ def _prologue(prog: Program, causal: bool, n_stages: int) -> _Ctx:
     tid, warp, lane, g = prog.regs("u32", 4)
     c.q = prog.reg("u32")
     emit("mov.u32", tid, "%tid.x")
-    emit("shr.u32", warp, tid, 5)
+    c.tid = tid
+    if n_consumers > 1:
+        c.tid, c.wg = prog.regs("u32", 2)
+        emit("and.b32", c.tid, tid, THREADS - 1)
+        emit("shr.u32", c.wg, tid, 7)
+    emit("shr.u32", warp, c.tid, 5)
     emit("and.b32", lane, tid, 31)
     emit("shr.u32", g, lane, 2)
     emit("and.b32", c.q, lane, 3)
+    if n_consumers > 1:
+        c.lane0 = prog.reg("pred")
+        emit("setp.eq.u32", c.lane0, lane, 0)
     c.leader = prog.reg("pred")
     emit("setp.eq.u32", c.leader, tid, 0)
     c.zero = prog.reg("u32")                               # TMA coordinates must be registers
@@ -147,50 +178,30 @@ def _prologue(prog: Program, causal: bool, n_stages: int) -> _Ctx:
     emit("mad.lo.u32", c.bkv, c.b, hkv, c.kvh)
     emit("sub.u32", ty, nty, ty)
     emit("sub.u32", ty, ty, 1)
-    emit("mul.lo.u32", c.start_m, ty, BLOCK_M)
+    emit("mul.lo.u32", c.start_m, ty, BLOCK_M * n_consumers)
+    c.tile_m = c.start_m
+    if n_consumers > 1:                                    # consumer wg's rows: 64 (wg - 1) on
+        c.start_m = prog.reg("u32")
+        emit("mad.lo.u32", c.start_m, c.wg, BLOCK_M, c.tile_m)
+        emit("sub.u32", c.start_m, c.start_m, BLOCK_M)
 
-    prog.comment("block bounds: keys [0, band_start) unmasked, [band_start, band_end) masked")
-    diag, full_end, band_end, last_key = prog.regs("u32", 4)
-    c.band_start, c.n_blocks = prog.regs("u32", 2)
-    emit("sub.u32", diag, c.sk, c.sq)                      # bottom-right: row i sees keys <= i + diag
-    emit("and.b32", full_end, c.sk, -BLOCK_N & 0xFFFFFFFF)
-    emit("sub.u32", last_key, c.sk, 1)
-    c.rows, c.limits = prog.regs("u32", 2), prog.regs("u32", 2)
-    emit("mad.lo.u32", c.rows[0], warp, 16, g)
-    emit("add.u32", c.rows[0], c.rows[0], c.start_m)
-    emit("add.u32", c.rows[1], c.rows[0], 8)
+    prog.comment("key blocks of the CTA's rows: [0, n_blocks)")
+    c.diag, c.full_end, band_end, c.last_key = prog.regs("u32", 4)
+    c.n_blocks = prog.reg("u32")
+    emit("sub.u32", c.diag, c.sk, c.sq)                    # bottom-right: row i sees keys <= i + diag
+    emit("and.b32", c.full_end, c.sk, -BLOCK_N & 0xFFFFFFFF)
+    emit("sub.u32", c.last_key, c.sk, 1)
     if causal:
-        emit("add.u32", band_end, c.start_m, BLOCK_M)
-        emit("add.u32", band_end, band_end, diag)
+        emit("add.u32", band_end, c.tile_m, BLOCK_M * n_consumers)
+        emit("add.u32", band_end, band_end, c.diag)
         emit("min.u32", band_end, band_end, c.sk)
-        emit("add.u32", c.band_start, c.start_m, diag)
-        emit("add.u32", c.band_start, c.band_start, 1)
-        emit("and.b32", c.band_start, c.band_start, -BLOCK_N & 0xFFFFFFFF)
-        emit("min.u32", c.band_start, c.band_start, full_end)
-        for row, lim in zip(c.rows, c.limits):
-            emit("add.u32", lim, row, diag)
-            emit("min.u32", lim, lim, last_key)
     else:
         emit("mov.u32", band_end, c.sk)
-        emit("mov.u32", c.band_start, full_end)
-        for lim in c.limits:
-            emit("mov.u32", lim, last_key)
     emit("add.u32", c.n_blocks, band_end, BLOCK_N - 1)
     emit("shr.u32", c.n_blocks, c.n_blocks, 7)
-
-    prog.comment("per-head factors: t = S * fac (log2 domain); v descales for the epilogue")
-    off = prog.reg("u64")
-    addr = prog.reg("u64")
-    c.fac = prog.reg("f32")
-    emit("mul.wide.u32", off, c.bkv, 4)
-    emit("add.u64", addr, fac_ptr, off)
-    emit("ld.global.f32", c.fac, addr)
-    col_idx = prog.reg("u32")
-    emit("mad.lo.u32", col_idx, c.bkv, HEAD_DIM, c.q)
-    emit("add.u32", col_idx, col_idx, c.q)                 # bkv * 128 + 2q
-    c.vd_base = prog.reg("u64")
-    emit("mul.wide.u32", off, col_idx, 4)
-    emit("add.u64", c.vd_base, vd_ptr, off)
+    c.warp, c.g, c.fac_ptr, c.vd_ptr = warp, g, fac_ptr, vd_ptr
+    if n_consumers == 1:
+        _emit_rows(prog, c, causal)
 
     prog.comment("shared memory: Q | stage 0 K, V^T | stage 1 K, V^T | mbarriers (base aligned to 1024)")
     raw = prog.reg("u32")
@@ -198,14 +209,57 @@ def _prologue(prog: Program, causal: bool, n_stages: int) -> _Ctx:
     emit("mov.u32", raw, "zyfa_smem")
     emit("add.u32", raw, raw, 1023)
     emit("and.b32", c.smem, raw, -1024 & 0xFFFFFFFF)
-    emit("add.u32", c.bar_q, c.smem, bar_offset(n_stages))
+    emit("add.u32", c.bar_q, c.smem, bar_offset(n_stages, n_consumers))
     emit("add.u32", c.bar0, c.bar_q, 8)
+    if n_consumers > 1:
+        c.empty0 = prog.reg("u32")
+        emit("add.u32", c.empty0, c.bar0, 8 * n_stages)
     return c
 
 
-def _emit_positive_factor(prog: Program, c: _Ctx) -> None:
+def _emit_rows(prog: Program, c: _Ctx, causal: bool) -> None:
+    """The thread's rows, their last visible keys, the warpgroup's first masked block
+    (band_start) and its head's factors: what only the computing warpgroups need."""
+    emit = prog.emit
+    prog.comment("block bounds: keys [0, band_start) unmasked, [band_start, band_end) masked")
+    c.band_start = prog.reg("u32")
+    c.rows, c.limits = prog.regs("u32", 2), prog.regs("u32", 2)
+    emit("mad.lo.u32", c.rows[0], c.warp, 16, c.g)
+    emit("add.u32", c.rows[0], c.rows[0], c.start_m)
+    emit("add.u32", c.rows[1], c.rows[0], 8)
+    if causal:
+        emit("add.u32", c.band_start, c.start_m, c.diag)
+        emit("add.u32", c.band_start, c.band_start, 1)
+        emit("and.b32", c.band_start, c.band_start, -BLOCK_N & 0xFFFFFFFF)
+        emit("min.u32", c.band_start, c.band_start, c.full_end)
+        for row, lim in zip(c.rows, c.limits):
+            emit("add.u32", lim, row, c.diag)
+            emit("min.u32", lim, lim, c.last_key)
+    else:
+        emit("mov.u32", c.band_start, c.full_end)
+        for lim in c.limits:
+            emit("mov.u32", lim, c.last_key)
+
+    prog.comment("per-head factors: t = S * fac (log2 domain); v descales for the epilogue")
+    off = prog.reg("u64")
+    addr = prog.reg("u64")
+    c.fac = prog.reg("f32")
+    emit("mul.wide.u32", off, c.bkv, 4)
+    emit("add.u64", addr, c.fac_ptr, off)
+    emit("ld.global.f32", c.fac, addr)
+    col_idx = prog.reg("u32")
+    emit("mad.lo.u32", col_idx, c.bkv, HEAD_DIM, c.q)
+    emit("add.u32", col_idx, col_idx, c.q)                 # bkv * 128 + 2q
+    c.vd_base = prog.reg("u64")
+    emit("mul.wide.u32", off, col_idx, 4)
+    emit("add.u64", c.vd_base, c.vd_ptr, off)
+
+
+def _emit_positive_factor(prog: Program, c: _Ctx, q_tile: Reg | None = None, sync=None) -> None:
     """Make c > 0, which the row max on S needs: for a negative c (a negative descale), flip
-    the sign bits of the Q tile in shared memory (S -> -S) and negate c. t = S c is unchanged."""
+    the sign bits of the Q tile (``q_tile``, default the first) in shared memory (S -> -S) and
+    negate c. t = S c is unchanged. ``sync()`` emits the barrier of the threads that share
+    the tile (default: the CTA's)."""
     emit = prog.emit
     negative = prog.reg("pred")
     emit("setp.lt.f32", negative, c.fac, f32(0.0))
@@ -213,14 +267,16 @@ def _emit_positive_factor(prog: Program, c: _Ctx) -> None:
     emit("mul.f32", c.fac, c.fac, f32(-1.0))
     tid, base, addr, word = prog.regs("u32", 4)
     emit("mov.u32", tid, "%tid.x")
-    emit("mad.lo.u32", base, tid, Q_BYTES // THREADS, c.smem)
+    if q_tile is not None:
+        emit("and.b32", tid, tid, THREADS - 1)
+    emit("mad.lo.u32", base, tid, Q_BYTES // THREADS, c.smem if q_tile is None else q_tile)
     for i in range(Q_BYTES // THREADS // 4):
         emit("add.u32", addr, base, 4 * i)
         emit("ld.shared.b32", word, addr)
         emit("xor.b32", word, word, 0x80808080)
         emit("st.shared.b32", addr, word)
     emit("fence.proxy.async")                  # generic-proxy writes, read next by wgmma
-    emit("bar.sync", 0)
+    sync() if sync else emit("bar.sync", 0)
     prog.label("FACTOR_POSITIVE")
 
 
@@ -236,7 +292,7 @@ def _stage(prog: Program, c: _Ctx, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
         emit("div.u32", phase, block, c.stages)
     emit("and.b32", phase, phase, 1)
     emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
-    emit("add.u32", k_tile, k_tile, STAGE0)
+    emit("add.u32", k_tile, k_tile, c.stage0)
     emit("add.u32", v_tile, k_tile, KV_BYTES)
     emit("mad.lo.u32", bar, stage, 8, c.bar0)
     return k_tile, v_tile, bar, phase
@@ -281,11 +337,20 @@ def _emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
         prog.emit(op, x, x, other)
 
 
-def _emit_scores(prog: Program, c: _Ctx, j: Reg, dq: Reg, s: list[Reg], yes: Reg, tag: str) -> None:
-    """Wait for key block ``j``'s stage, then issue S = Q K^T into ``s`` (committed, not waited)."""
+def _emit_kv_wait(prog: Program, c: _Ctx, j: Reg, tag: str) -> None:
+    """Spin until key block ``j``'s K and V^T have landed in its stage."""
+    _, _, bar, phase = _stage(prog, c, j)
+    emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
+
+
+def _emit_scores(prog: Program, c: _Ctx, j: Reg, dq: Reg, s: list[Reg], yes: Reg, tag: str,
+                 wait: bool = True) -> None:
+    """Wait for key block ``j``'s stage (unless the caller did), then issue S = Q K^T into
+    ``s`` (committed, not waited)."""
     emit = prog.emit
     k_tile, _, bar, phase = _stage(prog, c, j)
-    emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
+    if wait:
+        emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
     dk = emit_descriptor(prog, k_tile)
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
@@ -298,18 +363,49 @@ def _emit_scores(prog: Program, c: _Ctx, j: Reg, dq: Reg, s: list[Reg], yes: Reg
     emit("wgmma.commit")
 
 
+@dataclasses.dataclass
+class _Softmax:
+    """What a block's softmax leaves for its P V^T and its row update."""
+    p_regs: list          # the A operand of P V^T: 4 k-steps x 4 words of packed E4M3 P
+    sums: list            # m64n8 row sums (rowsum "mma" / "hmma"; "mma": after P V^T)
+    l_alu: list           # rowsum "alu": the rows' sums of P
+    alpha: list           # 2^(A - A_new): the total's factor
+    beta: list            # 2^(m - A_new): the block's factor
+    A_new: list
+
+    def l_blk(self, rowsum: str) -> list:
+        return [self.sums[0], self.sums[2]] if rowsum in ("mma", "hmma") else self.l_alu   # rows g, g + 8
+
+
 def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n: Reg, s: list[Reg],
                 d_ones: Reg, total: list[Reg], A: list[Reg], l: list[Reg], yes: Reg, tag: str = "",
                 masked: bool | None = None, split_pv: bool = False) -> None:
-    """One key block from its scores ``s`` (complete): mask, references, P, row sums, P V^T
-    (waited for, with any wgmma still in flight), accumulation.
-
-    ``masked``: None masks in place where the block needs it; True masks into new registers;
-    False does not mask. ``split_pv``: P V^T in two halves of 64 value columns, each into a
-    fresh 32-register accumulator folded into the total before the next (32 registers fewer)."""
-    emit = prog.emit
+    """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
+    any wgmma still in flight), accumulation. ``masked`` and ``split_pv``: _emit_softmax, _emit_pv."""
     _, v_tile, _, _ = _stage(prog, c, j)
     dv = emit_descriptor(prog, v_tile)
+    sm = _emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, tag, masked)
+    _emit_pv(prog, rowsum, sm.p_regs, dv, d_ones, sm.sums, total, sm.alpha, sm.beta, yes, tag, 2 if split_pv else 1)
+    _emit_row_update(prog, sm, rowsum, l, A)
+
+
+def _emit_row_update(prog: Program, sm: _Softmax, rowsum: str, l: list[Reg], A: list[Reg]) -> None:
+    """l = l * alpha + l_blk * beta; the reference moves to A_new."""
+    for half in (0, 1):
+        prog.emit("mul.f32", l[half], l[half], sm.alpha[half])
+        prog.emit("fma.f32", l[half], sm.l_blk(rowsum)[half], sm.beta[half], l[half])
+        prog.emit("mov.f32", A[half], sm.A_new[half])
+
+
+def _emit_softmax(prog: Program, c: _Ctx, rule: str, rowsum: str, start_n: Reg, s: list[Reg], d_ones: Reg,
+                  A: list[Reg], yes: Reg, tag: str, masked: bool | None = None,
+                  wait_rowsum: bool = True) -> _Softmax:
+    """Mask, row max, references, P codes packed into the A operand, row sums of the rounded
+    P (rowsum "hmma": issued as a wgmma group, waited for unless ``wait_rowsum`` is False).
+
+    ``masked``: None masks in place where the block needs it; True masks into new registers;
+    False does not mask."""
+    emit = prog.emit
     if masked is None:
         unmasked = prog.reg("pred")
         emit("setp.lt.u32", unmasked, start_n, c.band_start)
@@ -430,14 +526,9 @@ def _emit_block(prog: Program, c: _Ctx, rule: str, rowsum: str, j: Reg, start_n:
             a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
             emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else yes)
         emit("wgmma.commit")
-        emit("wgmma.wait", 0)
-    _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag, 2 if split_pv else 1)
-    if rowsum in ("mma", "hmma"):
-        l_blk = [sums[0], sums[2]]                            # rows g and g + 8
-    for half in (0, 1):
-        emit("mul.f32", l[half], l[half], alpha[half])
-        emit("fma.f32", l[half], l_blk[half], beta[half], l[half])
-        emit("mov.f32", A[half], A_new[half])
+        if wait_rowsum:
+            emit("wgmma.wait", 0)
+    return _Softmax(p_regs, sums, l_blk, alpha, beta, A_new)
 
 
 def _emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) -> None:
@@ -454,40 +545,53 @@ def _emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) -
     prog.label(f"RESCALED{tag}")
 
 
+def _emit_pv_issue(prog: Program, rowsum: str, p_regs, dv: Reg, d_ones: Reg, sums, yes: Reg,
+                   h: int = 0, parts: int = 1) -> list[Reg]:
+    """Issue (and commit) value columns ``h`` of ``parts`` of block = P V^T into a fresh
+    accumulator, which it returns (+ the row sums = P . ones, rowsum "mma")."""
+    emit = prog.emit
+    width = ACC // parts
+    op = {1: "wgmma.m64n128k32.e4m3.rs", 2: "wgmma.m64n64k32.e4m3.rs"}[parts]
+    prog.comment(f"block columns {128 // parts * h}.. = P V^T in a fresh accumulator"
+                 + ("; row sums = P . ones" if rowsum == "mma" and h == 0 else ""))
+    o = prog.regs("f32", width)
+    o_list = ", ".join(map(str, o))
+    emit("wgmma.fence")
+    for k in range(BLOCK_N // 32):
+        bk = prog.reg("u64")
+        a_regs = ", ".join(map(str, p_regs[k]))
+        emit("add.u64", bk, dv, 2 * k + HEAD_DIM // parts * 128 // 16 * h)
+        emit(op, o_list, a_regs, bk, 0 if k == 0 else yes)
+        if rowsum == "mma" and h == 0:
+            ok = prog.reg("u64")
+            emit("add.u64", ok, d_ones, 2 * k)
+            emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
+    emit("wgmma.commit")
+    return o
+
+
+def _emit_fold(prog: Program, o: list[Reg], total: list[Reg], beta: list[Reg], h: int = 0) -> None:
+    """total columns of part ``h`` += block * beta (the total already multiplied by alpha)."""
+    for i, oi in enumerate(o):
+        ti = total[len(o) * h + i]
+        prog.emit("fma.f32", ti, oi, beta[_acc_row_half(i)], ti)
+
+
 def _emit_pv(prog, rowsum, p_regs, dv, d_ones, sums, total, alpha, beta, yes, tag, parts: int = 1) -> None:
     """block = P V^T in a fresh accumulator (+ the row sums = P . ones, rowsum "mma"); then
     total = total * alpha + block * beta. ``parts`` = 2: in two halves of 64 value columns,
     each folded into the total before the next (32 registers fewer): V^T rows 64 h .. start
     8 KB (512 descriptor units) into the tile, and register i of the m64n64 half is register
     32 h + i of the m64n128 total."""
-    emit = prog.emit
     if parts > 1:                      # the total is folded half by half: rescale it first
         _emit_rescale(prog, total, alpha, tag)
-    width = ACC // parts
-    op = {1: "wgmma.m64n128k32.e4m3.rs", 2: "wgmma.m64n64k32.e4m3.rs"}[parts]
     for h in range(parts):
-        prog.comment(f"block columns {128 // parts * h}.. = P V^T in a fresh accumulator"
-                     + ("; row sums = P . ones" if rowsum == "mma" and h == 0 else ""))
-        o = prog.regs("f32", width)
-        o_list = ", ".join(map(str, o))
-        emit("wgmma.fence")
-        for k in range(BLOCK_N // 32):
-            bk = prog.reg("u64")
-            a_regs = ", ".join(map(str, p_regs[k]))
-            emit("add.u64", bk, dv, 2 * k + HEAD_DIM // parts * 128 // 16 * h)
-            emit(op, o_list, a_regs, bk, 0 if k == 0 else yes)
-            if rowsum == "mma" and h == 0:
-                ok = prog.reg("u64")
-                emit("add.u64", ok, d_ones, 2 * k)
-                emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), a_regs, ok, 0 if k == 0 else yes)
-        emit("wgmma.commit")
-        emit("wgmma.wait", 0)
+        o = _emit_pv_issue(prog, rowsum, p_regs, dv, d_ones, sums, yes, h, parts)
+        prog.emit("wgmma.wait", 0)
         if parts == 1:
             prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
             _emit_rescale(prog, total, alpha, tag)
-        for i, oi in enumerate(o):
-            ti = total[width * h + i]
-            emit("fma.f32", ti, oi, beta[_acc_row_half(i)], ti)
+        _emit_fold(prog, o, total, beta, h)
 
 
 def _emit_epilogue(prog: Program, c: _Ctx, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
@@ -613,23 +717,51 @@ def _emit_pipelined_loop(prog, c, rule, rowsum, dq, d_ones, total, A, l, yes, j,
     prog.label("LOOP_DONE")
 
 
+def _emit_setup(prog: Program, c: _Ctx, rule: str, rowsum: str, counts: list[int], writers: Reg | None = None) -> Reg:
+    """Thread 0 initializes the mbarriers (arrival ``counts``, from Q's on); the ones tile
+    (rowsum "mma" / "hmma": B of the row-sum wgmmas) is written by the first 128 threads
+    (``writers``: their predicate, when the CTA has more); then a CTA-wide barrier. Returns
+    the ones tile's shared address."""
+    emit = prog.emit
+    for k, count in enumerate(counts):
+        bar = prog.reg("u32")
+        emit("add.u32", bar, c.bar_q, 8 * k)
+        emit("mbarrier.init", bar, count, guard=c.leader)
+    emit("fence.mbarrier_init")
+    ones, ones_word, tid8 = prog.regs("u32", 3)
+    emit("add.u32", ones, c.smem, c.stage0 - ONES_BYTES)
+    if rowsum in ("mma", "hmma"):
+        prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
+        emit("mov.u32", tid8, "%tid.x")
+        emit("mad.lo.u32", tid8, tid8, 8, ones)
+        emit("mov.u32", ones_word, E4M3_ONE_X4 if rowsum == "mma" else HALF_ONE_X2 if rule == "exact" else HALF_256_X2)
+        emit("st.shared.v2.b32", tid8, ones_word, ones_word, guard=writers)
+        emit("fence.proxy.async")
+    emit("bar.sync", 0)
+    return ones
+
+
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str = "alu",
-                     arch: str = "sm_90a", pipelined: bool = False) -> tuple[str, str]:
+                     arch: str = "sm_90a", schedule: str = "serial") -> tuple[str, str]:
     """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
 
     ``rowsum``: the row sums of the rounded P from the codes on the ALUs in float32 ("alu",
     2 instructions a score, the spec's precision), from half-precision wgmmas with float32
     accumulation ("hmma", exact and half rules: the same sums) or from FP8 wgmmas against a
     tile of ones ("mma"; the tensor cores' truncating accumulation costs ~1e-3).
-    ``pipelined``: Q K^T of block j + 1 is issued before the softmax of block j, so the
-    tensor cores compute it meanwhile (a second S in registers, three K / V^T stages).
+    ``schedule``: "serial" (one warpgroup a CTA, each block's GEMMs waited for in turn);
+    "pipelined": Q K^T of block j + 1 is issued before the softmax of block j, so the
+    tensor cores compute it meanwhile (a second S in registers, three K / V^T stages);
+    "pingpong": a producer warpgroup and two consumer warpgroups of 64 rows that take turns
+    at the tensor cores (pingpong.py; rowsum "hmma" or "alu").
 
     Parameters: TMA maps of q (B, Sq, Hq, 128) and k (B, Sk, Hkv, 128) with boxes of 64 and
     128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
     group and boxes of 128 x 128; out (B, Sq, Hq, 128) BF16; lse (B, Hq, Sq) float32;
     fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale
-    (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads. Grid (ceil(Sq / 64),
-    B * Hq), 128 threads, shared_bytes(stages(pipelined)) of dynamic shared memory.
+    (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads. Grid (ceil(Sq / (64 *
+    consumers(schedule))), B * Hq), threads(schedule), shared_bytes(schedule) of dynamic
+    shared memory.
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
@@ -637,29 +769,34 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
         raise ValueError(f"rowsum must be one of {ROWSUMS}, got {rowsum!r}")
     if rowsum == "hmma" and rule not in HMMA_RULES:
         raise ValueError(f"rowsum 'hmma' takes the P pairs of a rule in {HMMA_RULES}, not {rule!r}")
-    name = kernel_name(rule, causal, rowsum, pipelined)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "pingpong" and rowsum == "mma":
+        raise ValueError("the ping-pong kernel takes rowsum 'hmma' or 'alu'")
+    name = kernel_name(rule, causal, rowsum, schedule)
     prog = program()
+    shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
+    if schedule == "pingpong":
+        from .pingpong import MAX_REGISTERS, emit_pingpong
+        emit_pingpong(prog, rule, causal, rowsum)
+        return name, module(name, PARAMS, prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
+    _emit_one_warpgroup(prog, rule, causal, rowsum, schedule == "pipelined")
+    return name, module(name, PARAMS, prog, arch, shared)
+
+
+def threads(schedule: str) -> int:
+    return THREADS * (1 + consumers(schedule)) if consumers(schedule) > 1 else THREADS
+
+
+def _emit_one_warpgroup(prog: Program, rule: str, causal: bool, rowsum: str, pipelined: bool) -> None:
+    """The serial and pipelined kernels: one warpgroup a CTA, thread 0 loads."""
     emit = prog.emit
-    c = _prologue(prog, causal, stages(pipelined))
+    c = _prologue(prog, causal, stages("pipelined" if pipelined else "serial"))
 
     prog.comment("thread 0: barriers, then the Q tile and the first K / V^T block")
     yes = prog.reg("pred")
     emit("setp.eq.u32", yes, c.zero, 0)
-    for k in range(1 + c.stages):
-        bar = prog.reg("u32")
-        emit("add.u32", bar, c.bar_q, 8 * k)
-        emit("mbarrier.init", bar, 1, guard=c.leader)
-    emit("fence.mbarrier_init")
-    ones, ones_word, tid8 = prog.regs("u32", 3)
-    emit("add.u32", ones, c.smem, Q_BYTES)
-    if rowsum in ("mma", "hmma"):
-        prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
-        emit("mov.u32", tid8, "%tid.x")
-        emit("mad.lo.u32", tid8, tid8, 8, ones)
-        emit("mov.u32", ones_word, E4M3_ONE_X4 if rowsum == "mma" else HALF_ONE_X2 if rule == "exact" else HALF_256_X2)
-        emit("st.shared.v2.b32", tid8, ones_word, ones_word)
-        emit("fence.proxy.async")
-    emit("bar.sync", 0)
+    ones = _emit_setup(prog, c, rule, rowsum, [1] * (1 + c.stages))
     emit("bra.div", "LOADS_STARTED", guard=f"!{c.leader}")
     emit("mbarrier.expect_tx", c.bar_q, Q_BYTES)
     emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.start_m, c.b, c.bar_q)
@@ -694,5 +831,3 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
 
     _emit_epilogue(prog, c, total, A, l)
     emit("ret")
-    shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
-    return name, module(name, PARAMS, prog, arch, shared)

@@ -62,10 +62,9 @@ def qk_tile(q: torch.Tensor, k: torch.Tensor, q_row: int = 0, k_row: int = 0) ->
 
 
 @functools.cache
-def _attention(rule: str, causal: bool, rowsum: str, pipelined: bool, arch: str, device: int) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, rowsum, arch, pipelined)
-    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                  attn.shared_bytes(attn.stages(pipelined)))
+def _attention(rule: str, causal: bool, rowsum: str, schedule: str, arch: str, device: int) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, rowsum, arch, schedule)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), attn.shared_bytes(schedule))
 
 
 def permuted_vt(v: torch.Tensor) -> torch.Tensor:
@@ -82,7 +81,7 @@ def permuted_vt(v: torch.Tensor) -> torch.Tensor:
 
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
-                  p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum=None, pipelined=False):
+                  p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum=None, schedule="serial"):
     """FP8 d128 attention by the generated sm_90a kernel; inputs validated by flash_attn_func
     (coarse q/k descales, ref_rule "block", any P rule). Returns (out BF16, lse float32).
 
@@ -90,8 +89,10 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     rules) takes them from half-precision wgmmas with float32 accumulation, the same sums as
     ``"alu"`` (the default for the float32 lean rules: float32 on the ALUs, as the spec does);
     ``"mma"`` from FP8 wgmmas against ones, faster but ~1e-3 off from their truncating
-    accumulation. ``pipelined``: Q K^T of the next block overlaps this block's softmax
-    (attn.attention_kernel). H200 timings of each are in bench/PTX_NOTES.md."""
+    accumulation. ``schedule``: "serial", "pipelined" (Q K^T of the next block overlaps this
+    block's softmax) or "pingpong" (a producer warpgroup and two consumer warpgroups taking
+    turns at the tensor cores), attn.attention_kernel. H200 timings of each are in
+    bench/PTX_NOTES.md."""
     if rowsum is None:
         rowsum = "hmma" if p_rule in attn.HMMA_RULES else "alu"
     if ref_rule != "block":
@@ -112,6 +113,10 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
             tensor_map(vt, (1, Dv, attn.BLOCK_N))]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv)]
-    kernel = _attention(p_rule, bool(causal), rowsum, bool(pipelined), "sm_90a", dev.index if dev.index is not None else torch.cuda.current_device())
-    kernel((-(-Sq // attn.BLOCK_M), B * Hq), (attn.THREADS,), maps + ptrs + sizes)
+    if schedule not in attn.SCHEDULES:
+        raise ValueError(f"schedule must be one of {attn.SCHEDULES}, got {schedule!r}")
+    kernel = _attention(p_rule, bool(causal), rowsum, schedule, "sm_90a",
+                        dev.index if dev.index is not None else torch.cuda.current_device())
+    rows = attn.BLOCK_M * attn.consumers(schedule)
+    kernel((-(-Sq // rows), B * Hq), (attn.threads(schedule),), maps + ptrs + sizes)
     return out, lse

@@ -45,6 +45,13 @@ OPS = {
     "st.global.v2.f32": "st.global.v2.f32 [{0}], {{{1}, {2}}};",
     # barriers, TMA and the tensor cores
     "bar.sync": "bar.sync {0};",
+    # named barriers with a thread count: {0} barrier id (a register or an immediate), {1} threads
+    "bar.sync.n": "bar.sync {0}, {1};",
+    "bar.arrive.n": "bar.arrive {0}, {1};",
+    "mbarrier.arrive": "mbarrier.arrive.shared::cta.b64 _, [{0}];",
+    # warp specialization: hand registers between warpgroups ({0}: the new per-thread count)
+    "setmaxnreg.inc": "setmaxnreg.inc.sync.aligned.u32 {0};",
+    "setmaxnreg.dec": "setmaxnreg.dec.sync.aligned.u32 {0};",
     "mbarrier.init": "mbarrier.init.shared::cta.b64 [{0}], {1};",
     "fence.mbarrier_init": "fence.mbarrier_init.release.cluster;",
     "fence.proxy.async": "fence.proxy.async.shared::cta;",
@@ -125,12 +132,13 @@ def program() -> Program:
 
 
 def module(name: str, params: list[tuple[str, str]], prog: Program, arch: str = "sm_90a",
-           shared: list[str] = ()) -> str:
+           shared: list[str] = (), directives: str = "") -> str:
     """A PTX module holding one kernel; ``params`` are (PTX type, name) pairs, ``shared``
-    module-level shared-memory declarations."""
+    module-level shared-memory declarations, ``directives`` the entry's performance-tuning
+    directives (e.g. ".maxnreg 168")."""
     plist = ",\n".join(f"\t.param {t} {n}" for t, n in params)
     return "\n".join([".version 8.0", f".target {arch}", ".address_size 64", "", *shared, "",
-                      f".visible .entry {name}(\n{plist}\n)", "{", *prog.declarations(), *prog.body, "}", ""])
+                      f".visible .entry {name}(\n{plist}\n){' ' + directives if directives else ''}", "{", *prog.declarations(), *prog.body, "}", ""])
 
 
 # the 64-bit wgmma shared-memory descriptor: start address >> 4 in bits 0-13, leading byte

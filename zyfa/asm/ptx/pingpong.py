@@ -1,0 +1,192 @@
+"""The warp-specialized schedule of the generated Hopper kernel (``schedule="pingpong"``):
+FlashAttention-3's structure around the same block math as the serial kernel.
+
+One CTA = 128 query rows of one head, 384 threads:
+  warpgroup 0  producer: gives up registers (setmaxnreg 24); thread 0 loads each key
+               block's K and V^T by TMA into a ring of STAGES stages, waiting for a
+               stage's "free" mbarrier (one arrival per consumer warp) before reuse
+  warpgroups 1, 2  consumers of 64 rows each (setmaxnreg 240); per key block j one GEMM
+               phase, S(j) = Q K_j^T and P(j-1) V_{j-1}^T issued together, then the
+               softmax of S(j) while the other consumer's GEMM phase runs
+Ping-pong: two named barriers order the GEMM phases WG1, WG2, WG1, ... (a consumer waits
+for its turn, issues, then hands the turn on), so the tensor cores work through one
+warpgroup's GEMMs while the other computes its softmax instead of both waiting at once.
+
+The arithmetic is the serial kernel's, block by block (total = total * alpha + block * beta
+in the same order), so the outputs are bit-identical to it. Versions and H200 timings:
+bench/PTX_NOTES.md (v11).
+"""
+from __future__ import annotations
+
+from ...reference import NEG_FLOOR
+from ..program import Program
+from . import attention as at
+from .smem import emit_descriptor, emit_wait
+from .target import f32
+
+PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
+MAX_REGISTERS = (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) // 3      # 168: what the launch allots
+TURN_BARRIERS = (1, 2)                 # named barrier 1: consumer 1 may issue; 2: consumer 2
+Q_BARRIERS = (3, 4)                    # each consumer's own 128 threads (negative descale)
+CONSUMER_WARPS = 8                     # arrivals that free a stage
+
+
+def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str) -> None:
+    emit = prog.emit
+    n_stages = at.stages("pingpong")
+    c = at._prologue(prog, causal, n_stages, n_consumers=2)
+    yes = prog.reg("pred")
+    emit("setp.eq.u32", yes, c.zero, 0)
+    producer = prog.reg("pred")
+    emit("setp.eq.u32", producer, c.wg, 0)
+    ones = at._emit_setup(prog, c, rule, rowsum, [1] + [1] * n_stages + [CONSUMER_WARPS] * n_stages,
+                          writers=producer)
+
+    prog.comment("thread 0: both Q tiles on one mbarrier")
+    second_q = prog.reg("u32")
+    emit("add.u32", second_q, c.tile_m, at.BLOCK_M)
+    q1 = prog.reg("u32")
+    emit("add.u32", q1, c.smem, at.Q_BYTES)
+    emit("bra.div", "Q_LOADING", guard=f"!{c.leader}")
+    emit("mbarrier.expect_tx", c.bar_q, 2 * at.Q_BYTES)
+    emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.tile_m, c.b, c.bar_q)
+    emit("tma.load.4d", q1, c.maps["q_map"], c.zero, c.h, second_q, c.b, c.bar_q)
+    prog.label("Q_LOADING")
+    emit("bra", "PRODUCER", guard=producer)
+
+    _emit_consumer(prog, c, rule, causal, rowsum, ones, yes)
+    emit("ret")
+    prog.label("PRODUCER")
+    _emit_producer(prog, c)
+    emit("ret")
+
+
+def _emit_producer(prog: Program, c) -> None:
+    """Thread 0 loads blocks 0 .. n_blocks - 1, each once its stage is free again."""
+    emit = prog.emit
+    emit("setmaxnreg.dec", PRODUCER_REGISTERS)
+    emit("bra.div", "PRODUCER_DONE", guard=f"!{c.leader}")
+    j, stage, phase, empty = prog.regs("u32", 4)
+    done = prog.reg("pred")
+    emit("mov.u32", j, 0)
+    prog.label("LOAD_LOOP")
+    emit("setp.ge.u32", done, j, c.n_blocks)
+    emit("bra.div", "PRODUCER_DONE", guard=done)
+    emit("rem.u32", stage, j, c.stages)
+    emit("div.u32", phase, j, c.stages)
+    emit("and.b32", phase, phase, 1)
+    emit("xor.b32", phase, phase, 1)           # the previous phase: a fresh barrier has completed it
+    emit("mad.lo.u32", empty, stage, 8, c.empty0)
+    emit_wait(prog, empty, phase, "WAIT_FREE")
+    at._emit_kv_load(prog, c, j)
+    emit("add.u32", j, j, 1)
+    emit("bra.div", "LOAD_LOOP")
+    prog.label("PRODUCER_DONE")
+
+
+def _emit_turn(prog: Program, c, take: bool) -> None:
+    """Wait for this consumer's turn at the tensor cores (``take``), or hand it to the other."""
+    if take:
+        prog.emit("bar.sync.n", c.my_turn, 2 * at.THREADS)
+    else:
+        prog.emit("bar.arrive.n", c.other_turn, 2 * at.THREADS)
+
+
+def _emit_release(prog: Program, c, block) -> None:
+    """One arrival per warp on ``block``'s "free" mbarrier: its P V^T (the last reader) is done."""
+    stage, bar = prog.regs("u32", 2)
+    prog.emit("rem.u32", stage, block, c.stages)
+    prog.emit("mad.lo.u32", bar, stage, 8, c.empty0)
+    prog.emit("mbarrier.arrive", bar, guard=c.lane0)
+
+
+def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones, yes) -> None:
+    emit = prog.emit
+    emit("setmaxnreg.inc", CONSUMER_REGISTERS)
+    at._emit_rows(prog, c, causal)
+    c.my_turn, c.other_turn, q_sync = prog.regs("u32", 3)
+    emit("mov.u32", c.my_turn, c.wg)                       # consumer w waits on barrier w
+    emit("sub.u32", c.other_turn, 3, c.wg)
+    emit("add.u32", q_sync, c.wg, Q_BARRIERS[0] - 1)
+    first = prog.reg("pred")
+    emit("setp.eq.u32", first, c.wg, 1)
+    emit("bar.arrive.n", TURN_BARRIERS[0], 2 * at.THREADS, guard=f"!{first}")   # consumer 1 goes first
+
+    q_tile = prog.reg("u32")
+    emit("mad.lo.u32", q_tile, c.wg, at.Q_BYTES, c.smem)
+    emit("sub.u32", q_tile, q_tile, at.Q_BYTES)
+    emit_wait(prog, c.bar_q, 0, "WAIT_Q")
+    at._emit_positive_factor(prog, c, q_tile, sync=lambda: emit("bar.sync.n", q_sync, at.THREADS))
+    dq = emit_descriptor(prog, q_tile)
+    d_ones = emit_descriptor(prog, ones)
+
+    total = prog.regs("f32", at.ACC)
+    for ti in total:
+        emit("mov.f32", ti, f32(0.0))
+    A, l = prog.regs("f32", 2), prog.regs("f32", 2)
+    for half in (0, 1):
+        emit("mov.f32", A[half], f32(NEG_FLOOR))
+        emit("mov.f32", l[half], f32(0.0))
+    j, start_n, prev = prog.regs("u32", 3)
+    emit("mov.u32", j, 0)
+    emit("mov.u32", start_n, 0)
+    s = prog.regs("f32", at.ACC)
+    p_regs = [prog.regs("b32", 4) for _ in range(at.BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
+    alpha, beta = prog.regs("f32", 2), prog.regs("f32", 2)
+
+    def keep(sm) -> None:
+        """P, alpha and beta of this block for its P V^T, issued in the next GEMM phase."""
+        for k in range(len(p_regs)):
+            for r in range(4):
+                emit("mov.b32", p_regs[k][r], sm.p_regs[k][r])
+        for half in (0, 1):
+            emit("mov.f32", alpha[half], sm.alpha[half])
+            emit("mov.f32", beta[half], sm.beta[half])
+
+    def fold(o, tag: str) -> None:
+        at._emit_rescale(prog, total, alpha, tag)
+        at._emit_fold(prog, o, total, beta)
+
+    def issue_pv(block):
+        _, v_tile, _, _ = at._stage(prog, c, block)
+        return at._emit_pv_issue(prog, rowsum, p_regs, emit_descriptor(prog, v_tile), d_ones, None, yes)
+
+    prog.comment("block 0: its GEMM phase has Q K^T alone")
+    at._emit_kv_wait(prog, c, j, "_FIRST")
+    _emit_turn(prog, c, take=True)
+    at._emit_scores(prog, c, j, dq, s, yes, "_FIRST", wait=False)
+    _emit_turn(prog, c, take=False)
+    emit("wgmma.wait", 0)
+    sm = at._emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, "_FIRST")
+    at._emit_row_update(prog, sm, rowsum, l, A)
+    keep(sm)
+
+    prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1")
+    last = prog.reg("pred")
+    prog.label("BLOCK_LOOP")
+    emit("mov.u32", prev, j)
+    emit("add.u32", j, j, 1)
+    emit("add.u32", start_n, start_n, at.BLOCK_N)
+    emit("setp.ge.u32", last, j, c.n_blocks)
+    emit("bra", "LAST_PV", guard=last)
+    at._emit_kv_wait(prog, c, j, "")
+    _emit_turn(prog, c, take=True)
+    at._emit_scores(prog, c, j, dq, s, yes, "", wait=False)
+    o = issue_pv(prev)
+    _emit_turn(prog, c, take=False)
+    emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V^T may still run
+    sm = at._emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, "", wait_rowsum=False)
+    emit("wgmma.wait", 0)                                  # P(j - 1) V^T and block j's row sums
+    _emit_release(prog, c, prev)
+    fold(o, "")
+    at._emit_row_update(prog, sm, rowsum, l, A)
+    keep(sm)
+    emit("bra", "BLOCK_LOOP")
+
+    prog.label("LAST_PV")
+    _emit_turn(prog, c, take=True)
+    o = issue_pv(prev)
+    _emit_turn(prog, c, take=False)
+    emit("wgmma.wait", 0)
+    fold(o, "_LAST")
+    at._emit_epilogue(prog, c, total, A, l)
