@@ -65,19 +65,20 @@ ACC = BLOCK_N // 2                          # f32 accumulator registers per thre
 REGISTER_BUDGET = 168
 
 
-SCHEDULES = ("serial", "pipelined", "pingpong")
+SCHEDULES = ("serial", "pipelined", "pingpong", "persistent", "specialized")
+PERSISTENT = "persistent"     # the ping-pong kernel launched with one CTA an SM
 
 
 def consumers(schedule: str) -> int:
     """Warpgroups that compute (64 query rows each) in one CTA: two in the ping-pong kernel
     (pingpong.py), which also has a producer warpgroup."""
-    return 2 if schedule == "pingpong" else 1
+    return 2 if schedule in ("pingpong", "persistent", "specialized") else 1
 
 
 def stages(schedule: str) -> int:
     """K / V^T stages: the pipelined kernel loads block j + 2 while S(j + 1) reads j + 1; the
     ping-pong kernel's producer runs up to three blocks ahead of its consumers."""
-    return {"serial": STAGES, "pipelined": 3, "pingpong": 4}[schedule]
+    return {"serial": STAGES, "pipelined": 3, "pingpong": 4, "persistent": 4, "specialized": 4}[schedule]
 
 
 def stage0(n_consumers: int) -> int:
@@ -99,7 +100,7 @@ def shared_bytes(schedule: str) -> int:
 
 PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "vt_map[128]"),
           (".u64", "out_ptr"), (".u64", "lse_ptr"), (".u64", "fac_ptr"), (".u64", "vd_ptr"),
-          (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads")]
+          (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads"), (".u32", "batch")]
 
 
 def kernel_name(rule: str, causal: bool, rowsum: str = "alu", schedule: str = "serial") -> str:
@@ -139,8 +140,8 @@ def _prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1) 
     c.out, c.lse, fac_ptr, vd_ptr = prog.regs("u64", 4)
     for r, name in ((c.out, "out_ptr"), (c.lse, "lse_ptr"), (fac_ptr, "fac_ptr"), (vd_ptr, "vd_ptr")):
         emit("ld.param.u64", r, name)
-    c.sq, c.sk, c.hq, hkv = prog.regs("u32", 4)
-    for r, name in ((c.sq, "seqlen_q"), (c.sk, "seqlen_k"), (c.hq, "heads"), (hkv, "kv_heads")):
+    c.sq, c.sk, c.hq, hkv, c.batch = prog.regs("u32", 5)
+    for r, name in ((c.sq, "seqlen_q"), (c.sk, "seqlen_k"), (c.hq, "heads"), (hkv, "kv_heads"), (c.batch, "batch")):
         emit("ld.param.u32", r, name)
 
     prog.comment("thread coordinates: warp w, quad row g, quad column q")
@@ -166,39 +167,22 @@ def _prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1) 
 
     prog.comment("work: query tile from ctaid.x (last tiles first), (batch, head) from ctaid.y: the CTAs")
     prog.comment("running together share one head's K/V, which then stays in L2 (heads fastest thrashed it)")
-    bh, ty, nty, group = prog.regs("u32", 4)
-    c.b, c.h, c.kvh, c.bkv, c.start_m = prog.regs("u32", 5)
+    bh, ty, nty = prog.regs("u32", 3)
     emit("mov.u32", bh, "%ctaid.y")
     emit("mov.u32", ty, "%ctaid.x")
     emit("mov.u32", nty, "%nctaid.x")
-    emit("div.u32", c.b, bh, c.hq)
-    emit("rem.u32", c.h, bh, c.hq)
-    emit("div.u32", group, c.hq, hkv)
-    emit("div.u32", c.kvh, c.h, group)
-    emit("mad.lo.u32", c.bkv, c.b, hkv, c.kvh)
     emit("sub.u32", ty, nty, ty)
     emit("sub.u32", ty, ty, 1)
-    emit("mul.lo.u32", c.start_m, ty, BLOCK_M * n_consumers)
-    c.tile_m = c.start_m
-    if n_consumers > 1:                                    # consumer wg's rows: 64 (wg - 1) on
-        c.start_m = prog.reg("u32")
-        emit("mad.lo.u32", c.start_m, c.wg, BLOCK_M, c.tile_m)
-        emit("sub.u32", c.start_m, c.start_m, BLOCK_M)
-
-    prog.comment("key blocks of the CTA's rows: [0, n_blocks)")
-    c.diag, c.full_end, band_end, c.last_key = prog.regs("u32", 4)
-    c.n_blocks = prog.reg("u32")
+    c.hkv, c.causal, c.n_consumers = hkv, causal, n_consumers
+    c.group = prog.reg("u32")
+    emit("div.u32", c.group, c.hq, hkv)
+    c.diag, c.full_end, c.last_key = prog.regs("u32", 3)
     emit("sub.u32", c.diag, c.sk, c.sq)                    # bottom-right: row i sees keys <= i + diag
     emit("and.b32", c.full_end, c.sk, -BLOCK_N & 0xFFFFFFFF)
     emit("sub.u32", c.last_key, c.sk, 1)
-    if causal:
-        emit("add.u32", band_end, c.tile_m, BLOCK_M * n_consumers)
-        emit("add.u32", band_end, band_end, c.diag)
-        emit("min.u32", band_end, band_end, c.sk)
-    else:
-        emit("mov.u32", band_end, c.sk)
-    emit("add.u32", c.n_blocks, band_end, BLOCK_N - 1)
-    emit("shr.u32", c.n_blocks, c.n_blocks, 7)
+    c.b, c.h, c.kvh, c.bkv, c.tile_m, c.n_blocks = prog.regs("u32", 6)
+    c.start_m = prog.reg("u32") if n_consumers > 1 else c.tile_m
+    _emit_work(prog, c, ty, bh)
     c.warp, c.g, c.fac_ptr, c.vd_ptr = warp, g, fac_ptr, vd_ptr
     if n_consumers == 1:
         _emit_rows(prog, c, causal)
@@ -215,6 +199,29 @@ def _prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1) 
         c.empty0 = prog.reg("u32")
         emit("add.u32", c.empty0, c.bar0, 8 * n_stages)
     return c
+
+
+def _emit_work(prog: Program, c: _Ctx, m_tile: Reg, bh: Reg) -> None:
+    """The CTA's tile: query rows from tile ``m_tile`` of (batch, head) ``bh`` (= b * heads +
+    h); its kv head; key blocks [0, n_blocks) of the CTA's rows."""
+    emit = prog.emit
+    emit("div.u32", c.b, bh, c.hq)
+    emit("rem.u32", c.h, bh, c.hq)
+    emit("div.u32", c.kvh, c.h, c.group)
+    emit("mad.lo.u32", c.bkv, c.b, c.hkv, c.kvh)
+    emit("mul.lo.u32", c.tile_m, m_tile, BLOCK_M * c.n_consumers)
+    if c.n_consumers > 1:                                  # consumer wg's rows: 64 (wg - 1) on
+        emit("mad.lo.u32", c.start_m, c.wg, BLOCK_M, c.tile_m)
+        emit("sub.u32", c.start_m, c.start_m, BLOCK_M)
+    band_end = prog.reg("u32")
+    if c.causal:
+        emit("add.u32", band_end, c.tile_m, BLOCK_M * c.n_consumers)
+        emit("add.u32", band_end, band_end, c.diag)
+        emit("min.u32", band_end, band_end, c.sk)
+    else:
+        emit("mov.u32", band_end, c.sk)
+    emit("add.u32", c.n_blocks, band_end, BLOCK_N - 1)
+    emit("shr.u32", c.n_blocks, c.n_blocks, 7)
 
 
 def _emit_rows(prog: Program, c: _Ctx, causal: bool) -> None:
@@ -284,9 +291,9 @@ def _stage(prog: Program, c: _Ctx, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
     """(K tile, V^T tile, mbarrier, phase parity) of key block ``block``'s stage."""
     emit = prog.emit
     stage, phase, k_tile, v_tile, bar = prog.regs("u32", 5)
-    if c.stages == 2:
-        emit("and.b32", stage, block, 1)
-        emit("shr.u32", phase, block, 1)
+    if c.stages & (c.stages - 1) == 0:       # a power of two: ptxas keeps div/rem generic
+        emit("and.b32", stage, block, c.stages - 1)
+        emit("shr.u32", phase, block, c.stages.bit_length() - 1)
     else:
         emit("rem.u32", stage, block, c.stages)
         emit("div.u32", phase, block, c.stages)
@@ -298,10 +305,11 @@ def _stage(prog: Program, c: _Ctx, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
     return k_tile, v_tile, bar, phase
 
 
-def _emit_kv_load(prog: Program, c: _Ctx, block: Reg) -> None:
-    """Thread 0 (the caller guards): K block ``block`` and its V^T into its stage."""
+def _emit_kv_load(prog: Program, c: _Ctx, block: Reg, slot: Reg | None = None) -> None:
+    """Thread 0 (the caller guards): K block ``block`` and its V^T into the stage of load
+    number ``slot`` (default: ``block``; a persistent CTA counts its loads across tiles)."""
     emit = prog.emit
-    k_tile, v_tile, bar, _ = _stage(prog, c, block)
+    k_tile, v_tile, bar, _ = _stage(prog, c, block if slot is None else slot)
     key0 = prog.reg("u32")
     emit("mul.lo.u32", key0, block, BLOCK_N)
     emit("mbarrier.expect_tx", bar, STAGE_BYTES)
@@ -753,15 +761,17 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
     "pipelined": Q K^T of block j + 1 is issued before the softmax of block j, so the
     tensor cores compute it meanwhile (a second S in registers, three K / V^T stages);
     "pingpong": a producer warpgroup and two consumer warpgroups of 64 rows that take turns
-    at the tensor cores (pingpong.py; rowsum "hmma" or "alu").
+    at the tensor cores (pingpong.py; rowsum "hmma" or "alu"); "persistent": the same kernel
+    launched with one CTA an SM; "specialized": the same warpgroups without the turns.
 
     Parameters: TMA maps of q (B, Sq, Hq, 128) and k (B, Sk, Hkv, 128) with boxes of 64 and
     128 rows, and of V^T (B * Hkv, 128, Sk padded to 16) with keys permuted per 16-key
     group and boxes of 128 x 128; out (B, Sq, Hq, 128) BF16; lse (B, Hq, Sq) float32;
     fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale
-    (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads. Grid (ceil(Sq / (64 *
-    consumers(schedule))), B * Hq), threads(schedule), shared_bytes(schedule) of dynamic
-    shared memory.
+    (B, Hkv, 128) float32; seqlen_q, seqlen_k, heads, kv_heads, batch. Grid (ceil(Sq / 64),
+    B * Hq) for one warpgroup a CTA; for the ping-pong and specialized kernels a line of
+    CTAs that take tiles of 128 rows in turn (one CTA a tile, or persistent: one an SM);
+    threads(schedule) threads, shared_bytes(schedule) of dynamic shared memory.
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
@@ -771,14 +781,16 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
         raise ValueError(f"rowsum 'hmma' takes the P pairs of a rule in {HMMA_RULES}, not {rule!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if schedule == "pingpong" and rowsum == "mma":
-        raise ValueError("the ping-pong kernel takes rowsum 'hmma' or 'alu'")
+    if consumers(schedule) > 1 and rowsum == "mma":
+        raise ValueError("the ping-pong and specialized kernels take rowsum 'hmma' or 'alu'")
+    if schedule == PERSISTENT:                     # the same kernel; only the launch differs
+        schedule = "pingpong"
     name = kernel_name(rule, causal, rowsum, schedule)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
-    if schedule == "pingpong":
+    if consumers(schedule) > 1:
         from .pingpong import MAX_REGISTERS, emit_pingpong
-        emit_pingpong(prog, rule, causal, rowsum)
+        emit_pingpong(prog, rule, causal, rowsum, turns=schedule == "pingpong")
         return name, module(name, PARAMS, prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
     _emit_one_warpgroup(prog, rule, causal, rowsum, schedule == "pipelined")
     return name, module(name, PARAMS, prog, arch, shared)

@@ -112,11 +112,17 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, D)), tensor_map(k8, (1, attn.BLOCK_N, 1, D)),
             tensor_map(vt, (1, Dv, attn.BLOCK_N))]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
-    sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv)]
+    sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     if schedule not in attn.SCHEDULES:
         raise ValueError(f"schedule must be one of {attn.SCHEDULES}, got {schedule!r}")
     kernel = _attention(p_rule, bool(causal), rowsum, schedule, "sm_90a",
                         dev.index if dev.index is not None else torch.cuda.current_device())
-    rows = attn.BLOCK_M * attn.consumers(schedule)
-    kernel((-(-Sq // rows), B * Hq), (attn.threads(schedule),), maps + ptrs + sizes)
+    if attn.consumers(schedule) == 1:
+        grid = (-(-Sq // attn.BLOCK_M), B * Hq)
+    else:                                          # a line of CTAs taking 128-row tiles in turn
+        tiles = -(-Sq // (2 * attn.BLOCK_M)) * B * Hq
+        if schedule == attn.PERSISTENT:
+            tiles = min(tiles, torch.cuda.get_device_properties(dev).multi_processor_count)
+        grid = (tiles,)
+    kernel(grid, (attn.threads(schedule),), maps + ptrs + sizes)
     return out, lse

@@ -28,10 +28,17 @@ PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
 MAX_REGISTERS = (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) // 3      # 168: what the launch allots
 TURN_BARRIERS = (1, 2)                 # named barrier 1: consumer 1 may issue; 2: consumer 2
 Q_BARRIERS = (3, 4)                    # each consumer's own 128 threads (negative descale)
-CONSUMER_WARPS = 8                     # arrivals that free a stage
+CONSUMER_WARPS = 8                     # arrivals that free a stage, or the Q tiles
 
 
-def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str) -> None:
+def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str, turns: bool = True) -> None:
+    """The kernel's body; ``turns=False`` (schedule "specialized") leaves the ping-pong
+    barriers out, so the consumers issue their GEMM phases whenever they are ready.
+
+    Tiles of 128 rows are numbered query tile fastest, heaviest (last) first within a
+    (batch, head); CTA x takes tiles x, x + nctaid.x, ...: one tile with a grid of every
+    tile, or persistent with a grid of one CTA an SM. A CTA counts its K / V^T loads across
+    tiles (the stage ring's position) and its tiles (the Q mbarriers' phases)."""
     emit = prog.emit
     n_stages = at.stages("pingpong")
     c = at._prologue(prog, causal, n_stages, n_consumers=2)
@@ -39,86 +46,143 @@ def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str) -> None:
     emit("setp.eq.u32", yes, c.zero, 0)
     producer = prog.reg("pred")
     emit("setp.eq.u32", producer, c.wg, 0)
-    ones = at._emit_setup(prog, c, rule, rowsum, [1] + [1] * n_stages + [CONSUMER_WARPS] * n_stages,
+    # mbarriers: Q full, stages full, stages free, Q free
+    ones = at._emit_setup(prog, c, rule, rowsum, [1] + [1] * n_stages + [CONSUMER_WARPS] * (n_stages + 1),
                           writers=producer)
-
-    prog.comment("thread 0: both Q tiles on one mbarrier")
-    second_q = prog.reg("u32")
-    emit("add.u32", second_q, c.tile_m, at.BLOCK_M)
-    q1 = prog.reg("u32")
-    emit("add.u32", q1, c.smem, at.Q_BYTES)
-    emit("bra.div", "Q_LOADING", guard=f"!{c.leader}")
-    emit("mbarrier.expect_tx", c.bar_q, 2 * at.Q_BYTES)
-    emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.tile_m, c.b, c.bar_q)
-    emit("tma.load.4d", q1, c.maps["q_map"], c.zero, c.h, second_q, c.b, c.bar_q)
-    prog.label("Q_LOADING")
+    c.q_free = prog.reg("u32")
+    emit("add.u32", c.q_free, c.empty0, 8 * n_stages)
+    c.n_m, c.tiles = prog.regs("u32", 2)
+    emit("add.u32", c.n_m, c.sq, 2 * at.BLOCK_M - 1)
+    emit("shr.u32", c.n_m, c.n_m, 7)
+    emit("mul.lo.u32", c.tiles, c.n_m, c.hq)
+    emit("mul.lo.u32", c.tiles, c.tiles, c.batch)
     emit("bra", "PRODUCER", guard=producer)
 
-    _emit_consumer(prog, c, rule, causal, rowsum, ones, yes)
+    _emit_consumer(prog, c, rule, causal, rowsum, ones, yes, turns)
     emit("ret")
     prog.label("PRODUCER")
     _emit_producer(prog, c)
     emit("ret")
 
 
+def _emit_tile_loop_head(prog: Program, c, t, label: str) -> None:
+    """At ``label``: leave for {label}_DONE once tile ``t`` is past the last, else the tile's work."""
+    done = prog.reg("pred")
+    prog.label(label)
+    prog.emit("setp.ge.u32", done, t, c.tiles)
+    prog.emit("bra.div", f"{label}_DONE", guard=done)
+    ty, bh = prog.regs("u32", 2)
+    prog.emit("rem.u32", ty, t, c.n_m)
+    prog.emit("div.u32", bh, t, c.n_m)
+    prog.emit("sub.u32", ty, c.n_m, ty)
+    prog.emit("sub.u32", ty, ty, 1)                       # heaviest query tile first
+    at._emit_work(prog, c, ty, bh)
+
+
+def _phase_of(prog: Program, count, flip: bool = False):
+    """The mbarrier parity of use number ``count`` of a barrier used once per round (a
+    waiter for "free" waits for the previous round: ``flip``)."""
+    phase = prog.reg("u32")
+    prog.emit("and.b32", phase, count, 1)
+    if flip:
+        prog.emit("xor.b32", phase, phase, 1)              # a fresh barrier has completed "round -1"
+    return phase
+
+
 def _emit_producer(prog: Program, c) -> None:
-    """Thread 0 loads blocks 0 .. n_blocks - 1, each once its stage is free again."""
+    """Thread 0: per tile, both Q tiles once the consumers are done with the last ones, then
+    its key blocks, each once its stage is free again."""
     emit = prog.emit
     emit("setmaxnreg.dec", PRODUCER_REGISTERS)
     emit("bra.div", "PRODUCER_DONE", guard=f"!{c.leader}")
-    j, stage, phase, empty = prog.regs("u32", 4)
-    done = prog.reg("pred")
+    t, it, slot, j = prog.regs("u32", 4)
+    emit("mov.u32", t, "%ctaid.x")
+    emit("mov.u32", it, 0)
+    emit("mov.u32", slot, 0)
+    _emit_tile_loop_head(prog, c, t, "PRODUCE_TILE")
+    emit_wait(prog, c.q_free, _phase_of(prog, it, flip=True), "WAIT_Q_FREE")
+    second_q, q1 = prog.regs("u32", 2)
+    emit("add.u32", second_q, c.tile_m, at.BLOCK_M)
+    emit("add.u32", q1, c.smem, at.Q_BYTES)
+    emit("mbarrier.expect_tx", c.bar_q, 2 * at.Q_BYTES)
+    emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.tile_m, c.b, c.bar_q)
+    emit("tma.load.4d", q1, c.maps["q_map"], c.zero, c.h, second_q, c.b, c.bar_q)
     emit("mov.u32", j, 0)
+    done, empty, stage = prog.reg("pred"), prog.reg("u32"), prog.reg("u32")
     prog.label("LOAD_LOOP")
     emit("setp.ge.u32", done, j, c.n_blocks)
-    emit("bra.div", "PRODUCER_DONE", guard=done)
-    emit("rem.u32", stage, j, c.stages)
-    emit("div.u32", phase, j, c.stages)
-    emit("and.b32", phase, phase, 1)
-    emit("xor.b32", phase, phase, 1)           # the previous phase: a fresh barrier has completed it
+    emit("bra.div", "TILE_LOADED", guard=done)
+    phase = prog.reg("u32")
+    emit("shr.u32", phase, slot, c.stages.bit_length() - 1)    # STAGES: a power of two
+    emit("and.b32", stage, slot, c.stages - 1)
     emit("mad.lo.u32", empty, stage, 8, c.empty0)
-    emit_wait(prog, empty, phase, "WAIT_FREE")
-    at._emit_kv_load(prog, c, j)
+    emit_wait(prog, empty, _phase_of(prog, phase, flip=True), "WAIT_FREE")
+    at._emit_kv_load(prog, c, j, slot)
     emit("add.u32", j, j, 1)
+    emit("add.u32", slot, slot, 1)
     emit("bra.div", "LOAD_LOOP")
+    prog.label("TILE_LOADED")
+    _emit_next_tile(prog, t, it)
+    emit("bra.div", "PRODUCE_TILE")
+    prog.label("PRODUCE_TILE_DONE")
     prog.label("PRODUCER_DONE")
+
+
+def _emit_next_tile(prog: Program, t, it) -> None:
+    n = prog.reg("u32")
+    prog.emit("mov.u32", n, "%nctaid.x")
+    prog.emit("add.u32", t, t, n)
+    prog.emit("add.u32", it, it, 1)
 
 
 def _emit_turn(prog: Program, c, take: bool) -> None:
     """Wait for this consumer's turn at the tensor cores (``take``), or hand it to the other."""
+    if not c.turns:
+        return
     if take:
         prog.emit("bar.sync.n", c.my_turn, 2 * at.THREADS)
     else:
         prog.emit("bar.arrive.n", c.other_turn, 2 * at.THREADS)
 
 
-def _emit_release(prog: Program, c, block) -> None:
-    """One arrival per warp on ``block``'s "free" mbarrier: its P V^T (the last reader) is done."""
-    stage, bar = prog.regs("u32", 2)
-    prog.emit("rem.u32", stage, block, c.stages)
-    prog.emit("mad.lo.u32", bar, stage, 8, c.empty0)
+def _emit_release(prog: Program, c, bar) -> None:
+    """One arrival per warp on the "free" mbarrier at ``bar``."""
     prog.emit("mbarrier.arrive", bar, guard=c.lane0)
 
 
-def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones, yes) -> None:
+def _free_bar(prog: Program, c, slot):
+    stage, bar = prog.regs("u32", 2)
+    prog.emit("and.b32", stage, slot, c.stages - 1)
+    prog.emit("mad.lo.u32", bar, stage, 8, c.empty0)
+    return bar
+
+
+def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones, yes, turns: bool) -> None:
     emit = prog.emit
     emit("setmaxnreg.inc", CONSUMER_REGISTERS)
-    at._emit_rows(prog, c, causal)
     c.my_turn, c.other_turn, q_sync = prog.regs("u32", 3)
     emit("mov.u32", c.my_turn, c.wg)                       # consumer w waits on barrier w
     emit("sub.u32", c.other_turn, 3, c.wg)
     emit("add.u32", q_sync, c.wg, Q_BARRIERS[0] - 1)
     first = prog.reg("pred")
     emit("setp.eq.u32", first, c.wg, 1)
-    emit("bar.arrive.n", TURN_BARRIERS[0], 2 * at.THREADS, guard=f"!{first}")   # consumer 1 goes first
-
+    c.turns = turns
+    if turns:
+        emit("bar.arrive.n", TURN_BARRIERS[0], 2 * at.THREADS, guard=f"!{first}")   # consumer 1 goes first
     q_tile = prog.reg("u32")
     emit("mad.lo.u32", q_tile, c.wg, at.Q_BYTES, c.smem)
     emit("sub.u32", q_tile, q_tile, at.Q_BYTES)
-    emit_wait(prog, c.bar_q, 0, "WAIT_Q")
-    at._emit_positive_factor(prog, c, q_tile, sync=lambda: emit("bar.sync.n", q_sync, at.THREADS))
     dq = emit_descriptor(prog, q_tile)
     d_ones = emit_descriptor(prog, ones)
+    t, it, base = prog.regs("u32", 3)                     # base: the slot of the tile's block 0
+    emit("mov.u32", t, "%ctaid.x")
+    emit("mov.u32", it, 0)
+    emit("mov.u32", base, 0)
+
+    _emit_tile_loop_head(prog, c, t, "TILE")
+    at._emit_rows(prog, c, causal)
+    emit_wait(prog, c.bar_q, _phase_of(prog, it), "WAIT_Q")
+    at._emit_positive_factor(prog, c, q_tile, sync=lambda: emit("bar.sync.n", q_sync, at.THREADS))
 
     total = prog.regs("f32", at.ACC)
     for ti in total:
@@ -127,9 +191,10 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     for half in (0, 1):
         emit("mov.f32", A[half], f32(NEG_FLOOR))
         emit("mov.f32", l[half], f32(0.0))
-    j, start_n, prev = prog.regs("u32", 3)
+    j, start_n, slot, prev_slot = prog.regs("u32", 4)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
+    emit("mov.u32", slot, base)
     s = prog.regs("f32", at.ACC)
     p_regs = [prog.regs("b32", 4) for _ in range(at.BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
     alpha, beta = prog.regs("f32", 2), prog.regs("f32", 2)
@@ -147,14 +212,14 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
         at._emit_rescale(prog, total, alpha, tag)
         at._emit_fold(prog, o, total, beta)
 
-    def issue_pv(block):
-        _, v_tile, _, _ = at._stage(prog, c, block)
+    def issue_pv(block_slot):
+        _, v_tile, _, _ = at._stage(prog, c, block_slot)
         return at._emit_pv_issue(prog, rowsum, p_regs, emit_descriptor(prog, v_tile), d_ones, None, yes)
 
     prog.comment("block 0: its GEMM phase has Q K^T alone")
-    at._emit_kv_wait(prog, c, j, "_FIRST")
+    at._emit_kv_wait(prog, c, slot, "_FIRST")
     _emit_turn(prog, c, take=True)
-    at._emit_scores(prog, c, j, dq, s, yes, "_FIRST", wait=False)
+    at._emit_scores(prog, c, slot, dq, s, yes, "_FIRST", wait=False)
     _emit_turn(prog, c, take=False)
     emit("wgmma.wait", 0)
     sm = at._emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, "_FIRST")
@@ -164,20 +229,21 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1")
     last = prog.reg("pred")
     prog.label("BLOCK_LOOP")
-    emit("mov.u32", prev, j)
+    emit("mov.u32", prev_slot, slot)
+    emit("add.u32", slot, slot, 1)
     emit("add.u32", j, j, 1)
     emit("add.u32", start_n, start_n, at.BLOCK_N)
     emit("setp.ge.u32", last, j, c.n_blocks)
     emit("bra", "LAST_PV", guard=last)
-    at._emit_kv_wait(prog, c, j, "")
+    at._emit_kv_wait(prog, c, slot, "")
     _emit_turn(prog, c, take=True)
-    at._emit_scores(prog, c, j, dq, s, yes, "", wait=False)
-    o = issue_pv(prev)
+    at._emit_scores(prog, c, slot, dq, s, yes, "", wait=False)
+    o = issue_pv(prev_slot)
     _emit_turn(prog, c, take=False)
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V^T may still run
     sm = at._emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, "", wait_rowsum=False)
     emit("wgmma.wait", 0)                                  # P(j - 1) V^T and block j's row sums
-    _emit_release(prog, c, prev)
+    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     fold(o, "")
     at._emit_row_update(prog, sm, rowsum, l, A)
     keep(sm)
@@ -185,8 +251,14 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
 
     prog.label("LAST_PV")
     _emit_turn(prog, c, take=True)
-    o = issue_pv(prev)
+    o = issue_pv(prev_slot)
     _emit_turn(prog, c, take=False)
     emit("wgmma.wait", 0)
+    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+    _emit_release(prog, c, c.q_free)                       # this tile's Q K^T are all done
     fold(o, "_LAST")
     at._emit_epilogue(prog, c, total, A, l)
+    emit("add.u32", base, base, c.n_blocks)
+    _emit_next_tile(prog, t, it)
+    emit("bra.div", "TILE")
+    prog.label("TILE_DONE")
