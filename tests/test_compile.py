@@ -44,6 +44,15 @@ def test_half_precision_rule_compiles_to_packed_half_arithmetic():
     assert amd["pk_fma_f16"] > 0 and amd["mfma_f8"] > 0, amd
 
 
+def test_exact_rule_rounds_in_hardware_on_sm90():
+    """hw_round: the exact rule's E4M3 codes from cvt.rn.satfinite.e4m3x2.f32 (inline PTX, two
+    values an instruction) instead of integer rounding; the same codes (GPU test)."""
+    tile = _tile((64, 128, 4, 3))
+    integer, hw = (inspect("sm90", fp8=True, p_rule="exact", hw_round=h, **tile) for h in (False, True))
+    assert integer["cvt_e4m3x2"] == 0 and hw["cvt_e4m3x2"] > 0, (integer, hw)
+    assert hw["spill_bytes"] == 0 and hw["ffma"] < integer["ffma"] and hw["sass_lines"] < integer["sass_lines"]
+
+
 def test_bf16_sm90_uses_hgmma():
     info = inspect("sm90", fp8=False, p_rule="exact", **_tile((128, 64, 8, 3)))
     assert info["hgmma_sass"] > 0 and info["spill_bytes"] == 0, info

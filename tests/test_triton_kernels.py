@@ -80,6 +80,20 @@ def test_fp8_kernel_vs_spec(shape, p_rule):
     assert rel_err(out, ref) <= 1.1 * spec_err + 2e-3, (p_rule, rel_err(out, ref), spec_err)
 
 
+@pytest.mark.skipif(not HAS_GPU or torch.version.hip is not None, reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("shape", SHAPES + [(2, 300, 1000, 4, 4, 128, 128, True), (1, 2048, 2048, 8, 2, 128, 128, True)])
+def test_exact_rule_hardware_rounding_equals_integer_rounding(shape):
+    """The GPU's E4M3 conversion (the default where it exists) and the integer rounding the
+    interpreter runs give the same P codes: the same outputs and LSE bit for bit."""
+    from zyfa.triton_kernels.launch import hardware_rounding, triton_attention
+    if not hardware_rounding(torch.device(DEVICE)):
+        pytest.skip("the GPU has no E4M3 conversion (sm_89+)")
+    x, _, causal = _fp8_case(shape)
+    a, lse_a = triton_attention(**x.kwargs(), causal=causal, p_rule="exact", hw_round=False)
+    b, lse_b = triton_attention(**x.kwargs(), causal=causal, p_rule="exact", hw_round=True)
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
+
+
 @pytest.mark.parametrize("ref_rule", ["running", "block_pow2"])
 def test_fp8_reference_rules(ref_rule):
     x, ref, causal = _fp8_case((1, 80, 80, 2, 1, 64, 64, True), kind="gaussian")

@@ -62,7 +62,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 UPCAST_DOT: tl.constexpr):
+                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr):
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
     Loads go through tensor descriptors (TMA on Hopper): rows past Sk read as zeros.
@@ -103,7 +103,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         y = tl.fma(s, c, -r[:, None])          # the spec's one rounding (t - r rounds twice)
         if MASKED:
             y = tl.where(valid, y, float("-inf"))
-        p = p_fp8(y, P_RULE)
+        p = p_fp8(y, P_RULE, HW_ROUND)
         l_blk = tl.sum(p.to(tl.float32), 1)    # on the ALUs: the tensor-core way measured slower (NOTES)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
         # rescale the total only when some row's reference moved (with block references,
@@ -131,7 +131,7 @@ def attention_fwd_kernel(
         IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr):
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False):
     """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
     blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8."""
     # query tiles vary fastest: the programs running together share one head's K/V in L2
@@ -177,12 +177,12 @@ def attention_fwd_kernel(
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND)
     for start_n in range(band_start, band_end, BLOCK_N):
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND)
 
     # epilogue
     out = total / l_sum[:, None]

@@ -18,7 +18,8 @@ TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950
 
 def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
-                      head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False):
+                      head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
+                      hw_round: bool = False):
     el = "fp8e4nv" if fp8 else "bf16"
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
 
@@ -34,7 +35,8 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "LSE": "*fp32", "QD": "*fp32", "KD": "*fp32", "VD": "*fp32",
            "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
-                  D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False)
+                  D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
+                  HW_ROUND=hw_round)
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})
@@ -48,6 +50,7 @@ def summarize_sm90(k) -> dict:
     code = sass(k.asm["cubin"])
     a = assemble(ptx)
     return {"wgmma_e4m3": len(re.findall(r"wgmma\.mma_async[^\n]*e4m3", ptx)),
+            "cvt_e4m3x2": ptx.count("cvt.rn.satfinite.e4m3x2.f32"), "sass_lines": code.count("\n"),
             "qgmma_sass": code.count("QGMMA"), "hgmma_sass": code.count("HGMMA"),
             "mufu_ex2": code.count("MUFU.EX2"), "f2i": len(re.findall(r"\bF2I", code)),
             "hfma2": code.count("HFMA2"), "ffma": len(re.findall(r"\bFFMA\b", code)),
@@ -55,9 +58,10 @@ def summarize_sm90(k) -> dict:
 
 
 def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,
-            head_dim: int = 128, head_dim_v: int = 128) -> dict:
+            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False) -> dict:
     k = compile_attention(target, fp8=fp8, p_rule=p_rule, block_m=block_m, block_n=block_n,
-                          num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v)
+                          num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v,
+                          hw_round=hw_round)
     if target == "sm90":
         return summarize_sm90(k)
     asm = k.asm["amdgcn"]

@@ -96,9 +96,26 @@ def exact_p_bits(y):
 
 
 @triton.jit
-def p_fp8(y, P_RULE: tl.constexpr):
-    """float8e4nv probabilities 2^(y + 8) under P_RULE."""
+def e4m3_rne(x):
+    """int8 E4M3 codes of float32 x, rounded to nearest-even by the NVIDIA GPU's conversion
+    (sm_89+, saturating), four values an instruction pair. Inline PTX: Triton 3.6's own
+    float32 -> float8e4nv cast, fed to a dot, gave NaN outputs on the H200 (PTX_NOTES v13)."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;\n"
+        "mov.b32 $0, {lo, hi}; }",
+        "=r,r,r,r,r", [x], dtype=tl.int8, is_pure=True, pack=4)
+
+
+@triton.jit
+def p_fp8(y, P_RULE: tl.constexpr, HW_ROUND: tl.constexpr = False):
+    """float8e4nv probabilities 2^(y + 8) under P_RULE. HW_ROUND (GPUs only: the
+    interpreter's casts round differently): the exact rule by the hardware's conversion, one
+    instruction for two values instead of the integer rounding's ~8 a value."""
     if P_RULE == P_EXACT:
+        if HW_ROUND:
+            return e4m3_rne(tl.exp2(y + _OFFSET)).to(tl.float8e4nv, bitcast=True)
         bits = exact_p_bits(y)
     else:
         bits = lean_p_bits(y, P_RULE)
