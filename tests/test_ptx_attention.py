@@ -127,6 +127,19 @@ def test_pingpong_kernel_hands_registers_to_its_consumers(rule, rowsum, causal):
     assert sass.count("BAR.ARV") >= 3 and "SYNCS.ARRIVE.TRANS64.A1T0" in sass   # turns; a stage freed
 
 
+@pytest.mark.parametrize("schedule", ["serial", "specialized"])
+def test_mla_kernel_assembles(schedule):
+    """Dqk 192: 4 + 2 Q K^T steps (the tail tile's 64-byte rows), descriptors with the 64-byte
+    swizzle; the serial kernel keeps two CTAs an SM in shared memory."""
+    a = assemble(attn.attention_kernel("exact", True, "hmma", schedule=schedule, dqk=192)[1])
+    sass = a.sass()
+    per_block = 4 + 2 + 4
+    assert sass.count("QGMMA") == (per_block if schedule == "serial" else 2 * per_block), sass.count("QGMMA")
+    assert a.registers <= (attn.REGISTER_BUDGET if schedule == "serial" else 168)
+    if schedule == "serial":
+        assert a.spill_bytes == 0 and 2 * (attn.shared_bytes("serial", 192) + 1024) <= 228 * 1024
+
+
 def test_attention_kernel_refuses_what_it_does_not_implement():
     with pytest.raises(ValueError, match="P rules"):
         attn.attention_kernel("exp")
@@ -136,6 +149,8 @@ def test_attention_kernel_refuses_what_it_does_not_implement():
         attn.attention_kernel("lean", rowsum="fast")
     with pytest.raises(ValueError, match="schedule"):
         attn.attention_kernel("exact", rowsum="hmma", schedule="warp")
+    with pytest.raises(ValueError, match="head dims"):
+        attn.attention_kernel("exact", rowsum="hmma", dqk=256)
     with pytest.raises(ValueError, match="ping-pong"):
         attn.attention_kernel("exact", rowsum="mma", schedule="pingpong")
 
@@ -153,21 +168,21 @@ SHAPES = [  # B, Sq, Sk, Hq, Hkv, causal
 ]
 
 
-def _case(shape, kind="realistic", granularity="head"):
+def _case(shape, kind="realistic", granularity="head", head_dim=128):
     B, Sq, Sk, Hq, Hkv, causal = shape
-    q, k, v = make(kind, B, Sq, Hq, Hkv, 128, 128, seqlen_k=Sk, seed=Sq + 3 * Sk, device="cuda")
+    q, k, v = make(kind, B, Sq, Hq, Hkv, head_dim, 128, seqlen_k=Sk, seed=Sq + 3 * Sk, device="cuda")
     return zyfa.quantize_fp8(q, k, v, granularity=granularity), causal
 
 
-def _exact_s_case(shape, seed, negative=False):
+def _exact_s_case(shape, seed, negative=False, head_dim=128):
     """FP8 inputs whose S = Q K^T the tensor cores compute exactly (small integers: every
     partial sum fits their ~13-bit accumulation): the kernel's t and y then equal the spec's
     bit for bit, and so do the P codes. ``negative``: a negative q_descale (c < 0), which
     the kernel handles by flipping Q's signs."""
     B, Sq, Sk, Hq, Hkv, causal = shape
     g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randint(-3, 4, (B, Sq, Hq, 128), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
-    k = torch.randint(-3, 4, (B, Sk, Hkv, 128), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
+    q = torch.randint(-3, 4, (B, Sq, Hq, head_dim), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
+    k = torch.randint(-3, 4, (B, Sk, Hkv, head_dim), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
     v = (torch.randn(B, Sk, Hkv, 128, device="cuda", generator=g) * 64).to(torch.float8_e4m3fn)
     q_descale = 0.25 + torch.rand(B, Hkv, device="cuda", generator=g)    # logits spread over ~16 in log2
     k_descale = 0.5 + torch.rand(B, Hkv, device="cuda", generator=g)
@@ -328,6 +343,33 @@ def test_ptx_kernel_agrees_with_triton(shape, rule):
         assert (diff > 1e-4).double().mean() <= 1e-3 and diff.max() <= 0.125, describe_mismatch(lse_a, lse_b, 1e-4)
     else:
         assert diff.max() < 1e-4, describe_mismatch(lse_a, lse_b, 1e-4)
+
+
+@hopper
+@pytest.mark.parametrize("shape", SHAPES)
+def test_mla_head_dims_equal_spec_and_every_schedule(shape):
+    """Dqk 192 / Dv 128: Q K^T over a 128-byte and a 64-byte column tile (64-byte swizzle).
+    Exact S: the spec's P codes (lean_cubic, bit-exact rule), so the spec's output within
+    the BF16 rounding; the warp-specialized schedules bit for bit as the serial kernel."""
+    from zyfa.asm.ptx.kernels import attention_fp8
+    kw, causal = _exact_s_case(shape, seed=shape[1] + 19, head_dim=192)
+    _assert_equals_spec(kw, causal, "lean_cubic")
+    a, lse_a = attention_fp8(**kw, causal=causal)
+    for schedule in ("pingpong", "specialized"):
+        b, lse_b = attention_fp8(**kw, causal=causal, schedule=schedule)
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b), schedule
+
+
+@hopper
+@pytest.mark.parametrize("shape", SHAPES[4:])
+def test_mla_head_dims_vs_float64(shape):
+    x, causal = _case(shape, head_dim=192)
+    out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, return_lse=True, backend="ptx")
+    spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="exact")
+    ref = attention_fp64(*x.dequantized(), causal=causal)
+    spec_err, rounding = rel_err(spec, ref), rel_err(spec.bfloat16(), spec)
+    print(f"{shape} d192: kernel {rel_err(out, ref):.3e} spec {spec_err:.3e}")
+    assert rel_err(out, ref) <= 1.1 * math.hypot(spec_err, rounding), (rel_err(out, ref), spec_err, rounding)
 
 
 @hopper

@@ -42,19 +42,20 @@ def _generated_fp8_limits(p: dispatch.Problem, kernel: str, head_dims_ok: bool, 
 
 
 def _ptx_ok(p: dispatch.Problem):
-    """The generated sm_90a kernel: FP8, head dims 128, coarse q/k descales, every P rule, block references."""
+    """The generated sm_90a kernel: FP8, head dims (128, 128) or MLA's (192, 128), coarse q/k
+    descales, every P rule, block references."""
     if p.device.type != "cuda" or torch.version.hip is not None:
         return False, f"generated PTX runs on NVIDIA GPUs, tensors are on {p.device.type}" + (
             " (ROCm)" if torch.version.hip is not None and p.device.type == "cuda" else "")
     if p.arch != "sm90":
         return False, f"generated PTX targets sm_90a (Hopper), device is {p.arch}"
-    refusal = _generated_fp8_limits(p, "generated kernel", p.head_dims == (128, 128), "(128, 128)",
-                                    p_rules=P_RULES)
+    refusal = _generated_fp8_limits(p, "generated kernel", p.head_dims in ((128, 128), (192, 128)),
+                                    "(128, 128) or (192, 128)", p_rules=P_RULES)
     if refusal:
         return refusal
     if not _CUDA_PYTHON:
         return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
-    return True, "generated PTX kernel for sm_90a (FP8, d128)"
+    return True, f"generated PTX kernel for sm_90a (FP8, d{p.head_dims[0]}/{p.head_dims[1]})"
 
 
 def _ptx_run(q, k, v, **kw):

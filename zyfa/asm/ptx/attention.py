@@ -38,7 +38,8 @@ from .lean_p import (PTX_RULES, emit_p_code, emit_p_code_pair, emit_p_exact_pair
 from .smem import emit_descriptor, emit_wait
 from .target import f32, module, program
 
-BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128
+BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128     # HEAD_DIM: one 128-byte column tile (and Dv)
+HEAD_DIMS = ((128, 128), (192, 128))           # (Dqk, Dv) the kernel takes; MLA's 192 as two tiles
 THREADS = 128
 STAGES = 2                                  # K / V^T stages; the pipelined kernel takes 3
 Q_BYTES = BLOCK_M * HEAD_DIM
@@ -81,30 +82,40 @@ def stages(schedule: str) -> int:
     return {"serial": STAGES, "pipelined": 3, "pingpong": 4, "persistent": 4, "specialized": 4}[schedule]
 
 
-def stage0(n_consumers: int) -> int:
-    """Byte offset of stage 0: after the Q tiles and the ones tile, 1024-aligned."""
-    return Q_BYTES * n_consumers + ONES_BYTES
+TAIL = 64      # Dqk 192: columns 128-191 as a second tile of 64-byte rows (64-byte swizzle)
 
 
-def bar_offset(n_stages: int, n_consumers: int = 1) -> int:
+def stage_bytes(dqk: int) -> int:
+    """One stage: the K tile(s) (128 keys x Dqk bytes), then V^T."""
+    return BLOCK_N * dqk + KV_BYTES
+
+
+def stage0(n_consumers: int, dqk: int = HEAD_DIM) -> int:
+    """Byte offset of stage 0: after the Q tiles (64 rows x Dqk bytes a consumer) and the
+    ones tile; 1024-aligned for Dqk 128 and 192."""
+    return BLOCK_M * dqk * n_consumers + ONES_BYTES
+
+
+def bar_offset(n_stages: int, n_consumers: int = 1, dqk: int = HEAD_DIM) -> int:
     """Byte offset of the mbarriers (Q's, one per stage, then the ping-pong kernel's one per
     stage that says it is free again), after the stages."""
-    return stage0(n_consumers) + n_stages * STAGE_BYTES
+    return stage0(n_consumers, dqk) + n_stages * stage_bytes(dqk)
 
 
-def shared_bytes(schedule: str) -> int:
+def shared_bytes(schedule: str, dqk: int = HEAD_DIM) -> int:
     """Dynamic shared memory of a kernel (+ slack to align the base to 1024)."""
     n, cons = stages(schedule), consumers(schedule)
-    return bar_offset(n, cons) + 8 * (1 + n * (2 if cons > 1 else 1)) + 1024
+    return bar_offset(n, cons, dqk) + 8 * (1 + n * (2 if cons > 1 else 1)) + 1024
 
 
 PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "vt_map[128]"),
+          (".align 64 .b8", "q_tail_map[128]"), (".align 64 .b8", "k_tail_map[128]"),
           (".u64", "out_ptr"), (".u64", "lse_ptr"), (".u64", "fac_ptr"), (".u64", "vd_ptr"),
           (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads"), (".u32", "batch")]
 
 
-def kernel_name(rule: str, causal: bool, rowsum: str = "alu", schedule: str = "serial") -> str:
-    return (f"zyfa_attn_fp8_d128_{rule}_{'causal' if causal else 'full'}_rowsum_{rowsum}"
+def kernel_name(rule: str, causal: bool, rowsum: str = "alu", schedule: str = "serial", dqk: int = HEAD_DIM) -> str:
+    return (f"zyfa_attn_fp8_d{dqk}_{rule}_{'causal' if causal else 'full'}_rowsum_{rowsum}"
             + ("" if schedule == "serial" else f"_{schedule}"))
 
 
@@ -122,17 +133,18 @@ class _Ctx:
     """Registers the prologue sets up and the loop and epilogue read."""
 
 
-def _prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1) -> _Ctx:
+def _prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1, dqk: int = HEAD_DIM) -> _Ctx:
     """Parameters, thread coordinates, the work of this CTA and block bounds. With
     ``n_consumers`` > 1 the CTA has a producer warpgroup (c.wg 0) and consumer warpgroups
     1.., each of 64 query rows; thread coordinates are within the warpgroup and the key
     blocks span the CTA's rows."""
     c = _Ctx()
-    c.stages, c.stage0 = n_stages, stage0(n_consumers)
+    c.stages, c.stage0, c.dqk = n_stages, stage0(n_consumers, dqk), dqk
+    c.q_bytes = BLOCK_M * dqk                              # one consumer's Q tiles
     emit = prog.emit
     tmp64 = prog.reg("u64")
     c.maps = {}
-    for name in ("q_map", "k_map", "vt_map"):
+    for name in ("q_map", "k_map", "vt_map") + (("q_tail_map", "k_tail_map") if dqk > HEAD_DIM else ()):
         r = prog.reg("u64")
         emit("mov.b64", tmp64, name)
         emit("cvta.param.u64", r, tmp64)
@@ -164,6 +176,8 @@ def _prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1) 
     emit("setp.eq.u32", c.leader, tid, 0)
     c.zero = prog.reg("u32")                               # TMA coordinates must be registers
     emit("mov.u32", c.zero, 0)
+    c.col_tail = prog.reg("u32")                           # first column of the Q / K tail tiles
+    emit("mov.u32", c.col_tail, HEAD_DIM)
 
     prog.comment("work: query tile from ctaid.x (last tiles first), (batch, head) from ctaid.y: the CTAs")
     prog.comment("running together share one head's K/V, which then stays in L2 (heads fastest thrashed it)")
@@ -193,7 +207,7 @@ def _prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1) 
     emit("mov.u32", raw, "zyfa_smem")
     emit("add.u32", raw, raw, 1023)
     emit("and.b32", c.smem, raw, -1024 & 0xFFFFFFFF)
-    emit("add.u32", c.bar_q, c.smem, bar_offset(n_stages, n_consumers))
+    emit("add.u32", c.bar_q, c.smem, bar_offset(n_stages, n_consumers, dqk))
     emit("add.u32", c.bar0, c.bar_q, 8)
     if n_consumers > 1:
         c.empty0 = prog.reg("u32")
@@ -276,8 +290,8 @@ def _emit_positive_factor(prog: Program, c: _Ctx, q_tile: Reg | None = None, syn
     emit("mov.u32", tid, "%tid.x")
     if q_tile is not None:
         emit("and.b32", tid, tid, THREADS - 1)
-    emit("mad.lo.u32", base, tid, Q_BYTES // THREADS, c.smem if q_tile is None else q_tile)
-    for i in range(Q_BYTES // THREADS // 4):
+    emit("mad.lo.u32", base, tid, c.q_bytes // THREADS, c.smem if q_tile is None else q_tile)
+    for i in range(c.q_bytes // THREADS // 4):
         emit("add.u32", addr, base, 4 * i)
         emit("ld.shared.b32", word, addr)
         emit("xor.b32", word, word, 0x80808080)
@@ -298,9 +312,9 @@ def _stage(prog: Program, c: _Ctx, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
         emit("rem.u32", stage, block, c.stages)
         emit("div.u32", phase, block, c.stages)
     emit("and.b32", phase, phase, 1)
-    emit("mad.lo.u32", k_tile, stage, STAGE_BYTES, c.smem)
+    emit("mad.lo.u32", k_tile, stage, stage_bytes(c.dqk), c.smem)
     emit("add.u32", k_tile, k_tile, c.stage0)
-    emit("add.u32", v_tile, k_tile, KV_BYTES)
+    emit("add.u32", v_tile, k_tile, BLOCK_N * c.dqk)
     emit("mad.lo.u32", bar, stage, 8, c.bar0)
     return k_tile, v_tile, bar, phase
 
@@ -312,9 +326,22 @@ def _emit_kv_load(prog: Program, c: _Ctx, block: Reg, slot: Reg | None = None) -
     k_tile, v_tile, bar, _ = _stage(prog, c, block if slot is None else slot)
     key0 = prog.reg("u32")
     emit("mul.lo.u32", key0, block, BLOCK_N)
-    emit("mbarrier.expect_tx", bar, STAGE_BYTES)
+    emit("mbarrier.expect_tx", bar, stage_bytes(c.dqk))
     emit("tma.load.4d", k_tile, c.maps["k_map"], c.zero, c.kvh, key0, c.b, bar)
+    if c.dqk > HEAD_DIM:                                   # K columns 128.. by their own map
+        tail = prog.reg("u32")
+        emit("add.u32", tail, k_tile, KV_BYTES)
+        emit("tma.load.4d", tail, c.maps["k_tail_map"], c.col_tail, c.kvh, key0, c.b, bar)
     emit("tma.load.3d", v_tile, c.maps["vt_map"], key0, c.zero, c.bkv, bar)
+
+
+def _emit_q_load(prog: Program, c: _Ctx, q_tile, row, bar) -> None:
+    """Thread 0: the Q tile(s) of 64 rows from ``row`` into ``q_tile`` (mbarrier ``bar``)."""
+    prog.emit("tma.load.4d", q_tile, c.maps["q_map"], c.zero, c.h, row, c.b, bar)
+    if c.dqk > HEAD_DIM:
+        tail = prog.reg("u32")
+        prog.emit("add.u32", tail, q_tile, Q_BYTES)
+        prog.emit("tma.load.4d", tail, c.maps["q_tail_map"], c.col_tail, c.h, row, c.b, bar)
 
 
 def _emit_mask(prog: Program, c: _Ctx, t: list[Reg], start_n: Reg, copy: bool = False) -> list[Reg]:
@@ -359,15 +386,23 @@ def _emit_scores(prog: Program, c: _Ctx, j: Reg, dq: Reg, s: list[Reg], yes: Reg
     k_tile, _, bar, phase = _stage(prog, c, j)
     if wait:
         emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
-    dk = emit_descriptor(prog, k_tile)
+    tiles = [(dq, emit_descriptor(prog, k_tile), HEAD_DIM)]
+    if c.dqk > HEAD_DIM:                                   # the tail tiles: Q_BYTES / KV_BYTES on
+        q_tail, k_tail = prog.reg("u32"), prog.reg("u32")
+        emit("add.u32", q_tail, c.q_tile, Q_BYTES)
+        emit("add.u32", k_tail, k_tile, KV_BYTES)
+        tiles.append((emit_descriptor(prog, q_tail, TAIL), emit_descriptor(prog, k_tail, TAIL), TAIL))
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
     emit("wgmma.fence")
-    for k in range(HEAD_DIM // 32):
-        ak, bk = prog.regs("u64", 2)
-        emit("add.u64", ak, dq, 2 * k)
-        emit("add.u64", bk, dk, 2 * k)
-        emit("wgmma.m64n128k32.e4m3.ss", s_list, ak, bk, 0 if k == 0 else yes)
+    first = True
+    for dq_t, dk_t, width in tiles:
+        for step in range(width // 32):                    # 32 columns: 2 descriptor units
+            ak, bk = prog.regs("u64", 2)
+            emit("add.u64", ak, dq_t, 2 * step)
+            emit("add.u64", bk, dk_t, 2 * step)
+            emit("wgmma.m64n128k32.e4m3.ss", s_list, ak, bk, 0 if first else yes)
+            first = False
     emit("wgmma.commit")
 
 
@@ -750,8 +785,9 @@ def _emit_setup(prog: Program, c: _Ctx, rule: str, rowsum: str, counts: list[int
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str = "alu",
-                     arch: str = "sm_90a", schedule: str = "serial") -> tuple[str, str]:
-    """(name, PTX) of the FP8 d128 attention kernel for one P rule and mask kind.
+                     arch: str = "sm_90a", schedule: str = "serial", dqk: int = HEAD_DIM) -> tuple[str, str]:
+    """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` 128 or 192, Dv 128) for one P
+    rule and mask kind.
 
     ``rowsum``: the row sums of the rounded P from the codes on the ALUs in float32 ("alu",
     2 instructions a score, the spec's precision), from half-precision wgmmas with float32
@@ -781,18 +817,20 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, rowsum: str 
         raise ValueError(f"rowsum 'hmma' takes the P pairs of a rule in {HMMA_RULES}, not {rule!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if (dqk, HEAD_DIM) not in HEAD_DIMS:
+        raise ValueError(f"the generated kernel takes head dims {HEAD_DIMS}, got ({dqk}, {HEAD_DIM})")
     if consumers(schedule) > 1 and rowsum == "mma":
         raise ValueError("the ping-pong and specialized kernels take rowsum 'hmma' or 'alu'")
     if schedule == PERSISTENT:                     # the same kernel; only the launch differs
         schedule = "pingpong"
-    name = kernel_name(rule, causal, rowsum, schedule)
+    name = kernel_name(rule, causal, rowsum, schedule, dqk)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if consumers(schedule) > 1:
         from .pingpong import MAX_REGISTERS, emit_pingpong
-        emit_pingpong(prog, rule, causal, rowsum, turns=schedule == "pingpong")
+        emit_pingpong(prog, rule, causal, rowsum, turns=schedule == "pingpong", dqk=dqk)
         return name, module(name, PARAMS, prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
-    _emit_one_warpgroup(prog, rule, causal, rowsum, schedule == "pipelined")
+    _emit_one_warpgroup(prog, rule, causal, rowsum, schedule == "pipelined", dqk)
     return name, module(name, PARAMS, prog, arch, shared)
 
 
@@ -800,18 +838,19 @@ def threads(schedule: str) -> int:
     return THREADS * (1 + consumers(schedule)) if consumers(schedule) > 1 else THREADS
 
 
-def _emit_one_warpgroup(prog: Program, rule: str, causal: bool, rowsum: str, pipelined: bool) -> None:
+def _emit_one_warpgroup(prog: Program, rule: str, causal: bool, rowsum: str, pipelined: bool, dqk: int) -> None:
     """The serial and pipelined kernels: one warpgroup a CTA, thread 0 loads."""
     emit = prog.emit
-    c = _prologue(prog, causal, stages("pipelined" if pipelined else "serial"))
+    c = _prologue(prog, causal, stages("pipelined" if pipelined else "serial"), dqk=dqk)
 
     prog.comment("thread 0: barriers, then the Q tile and the first K / V^T block")
     yes = prog.reg("pred")
     emit("setp.eq.u32", yes, c.zero, 0)
     ones = _emit_setup(prog, c, rule, rowsum, [1] * (1 + c.stages))
     emit("bra.div", "LOADS_STARTED", guard=f"!{c.leader}")
-    emit("mbarrier.expect_tx", c.bar_q, Q_BYTES)
-    emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.start_m, c.b, c.bar_q)
+    emit("mbarrier.expect_tx", c.bar_q, c.q_bytes)
+    _emit_q_load(prog, c, c.smem, c.start_m, c.bar_q)
+    c.q_tile = c.smem
     _emit_kv_load(prog, c, c.zero)
     if pipelined:                                  # the first two blocks before the loop
         second, one = prog.reg("pred"), prog.reg("u32")

@@ -62,9 +62,9 @@ def qk_tile(q: torch.Tensor, k: torch.Tensor, q_row: int = 0, k_row: int = 0) ->
 
 
 @functools.cache
-def _attention(rule: str, causal: bool, rowsum: str, schedule: str, arch: str, device: int) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, rowsum, arch, schedule)
-    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), attn.shared_bytes(schedule))
+def _attention(rule: str, causal: bool, rowsum: str, schedule: str, dqk: int, arch: str, device: int) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, rowsum, arch, schedule, dqk)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), attn.shared_bytes(schedule, dqk))
 
 
 def permuted_vt(v: torch.Tensor) -> torch.Tensor:
@@ -99,8 +99,8 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
         raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
-    if (D, Dv) != (attn.HEAD_DIM, attn.HEAD_DIM):
-        raise ValueError(f"the generated kernel is for head dims (128, 128), got ({D}, {Dv})")
+    if (D, Dv) not in attn.HEAD_DIMS:
+        raise ValueError(f"the generated kernel takes head dims {attn.HEAD_DIMS}, got ({D}, {Dv})")
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dev = q.device
     fac = head_factor(q_descale, k_descale, B, Hkv, scale, dev)
@@ -109,13 +109,17 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     vt = permuted_vt(v).reshape(B * Hkv, Dv, -1)
     out = torch.empty(B, Sq, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, D)), tensor_map(k8, (1, attn.BLOCK_N, 1, D)),
-            tensor_map(vt, (1, Dv, attn.BLOCK_N))]
+    # boxes of one 128-byte column tile; Dqk 192's columns 128-191 by the tail maps, in boxes
+    # of 64 bytes with the 64-byte swizzle (the d128 kernel has the same maps again, unused)
+    head, tail = (attn.HEAD_DIM, 128), (attn.TAIL, 64) if D > attn.HEAD_DIM else (attn.HEAD_DIM, 128)
+    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, head[0]), head[1]), tensor_map(k8, (1, attn.BLOCK_N, 1, head[0]), head[1]),
+            tensor_map(vt, (1, Dv, attn.BLOCK_N)),
+            tensor_map(q8, (1, attn.BLOCK_M, 1, tail[0]), tail[1]), tensor_map(k8, (1, attn.BLOCK_N, 1, tail[0]), tail[1])]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     if schedule not in attn.SCHEDULES:
         raise ValueError(f"schedule must be one of {attn.SCHEDULES}, got {schedule!r}")
-    kernel = _attention(p_rule, bool(causal), rowsum, schedule, "sm_90a",
+    kernel = _attention(p_rule, bool(causal), rowsum, schedule, D, "sm_90a",
                         dev.index if dev.index is not None else torch.cuda.current_device())
     if attn.consumers(schedule) == 1:
         grid = (-(-Sq // attn.BLOCK_M), B * Hq)

@@ -57,7 +57,7 @@ class Kernel:
                                   ctypes.addressof(ptrs), 0), f"launching {self.name}")
 
 
-def tensor_map(t: torch.Tensor, box: tuple, swizzle_128b: bool = True):
+def tensor_map(t: torch.Tensor, box: tuple, swizzle: int = 128):
     """A TMA descriptor over a tensor of 1-byte elements (up to 5 dims, innermost contiguous,
     other strides multiples of 16 bytes), loading boxes of shape ``box`` (same order as
     t.shape). Reads past the tensor's bounds fill with zeros."""
@@ -67,8 +67,8 @@ def tensor_map(t: torch.Tensor, box: tuple, swizzle_128b: bool = True):
                          f"many dims; got {t.dtype} {tuple(t.shape)} strides {t.stride()} box {box}")
     if t.data_ptr() % 16 or any(st % 16 for st in t.stride()[:-1]):
         raise ValueError(f"TMA needs a 16-byte aligned base and strides, got strides {t.stride()}")
-    swizzle = drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128b else \
-        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
+    modes = {128: "CU_TENSOR_MAP_SWIZZLE_128B", 64: "CU_TENSOR_MAP_SWIZZLE_64B", 0: "CU_TENSOR_MAP_SWIZZLE_NONE"}
+    swizzle = getattr(drv.CUtensorMapSwizzle, modes[swizzle])
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     return _check(drv.cuTensorMapEncodeTiled(
         drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, t.dim(), t.data_ptr(),

@@ -31,7 +31,8 @@ Q_BARRIERS = (3, 4)                    # each consumer's own 128 threads (negati
 CONSUMER_WARPS = 8                     # arrivals that free a stage, or the Q tiles
 
 
-def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str, turns: bool = True) -> None:
+def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str, turns: bool = True,
+                  dqk: int = at.HEAD_DIM) -> None:
     """The kernel's body; ``turns=False`` (schedule "specialized") leaves the ping-pong
     barriers out, so the consumers issue their GEMM phases whenever they are ready.
 
@@ -41,7 +42,7 @@ def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str, turns: bo
     tiles (the stage ring's position) and its tiles (the Q mbarriers' phases)."""
     emit = prog.emit
     n_stages = at.stages("pingpong")
-    c = at._prologue(prog, causal, n_stages, n_consumers=2)
+    c = at._prologue(prog, causal, n_stages, n_consumers=2, dqk=dqk)
     yes = prog.reg("pred")
     emit("setp.eq.u32", yes, c.zero, 0)
     producer = prog.reg("pred")
@@ -103,10 +104,10 @@ def _emit_producer(prog: Program, c) -> None:
     emit_wait(prog, c.q_free, _phase_of(prog, it, flip=True), "WAIT_Q_FREE")
     second_q, q1 = prog.regs("u32", 2)
     emit("add.u32", second_q, c.tile_m, at.BLOCK_M)
-    emit("add.u32", q1, c.smem, at.Q_BYTES)
-    emit("mbarrier.expect_tx", c.bar_q, 2 * at.Q_BYTES)
-    emit("tma.load.4d", c.smem, c.maps["q_map"], c.zero, c.h, c.tile_m, c.b, c.bar_q)
-    emit("tma.load.4d", q1, c.maps["q_map"], c.zero, c.h, second_q, c.b, c.bar_q)
+    emit("add.u32", q1, c.smem, c.q_bytes)
+    emit("mbarrier.expect_tx", c.bar_q, 2 * c.q_bytes)
+    at._emit_q_load(prog, c, c.smem, c.tile_m, c.bar_q)
+    at._emit_q_load(prog, c, q1, second_q, c.bar_q)
     emit("mov.u32", j, 0)
     done, empty, stage = prog.reg("pred"), prog.reg("u32"), prog.reg("u32")
     prog.label("LOAD_LOOP")
@@ -170,9 +171,10 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     if turns:
         emit("bar.arrive.n", TURN_BARRIERS[0], 2 * at.THREADS, guard=f"!{first}")   # consumer 1 goes first
     q_tile = prog.reg("u32")
-    emit("mad.lo.u32", q_tile, c.wg, at.Q_BYTES, c.smem)
-    emit("sub.u32", q_tile, q_tile, at.Q_BYTES)
+    emit("mad.lo.u32", q_tile, c.wg, c.q_bytes, c.smem)
+    emit("sub.u32", q_tile, q_tile, c.q_bytes)
     dq = emit_descriptor(prog, q_tile)
+    c.q_tile = q_tile
     d_ones = emit_descriptor(prog, ones)
     t, it, base = prog.regs("u32", 3)                     # base: the slot of the tile's block 0
     emit("mov.u32", t, "%ctaid.x")

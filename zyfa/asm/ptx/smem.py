@@ -3,9 +3,7 @@ matrix descriptors of 128-byte-swizzled tiles."""
 from __future__ import annotations
 
 from ..program import Program, Reg
-from .target import descriptor_bits
-
-SWIZZLE_ATOM = 8 * 128    # 8 rows of 128 bytes: the descriptor's stride byte offset
+from .target import SWIZZLE_64B, SWIZZLE_128B, descriptor_bits
 
 
 def emit_wait(prog: Program, bar: Reg, phase, label: str) -> None:
@@ -16,12 +14,14 @@ def emit_wait(prog: Program, bar: Reg, phase, label: str) -> None:
     prog.emit("bra.div", label, guard=f"!{done}")
 
 
-def emit_descriptor(prog: Program, tile: Reg) -> Reg:
-    """The wgmma descriptor of a K-major tile at shared address ``tile`` (1024-aligned,
-    rows of 128 bytes, 128-byte swizzle). Adding 2 steps it 32 bytes along K."""
+def emit_descriptor(prog: Program, tile: Reg, row_bytes: int = 128) -> Reg:
+    """The wgmma descriptor of a K-major tile at shared address ``tile``: rows of 128 bytes
+    with the 128-byte swizzle (1024-aligned), or of 64 bytes with the 64-byte swizzle
+    (512-aligned); the stride byte offset is 8 rows. Adding 2 steps it 32 bytes along K."""
     base, desc = prog.regs("u64", 2)
     prog.emit("cvt.u64.u32", base, tile)
     prog.emit("shr.u64", base, base, 4)
     prog.emit("and.b64", base, base, 0x3FFF)
-    prog.emit("or.b64", desc, base, descriptor_bits(SWIZZLE_ATOM))
+    swizzle = {128: SWIZZLE_128B, 64: SWIZZLE_64B}[row_bytes]
+    prog.emit("or.b64", desc, base, descriptor_bits(8 * row_bytes, swizzle))
     return desc

@@ -143,7 +143,7 @@ def module(name: str, params: list[tuple[str, str]], prog: Program, arch: str = 
 
 # the 64-bit wgmma shared-memory descriptor: start address >> 4 in bits 0-13, leading byte
 # offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, swizzle mode in 62-63 (1 = 128 B)
-SWIZZLE_128B = 1
+SWIZZLE_128B, SWIZZLE_64B = 1, 2
 
 
 def descriptor_bits(stride_bytes: int, swizzle: int = SWIZZLE_128B, leading_bytes: int = 0) -> int:
