@@ -80,8 +80,16 @@ def permuted_vt(v: torch.Tensor) -> torch.Tensor:
     return u.reshape(B, Hkv, Dv, Sk + pad)
 
 
+def default_schedule(head_dim: int) -> str:
+    """The schedule measured fastest on the H200 (bench/PTX_NOTES.md v11-v15): for d128 three
+    independent one-warpgroup CTAs an SM ("serial"; the warp-specialized ones within +-3% at
+    16K-32K, 8% slower at batch 4 4K); for MLA's Dqk 192, whose K tiles leave room for two
+    such CTAs only, the producer / two-consumer kernel without turns ("specialized", +23%)."""
+    return "specialized" if head_dim > attn.HEAD_DIM else "serial"
+
+
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
-                  p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum=None, schedule="serial"):
+                  p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum=None, schedule=None):
     """FP8 d128 attention by the generated sm_90a kernel; inputs validated by flash_attn_func
     (coarse q/k descales, ref_rule "block", any P rule). Returns (out BF16, lse float32).
 
@@ -90,9 +98,10 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     ``"alu"`` (the default for the float32 lean rules: float32 on the ALUs, as the spec does);
     ``"mma"`` from FP8 wgmmas against ones, faster but ~1e-3 off from their truncating
     accumulation. ``schedule``: "serial", "pipelined" (Q K^T of the next block overlaps this
-    block's softmax) or "pingpong" (a producer warpgroup and two consumer warpgroups taking
-    turns at the tensor cores), attn.attention_kernel. H200 timings of each are in
-    bench/PTX_NOTES.md."""
+    block's softmax), "pingpong" (a producer warpgroup and two consumer warpgroups taking
+    turns at the tensor cores), "persistent" or "specialized" (attn.attention_kernel); None
+    picks the fastest measured for the head dims (default_schedule). H200 timings of each
+    are in bench/PTX_NOTES.md."""
     if rowsum is None:
         rowsum = "hmma" if p_rule in attn.HMMA_RULES else "alu"
     if ref_rule != "block":
@@ -117,6 +126,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
             tensor_map(q8, (1, attn.BLOCK_M, 1, tail[0]), tail[1]), tensor_map(k8, (1, attn.BLOCK_N, 1, tail[0]), tail[1])]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
+    schedule = default_schedule(D) if schedule is None else schedule
     if schedule not in attn.SCHEDULES:
         raise ValueError(f"schedule must be one of {attn.SCHEDULES}, got {schedule!r}")
     kernel = _attention(p_rule, bool(causal), rowsum, schedule, D, "sm_90a",
