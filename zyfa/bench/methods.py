@@ -99,7 +99,8 @@ def _ptx_missing():
 
 
 def _ptx_unsupported(case: Case):
-    return None if (case.D, case.Dv) == (128, 128) else f"the generated kernel has head dims (128, 128), not {(case.D, case.Dv)}"
+    from zyfa.asm.ptx.attention import HEAD_DIMS
+    return None if (case.D, case.Dv) in HEAD_DIMS else f"the generated kernel takes head dims {HEAD_DIMS}, not {(case.D, case.Dv)}"
 
 
 def _zyfa_fp8(rule, backend):
