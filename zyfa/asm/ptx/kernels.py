@@ -17,7 +17,6 @@ from .loader import Kernel, tensor_map
 from .qk_tile import ROWS, qk_tile_kernel
 
 
-
 @functools.cache
 def _p_codes(rule: str, arch: str, device: int) -> Kernel:
     name, ptx = p_codes_kernel(rule, arch)

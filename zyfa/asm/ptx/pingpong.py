@@ -1,5 +1,7 @@
-"""The warp-specialized schedule of the generated Hopper kernel (``schedule="pingpong"``):
-FlashAttention-3's structure around the same block math as the serial kernel.
+"""The warp-specialized schedules of the generated Hopper kernel: FlashAttention-3's
+structure around the same block math (block.py) as the serial kernel. ``"pingpong"`` (and
+``"persistent"``: the same kernel, one CTA an SM) take turns at the tensor cores;
+``"specialized"`` leaves the turns out (the default for MLA's Dqk 192, fastest there).
 
 One CTA = 128 query rows of one head, 384 threads:
   warpgroup 0  producer: gives up registers (setmaxnreg 24); thread 0 loads each key
@@ -14,13 +16,13 @@ warpgroup's GEMMs while the other computes its softmax instead of both waiting a
 
 The arithmetic is the serial kernel's, block by block (total = total * alpha + block * beta
 in the same order), so the outputs are bit-identical to it. Versions and H200 timings:
-bench/PTX_NOTES.md (v11).
+bench/PTX_NOTES.md (v11, v11b, v14, v15).
 """
 from __future__ import annotations
 
 from ...reference import NEG_FLOOR
 from ..program import Program
-from . import attention as at
+from . import block, cta, layout
 from .smem import emit_descriptor, emit_wait
 from .target import f32
 
@@ -32,7 +34,7 @@ CONSUMER_WARPS = 8                     # arrivals that free a stage, or the Q ti
 
 
 def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str, turns: bool = True,
-                  dqk: int = at.HEAD_DIM) -> None:
+                  dqk: int = layout.HEAD_DIM) -> None:
     """The kernel's body; ``turns=False`` (schedule "specialized") leaves the ping-pong
     barriers out, so the consumers issue their GEMM phases whenever they are ready.
 
@@ -41,19 +43,19 @@ def emit_pingpong(prog: Program, rule: str, causal: bool, rowsum: str, turns: bo
     tile, or persistent with a grid of one CTA an SM. A CTA counts its K / V^T loads across
     tiles (the stage ring's position) and its tiles (the Q mbarriers' phases)."""
     emit = prog.emit
-    n_stages = at.stages("pingpong")
-    c = at._prologue(prog, causal, n_stages, n_consumers=2, dqk=dqk)
+    n_stages = layout.stages("pingpong")
+    c = cta.prologue(prog, causal, n_stages, n_consumers=2, dqk=dqk)
     yes = prog.reg("pred")
     emit("setp.eq.u32", yes, c.zero, 0)
     producer = prog.reg("pred")
     emit("setp.eq.u32", producer, c.wg, 0)
     # mbarriers: Q full, stages full, stages free, Q free
-    ones = at._emit_setup(prog, c, rule, rowsum, [1] + [1] * n_stages + [CONSUMER_WARPS] * (n_stages + 1),
+    ones = cta.emit_setup(prog, c, rule, rowsum, [1] + [1] * n_stages + [CONSUMER_WARPS] * (n_stages + 1),
                           writers=producer)
     c.q_free = prog.reg("u32")
     emit("add.u32", c.q_free, c.empty0, 8 * n_stages)
     c.n_m, c.tiles = prog.regs("u32", 2)
-    emit("add.u32", c.n_m, c.sq, 2 * at.BLOCK_M - 1)
+    emit("add.u32", c.n_m, c.sq, 2 * layout.BLOCK_M - 1)
     emit("shr.u32", c.n_m, c.n_m, 7)
     emit("mul.lo.u32", c.tiles, c.n_m, c.hq)
     emit("mul.lo.u32", c.tiles, c.tiles, c.batch)
@@ -77,7 +79,7 @@ def _emit_tile_loop_head(prog: Program, c, t, label: str) -> None:
     prog.emit("div.u32", bh, t, c.n_m)
     prog.emit("sub.u32", ty, c.n_m, ty)
     prog.emit("sub.u32", ty, ty, 1)                       # heaviest query tile first
-    at._emit_work(prog, c, ty, bh)
+    cta.emit_work(prog, c, ty, bh)
 
 
 def _phase_of(prog: Program, count, flip: bool = False):
@@ -103,11 +105,11 @@ def _emit_producer(prog: Program, c) -> None:
     _emit_tile_loop_head(prog, c, t, "PRODUCE_TILE")
     emit_wait(prog, c.q_free, _phase_of(prog, it, flip=True), "WAIT_Q_FREE")
     second_q, q1 = prog.regs("u32", 2)
-    emit("add.u32", second_q, c.tile_m, at.BLOCK_M)
+    emit("add.u32", second_q, c.tile_m, layout.BLOCK_M)
     emit("add.u32", q1, c.smem, c.q_bytes)
     emit("mbarrier.expect_tx", c.bar_q, 2 * c.q_bytes)
-    at._emit_q_load(prog, c, c.smem, c.tile_m, c.bar_q)
-    at._emit_q_load(prog, c, q1, second_q, c.bar_q)
+    cta.emit_q_load(prog, c, c.smem, c.tile_m, c.bar_q)
+    cta.emit_q_load(prog, c, q1, second_q, c.bar_q)
     emit("mov.u32", j, 0)
     done, empty, stage = prog.reg("pred"), prog.reg("u32"), prog.reg("u32")
     prog.label("LOAD_LOOP")
@@ -118,7 +120,7 @@ def _emit_producer(prog: Program, c) -> None:
     emit("and.b32", stage, slot, c.stages - 1)
     emit("mad.lo.u32", empty, stage, 8, c.empty0)
     emit_wait(prog, empty, _phase_of(prog, phase, flip=True), "WAIT_FREE")
-    at._emit_kv_load(prog, c, j, slot)
+    cta.emit_kv_load(prog, c, j, slot)
     emit("add.u32", j, j, 1)
     emit("add.u32", slot, slot, 1)
     emit("bra.div", "LOAD_LOOP")
@@ -141,9 +143,9 @@ def _emit_turn(prog: Program, c, take: bool) -> None:
     if not c.turns:
         return
     if take:
-        prog.emit("bar.sync.n", c.my_turn, 2 * at.THREADS)
+        prog.emit("bar.sync.n", c.my_turn, 2 * layout.THREADS)
     else:
-        prog.emit("bar.arrive.n", c.other_turn, 2 * at.THREADS)
+        prog.emit("bar.arrive.n", c.other_turn, 2 * layout.THREADS)
 
 
 def _emit_release(prog: Program, c, bar) -> None:
@@ -169,7 +171,7 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     emit("setp.eq.u32", first, c.wg, 1)
     c.turns = turns
     if turns:
-        emit("bar.arrive.n", TURN_BARRIERS[0], 2 * at.THREADS, guard=f"!{first}")   # consumer 1 goes first
+        emit("bar.arrive.n", TURN_BARRIERS[0], 2 * layout.THREADS, guard=f"!{first}")   # consumer 1 goes first
     q_tile = prog.reg("u32")
     emit("mad.lo.u32", q_tile, c.wg, c.q_bytes, c.smem)
     emit("sub.u32", q_tile, q_tile, c.q_bytes)
@@ -182,11 +184,11 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     emit("mov.u32", base, 0)
 
     _emit_tile_loop_head(prog, c, t, "TILE")
-    at._emit_rows(prog, c, causal)
+    cta.emit_rows(prog, c, causal)
     emit_wait(prog, c.bar_q, _phase_of(prog, it), "WAIT_Q")
-    at._emit_positive_factor(prog, c, q_tile, sync=lambda: emit("bar.sync.n", q_sync, at.THREADS))
+    cta.emit_positive_factor(prog, c, q_tile, sync=lambda: emit("bar.sync.n", q_sync, layout.THREADS))
 
-    total = prog.regs("f32", at.ACC)
+    total = prog.regs("f32", layout.ACC)
     for ti in total:
         emit("mov.f32", ti, f32(0.0))
     A, l = prog.regs("f32", 2), prog.regs("f32", 2)
@@ -197,8 +199,8 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
     emit("mov.u32", slot, base)
-    s = prog.regs("f32", at.ACC)
-    p_regs = [prog.regs("b32", 4) for _ in range(at.BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
+    s = prog.regs("f32", layout.ACC)
+    p_regs = [prog.regs("b32", 4) for _ in range(layout.BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
     alpha, beta = prog.regs("f32", 2), prog.regs("f32", 2)
 
     def keep(sm) -> None:
@@ -211,21 +213,21 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
             emit("mov.f32", beta[half], sm.beta[half])
 
     def fold(o, tag: str) -> None:
-        at._emit_rescale(prog, total, alpha, tag)
-        at._emit_fold(prog, o, total, beta)
+        block.emit_rescale(prog, total, alpha, tag)
+        block.emit_fold(prog, o, total, beta)
 
     def issue_pv(block_slot):
-        _, v_tile, _, _ = at._stage(prog, c, block_slot)
-        return at._emit_pv_issue(prog, rowsum, p_regs, emit_descriptor(prog, v_tile), d_ones, None, yes)
+        _, v_tile, _, _ = cta.stage(prog, c, block_slot)
+        return block.emit_pv_issue(prog, rowsum, p_regs, emit_descriptor(prog, v_tile), d_ones, None, yes)
 
     prog.comment("block 0: its GEMM phase has Q K^T alone")
-    at._emit_kv_wait(prog, c, slot, "_FIRST")
+    cta.emit_kv_wait(prog, c, slot, "_FIRST")
     _emit_turn(prog, c, take=True)
-    at._emit_scores(prog, c, slot, dq, s, yes, "_FIRST", wait=False)
+    cta.emit_scores(prog, c, slot, dq, s, yes, "_FIRST", wait=False)
     _emit_turn(prog, c, take=False)
     emit("wgmma.wait", 0)
-    sm = at._emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, "_FIRST")
-    at._emit_row_update(prog, sm, rowsum, l, A)
+    sm = block.emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, "_FIRST")
+    block.emit_row_update(prog, sm, rowsum, l, A)
     keep(sm)
 
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1")
@@ -234,20 +236,20 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     emit("mov.u32", prev_slot, slot)
     emit("add.u32", slot, slot, 1)
     emit("add.u32", j, j, 1)
-    emit("add.u32", start_n, start_n, at.BLOCK_N)
+    emit("add.u32", start_n, start_n, layout.BLOCK_N)
     emit("setp.ge.u32", last, j, c.n_blocks)
     emit("bra", "LAST_PV", guard=last)
-    at._emit_kv_wait(prog, c, slot, "")
+    cta.emit_kv_wait(prog, c, slot, "")
     _emit_turn(prog, c, take=True)
-    at._emit_scores(prog, c, slot, dq, s, yes, "", wait=False)
+    cta.emit_scores(prog, c, slot, dq, s, yes, "", wait=False)
     o = issue_pv(prev_slot)
     _emit_turn(prog, c, take=False)
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V^T may still run
-    sm = at._emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, "", wait_rowsum=False)
+    sm = block.emit_softmax(prog, c, rule, rowsum, start_n, s, d_ones, A, yes, "", wait_rowsum=False)
     emit("wgmma.wait", 0)                                  # P(j - 1) V^T and block j's row sums
     _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     fold(o, "")
-    at._emit_row_update(prog, sm, rowsum, l, A)
+    block.emit_row_update(prog, sm, rowsum, l, A)
     keep(sm)
     emit("bra", "BLOCK_LOOP")
 
@@ -259,7 +261,7 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     _emit_release(prog, c, c.q_free)                       # this tile's Q K^T are all done
     fold(o, "_LAST")
-    at._emit_epilogue(prog, c, total, A, l)
+    cta.emit_epilogue(prog, c, total, A, l)
     emit("add.u32", base, base, c.n_blocks)
     _emit_next_tile(prog, t, it)
     emit("bra.div", "TILE")
