@@ -32,7 +32,7 @@ from __future__ import annotations
 from ...fp8 import HALF_RULES
 from ...reference import NEG_FLOOR
 from ..program import Program
-from .block import emit_block
+from .block import emit_accumulators, emit_block
 from .cta import (
     emit_epilogue,
     emit_kv_load,
@@ -150,13 +150,7 @@ def _emit_one_warpgroup(prog: Program, rule: str, causal: bool, rowsum: str, pip
     dq = emit_descriptor(prog, c.smem)
     d_ones = emit_descriptor(prog, ones)
 
-    total = prog.regs("f32", ACC)
-    for ti in total:
-        emit("mov.f32", ti, f32(0.0))
-    A, l = prog.regs("f32", 2), prog.regs("f32", 2)
-    for half in (0, 1):
-        emit("mov.f32", A[half], f32(NEG_FLOOR))
-        emit("mov.f32", l[half], f32(0.0))
+    total, A, l = emit_accumulators(prog)
     j, start_n = prog.regs("u32", 2)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)

@@ -39,6 +39,19 @@ class Softmax:
         return [self.sums[0], self.sums[2]] if rowsum in ("mma", "hmma") else self.l_alu   # rows g, g + 8
 
 
+def emit_accumulators(prog: Program) -> tuple[list[Reg], list[Reg], list[Reg]]:
+    """The row state before the first block: total = 0 (the output accumulator), the
+    reference A = NEG_FLOOR and the row sum l = 0 (rows g and g + 8)."""
+    total = prog.regs("f32", ACC)
+    for ti in total:
+        prog.emit("mov.f32", ti, f32(0.0))
+    A, l = prog.regs("f32", 2), prog.regs("f32", 2)
+    for half in (0, 1):
+        prog.emit("mov.f32", A[half], f32(NEG_FLOOR))
+        prog.emit("mov.f32", l[half], f32(0.0))
+    return total, A, l
+
+
 def emit_mask(prog: Program, c: Ctx, t: list[Reg], start_n: Reg, copy: bool = False) -> list[Reg]:
     """t = -inf where key > the row's limit (causal diagonal, or past seqlen_k). ``copy``:
     into new registers, leaving t (a wgmma accumulator) unwritten: ptxas serializes the

@@ -188,13 +188,7 @@ def _emit_consumer(prog: Program, c, rule: str, causal: bool, rowsum: str, ones,
     emit_wait(prog, c.bar_q, _phase_of(prog, it), "WAIT_Q")
     cta.emit_positive_factor(prog, c, q_tile, sync=lambda: emit("bar.sync.n", q_sync, layout.THREADS))
 
-    total = prog.regs("f32", layout.ACC)
-    for ti in total:
-        emit("mov.f32", ti, f32(0.0))
-    A, l = prog.regs("f32", 2), prog.regs("f32", 2)
-    for half in (0, 1):
-        emit("mov.f32", A[half], f32(NEG_FLOOR))
-        emit("mov.f32", l[half], f32(0.0))
+    total, A, l = block.emit_accumulators(prog)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
