@@ -30,7 +30,6 @@ Versions, predictions and H200 measurements: bench/PTX_NOTES.md.
 from __future__ import annotations
 
 from ...fp8 import HALF_RULES
-from ...reference import NEG_FLOOR
 from ..program import Program
 from .block import emit_accumulators, emit_block
 from .cta import (
@@ -65,7 +64,7 @@ from .layout import (  # noqa: F401
 )
 from .lean_p import PTX_RULES
 from .smem import emit_descriptor, emit_wait
-from .target import f32, module, program
+from .target import module, program
 
 ROWSUMS = ("mma", "alu", "hmma")
 # the lean and half rules, bit-exact to the spec, and exact (MUFU.EX2 + the hardware's E4M3

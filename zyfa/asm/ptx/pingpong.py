@@ -20,11 +20,9 @@ bench/PTX_NOTES.md (v11, v11b, v14, v15).
 """
 from __future__ import annotations
 
-from ...reference import NEG_FLOOR
 from ..program import Program
 from . import block, cta, layout
 from .smem import emit_descriptor, emit_wait
-from .target import f32
 
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
 MAX_REGISTERS = (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) // 3      # 168: what the launch allots
