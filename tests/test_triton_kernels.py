@@ -94,6 +94,21 @@ def test_exact_rule_hardware_rounding_equals_integer_rounding(shape):
     assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
 
 
+def test_negative_descale_flips_q():
+    """The kernel takes the row max on S, which needs the factor c > 0: a negative q descale
+    flips Q's signs in registers instead (softmax_scale must be positive). The spec bit for
+    bit (CPU) or within its own distance from float64 (GPU)."""
+    x, _, causal = _fp8_case((1, 70, 70, 2, 1, 128, 128, True))
+    kw = dict(x.kwargs(), q_descale=-x.q_descale)
+    out = zyfa.flash_attn_func(**kw, causal=causal, backend="triton")
+    spec = fp8_attention_spec(**kw, causal=causal, block_n=32 if not HAS_GPU else 128, fused_fma=HAS_GPU)
+    q, k, v = x.dequantized()
+    ref = attention_fp64(-q, k, v, causal=causal)
+    if not HAS_GPU:
+        assert (out == spec.to(out.dtype)).float().mean().item() >= 0.999, describe_mismatch(out, spec)
+    assert rel_err(out, ref) <= 1.1 * rel_err(spec, ref) + 2e-3, (rel_err(out, ref), rel_err(spec, ref))
+
+
 @pytest.mark.parametrize("ref_rule", ["running", "block_pow2"])
 def test_fp8_reference_rules(ref_rule):
     x, ref, causal = _fp8_case((1, 80, 80, 2, 1, 64, 64, True), kind="gaussian")
