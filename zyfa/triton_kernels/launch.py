@@ -62,7 +62,7 @@ def transposed_v(v: torch.Tensor) -> torch.Tensor:
 
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
                      v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule="block",
-                     config: TileConfig | None = None, hw_round: bool | None = None, _max_on_s: bool = True):
+                     config: TileConfig | None = None, hw_round: bool | None = None):
     """Run the Triton kernel; inputs already validated. Returns (out, lse). ``hw_round``:
     the exact rule's E4M3 rounding by the GPU's conversion instruction (None: wherever it
     exists, hardware_rounding()) instead of integer arithmetic; the codes are the same."""
@@ -101,7 +101,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
             IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
-            HW_ROUND=hw, MAX_ON_S=_max_on_s,
+            HW_ROUND=hw,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
