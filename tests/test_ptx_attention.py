@@ -227,13 +227,15 @@ def test_ptx_kernel_equals_spec_with_a_negative_descale(shape):
 
 
 @hopper
-@pytest.mark.parametrize("schedule", ["pipelined", "pingpong", "persistent"])
+@pytest.mark.parametrize("schedule", ["pipelined", "pingpong", "persistent", "specialized"])
 @pytest.mark.parametrize("rule", attn.HMMA_RULES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_scheduled_kernels_equal_the_serial_one(shape, rule, schedule):
     """pipelined: Q K^T of the next block in flight during this block's softmax, P V^T in two
-    halves; pingpong: producer and consumer warpgroups, each block's P V^T issued with the
-    next block's Q K^T. The same P, sums and order of the total's updates: the same output."""
+    halves; pingpong (persistent: one CTA an SM; specialized: without turns): producer and
+    consumer warpgroups, each block's P V^T issued with the next block's Q K^T. The same P,
+    sums and order of the total's updates: the same output (bit for bit but the pipelined
+    kernel's split P V^T)."""
     from zyfa.asm.ptx.kernels import attention_fp8
     kw, causal = _exact_s_case(shape, seed=shape[1] + 7)
     a, lse_a = attention_fp8(**kw, causal=causal, p_rule=rule, schedule="serial")
