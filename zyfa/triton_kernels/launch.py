@@ -29,7 +29,7 @@ def device_arch(device: torch.device) -> str:
 def hardware_rounding(device: torch.device) -> bool:
     """Whether the exact rule can round P by cvt.rn.satfinite.e4m3x2.f32 (NVIDIA sm_89+, not
     under Triton's interpreter, whose casts round differently). It gives the integer
-    rounding's codes bit for bit (measured on the H200, PTX_NOTES v13) in one instruction
+    rounding's codes bit for bit (measured on the H200, bench/NOTES.md v4) in one instruction
     for two values instead of ~8 for each."""
     if device.type != "cuda" or torch.version.hip or interpreter_active():
         return False

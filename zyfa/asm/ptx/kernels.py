@@ -89,8 +89,9 @@ def default_schedule(head_dim: int) -> str:
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
                   p_rule=DEFAULT_P_RULE, ref_rule="block", rowsum=None, schedule=None):
-    """FP8 d128 attention by the generated sm_90a kernel; inputs validated by flash_attn_func
-    (coarse q/k descales, ref_rule "block", any P rule). Returns (out BF16, lse float32).
+    """FP8 attention with head dims (128, 128) or MLA's (192, 128) by the generated sm_90a
+    kernel; inputs validated by flash_attn_func (coarse q/k descales, ref_rule "block", any
+    P rule). Returns (out BF16, lse float32).
 
     The row sums of the rounded P: ``rowsum="hmma"`` (the default for the exact and half
     rules) takes them from half-precision wgmmas with float32 accumulation, the same sums as
@@ -119,10 +120,10 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     # boxes of one 128-byte column tile; Dqk 192's columns 128-191 by the tail maps, in boxes
     # of 64 bytes with the 64-byte swizzle (the d128 kernel has the same maps again, unused)
-    head, tail = (attn.HEAD_DIM, 128), (attn.TAIL, 64) if D > attn.HEAD_DIM else (attn.HEAD_DIM, 128)
-    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, head[0]), head[1]), tensor_map(k8, (1, attn.BLOCK_N, 1, head[0]), head[1]),
+    tail = attn.TAIL if D > attn.HEAD_DIM else attn.HEAD_DIM        # box width = swizzle width
+    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, attn.HEAD_DIM)), tensor_map(k8, (1, attn.BLOCK_N, 1, attn.HEAD_DIM)),
             tensor_map(vt, (1, Dv, attn.BLOCK_N)),
-            tensor_map(q8, (1, attn.BLOCK_M, 1, tail[0]), tail[1]), tensor_map(k8, (1, attn.BLOCK_N, 1, tail[0]), tail[1])]
+            tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), tensor_map(k8, (1, attn.BLOCK_N, 1, tail), tail)]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     schedule = default_schedule(D) if schedule is None else schedule
