@@ -68,7 +68,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, MAX_ON_S: tl.constexpr):
+                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr):
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
     Loads go through tensor descriptors (TMA on Hopper): rows past Sk read as zeros.
@@ -89,7 +89,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         valid = cols[None, :] < Sk
         if CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None] + (Sk - Sq))
-    if MAX_ON_S:
+    if IS_FP8 and not PER_TOKEN_QK:
         # FP8 with one c > 0 for the row (Q's signs flipped otherwise): rounding is
         # monotone, so max(S c) = max(S) c bit for bit, without a multiply a score (+4% on
         # the H200; BF16, which needs t for exp2 anyway, measured 2% slower this way)
@@ -197,12 +197,12 @@ def attention_fwd_kernel(
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND, IS_FP8 and not PER_TOKEN_QK)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND)
     for start_n in range(band_start, band_end, BLOCK_N):
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND, IS_FP8 and not PER_TOKEN_QK)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND)
 
     # epilogue
     out = total / l_sum[:, None]

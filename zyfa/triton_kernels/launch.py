@@ -1,6 +1,7 @@
 """Host side of the Triton attention kernel: strides, descales, grid, tile choice."""
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -33,7 +34,12 @@ def hardware_rounding(device: torch.device) -> bool:
     for two values instead of ~8 for each."""
     if device.type != "cuda" or torch.version.hip or interpreter_active():
         return False
-    return torch.cuda.get_device_capability(device) >= (8, 9)
+    return _has_e4m3_conversion(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _has_e4m3_conversion(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (8, 9)     # asked once a device, not a call
 
 
 def _descale_args(q, k, v, q_descale, k_descale, v_descale):
@@ -84,7 +90,8 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
         qd = kd = vd = lse            # unused placeholders
         per_token = False
     d_main, d_tail = (128, 64) if D == 192 else (D, 0)
-    hw = is_fp8 and not interp and (hardware_rounding(q.device) if hw_round is None else hw_round)
+    # only the exact rule rounds: the lean rules keep one compiled kernel whatever the GPU
+    hw = is_fp8 and p_rule == "exact" and not interp and (hardware_rounding(q.device) if hw_round is None else hw_round)
 
     def launch(cfg: TileConfig):
         bm, bn = cfg.block_m, cfg.block_n

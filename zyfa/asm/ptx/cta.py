@@ -34,7 +34,7 @@ class Ctx:
 
 
 def prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1, dqk: int = HEAD_DIM) -> Ctx:
-    """Parameters, thread coordinates, the work of this CTA and block bounds. With
+    """Parameters, thread coordinates, and (one warpgroup a CTA) the CTA's tile and block bounds. With
     ``n_consumers`` > 1 the CTA has a producer warpgroup (c.wg 0) and consumer warpgroups
     1.., each of 64 query rows; thread coordinates are within the warpgroup and the key
     blocks span the CTA's rows."""
@@ -79,14 +79,6 @@ def prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1, d
     c.col_tail = prog.reg("u32")                           # first column of the Q / K tail tiles
     emit("mov.u32", c.col_tail, HEAD_DIM)
 
-    prog.comment("work: query tile from ctaid.x (last tiles first), (batch, head) from ctaid.y: the CTAs")
-    prog.comment("running together share one head's K/V, which then stays in L2 (heads fastest thrashed it)")
-    bh, ty, nty = prog.regs("u32", 3)
-    emit("mov.u32", bh, "%ctaid.y")
-    emit("mov.u32", ty, "%ctaid.x")
-    emit("mov.u32", nty, "%nctaid.x")
-    emit("sub.u32", ty, nty, ty)
-    emit("sub.u32", ty, ty, 1)
     c.hkv, c.causal, c.n_consumers = hkv, causal, n_consumers
     c.group = prog.reg("u32")
     emit("div.u32", c.group, c.hq, hkv)
@@ -96,9 +88,17 @@ def prologue(prog: Program, causal: bool, n_stages: int, n_consumers: int = 1, d
     emit("sub.u32", c.last_key, c.sk, 1)
     c.b, c.h, c.kvh, c.bkv, c.tile_m, c.n_blocks = prog.regs("u32", 6)
     c.start_m = prog.reg("u32") if n_consumers > 1 else c.tile_m
-    emit_work(prog, c, ty, bh)
     c.warp, c.g, c.fac_ptr, c.vd_ptr = warp, g, fac_ptr, vd_ptr
-    if n_consumers == 1:
+    if n_consumers == 1:                # the warp-specialized kernels take tiles in a loop (pingpong.py)
+        prog.comment("work: query tile from ctaid.x (last tiles first), (batch, head) from ctaid.y: the CTAs")
+        prog.comment("running together share one head's K/V, which then stays in L2 (heads fastest thrashed it)")
+        bh, ty, nty = prog.regs("u32", 3)
+        emit("mov.u32", bh, "%ctaid.y")
+        emit("mov.u32", ty, "%ctaid.x")
+        emit("mov.u32", nty, "%nctaid.x")
+        emit("sub.u32", ty, nty, ty)
+        emit("sub.u32", ty, ty, 1)
+        emit_work(prog, c, ty, bh)
         emit_rows(prog, c, causal)
 
     prog.comment("shared memory: Q | stage 0 K, V^T | stage 1 K, V^T | mbarriers (base aligned to 1024)")

@@ -109,15 +109,13 @@ def _emit_producer(prog: Program, c) -> None:
     cta.emit_q_load(prog, c, c.smem, c.tile_m, c.bar_q)
     cta.emit_q_load(prog, c, q1, second_q, c.bar_q)
     emit("mov.u32", j, 0)
-    done, empty, stage = prog.reg("pred"), prog.reg("u32"), prog.reg("u32")
+    done = prog.reg("pred")
     prog.label("LOAD_LOOP")
     emit("setp.ge.u32", done, j, c.n_blocks)
     emit("bra.div", "TILE_LOADED", guard=done)
-    phase = prog.reg("u32")
-    emit("shr.u32", phase, slot, c.stages.bit_length() - 1)    # STAGES: a power of two
-    emit("and.b32", stage, slot, c.stages - 1)
-    emit("mad.lo.u32", empty, stage, 8, c.empty0)
-    emit_wait(prog, empty, _phase_of(prog, phase, flip=True), "WAIT_FREE")
+    rounds = prog.reg("u32")
+    emit("shr.u32", rounds, slot, c.stages.bit_length() - 1)   # STAGES: a power of two
+    emit_wait(prog, _free_bar(prog, c, slot), _phase_of(prog, rounds, flip=True), "WAIT_FREE")
     cta.emit_kv_load(prog, c, j, slot)
     emit("add.u32", j, j, 1)
     emit("add.u32", slot, slot, 1)
@@ -152,6 +150,7 @@ def _emit_release(prog: Program, c, bar) -> None:
 
 
 def _free_bar(prog: Program, c, slot):
+    """The "free" mbarrier of load number ``slot``'s stage."""
     stage, bar = prog.regs("u32", 2)
     prog.emit("and.b32", stage, slot, c.stages - 1)
     prog.emit("mad.lo.u32", bar, stage, 8, c.empty0)
