@@ -19,15 +19,16 @@ TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950
 def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
                       head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
-                      hw_round: bool = False):
+                      hw_round: bool = False, maxnreg: int = 0, q_in_smem: bool = False):
     el = "fp8e4nv" if fp8 else "bf16"
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
 
     def desc(dtype, block):
         return f"tensordesc<{dtype}[{', '.join(str(b) for b in block)}]>"
 
-    sig = {"q_desc": desc(el, [1, block_m, 1, d_main]),
-           "q_tail_desc": desc(el, [1, block_m, 1, d_tail or d_main]),
+    q_block = (lambda d: [block_m, d]) if q_in_smem else (lambda d: [1, block_m, 1, d])
+    sig = {"q_desc": desc(el, q_block(d_main)),
+           "q_tail_desc": desc(el, q_block(d_tail or d_main)),
            "k_desc": desc(el, [1, block_n, 1, d_main]),
            "k_tail_desc": desc(el, [1, block_n, 1, d_tail or d_main]),
            "v_desc": desc(el, [1, 1, head_dim_v, block_n] if fp8 else [1, block_n, 1, head_dim_v]),
@@ -36,11 +37,11 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
                   D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
-                  HW_ROUND=hw_round)
+                  HW_ROUND=hw_round, Q_IN_SMEM=q_in_smem)
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})
-    opts = {"num_warps": num_warps, "num_stages": num_stages}
+    opts = {"num_warps": num_warps, "num_stages": num_stages, **({"maxnreg": maxnreg} if maxnreg else {})}
     return triton.compile(src, target=TARGETS[target], options=opts)
 
 
@@ -54,14 +55,15 @@ def summarize_sm90(k) -> dict:
             "qgmma_sass": code.count("QGMMA"), "hgmma_sass": code.count("HGMMA"),
             "mufu_ex2": code.count("MUFU.EX2"), "f2i": len(re.findall(r"\bF2I", code)),
             "hfma2": code.count("HFMA2"), "ffma": len(re.findall(r"\bFFMA\b", code)),
-            "registers": a.registers or None, "spill_bytes": a.spill_bytes}
+            "registers": a.registers or None, "spill_bytes": a.spill_bytes, "shared_bytes": k.metadata.shared}
 
 
 def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,
-            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False) -> dict:
+            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False, maxnreg: int = 0,
+            q_in_smem: bool = False) -> dict:
     k = compile_attention(target, fp8=fp8, p_rule=p_rule, block_m=block_m, block_n=block_n,
                           num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v,
-                          hw_round=hw_round)
+                          hw_round=hw_round, maxnreg=maxnreg, q_in_smem=q_in_smem)
     if target == "sm90":
         return summarize_sm90(k)
     asm = k.asm["amdgcn"]
