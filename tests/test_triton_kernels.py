@@ -109,28 +109,6 @@ def test_negative_descale_flips_q():
     assert rel_err(out, ref) <= 1.1 * rel_err(spec, ref) + 2e-3, (rel_err(out, ref), rel_err(spec, ref))
 
 
-@pytest.mark.parametrize("shape", [(2, 70, 70, 2, 1, 128, 128, True), (1, 48, 64, 2, 1, 192, 128, True),
-                                   (2, 33, 97, 4, 2, 64, 64, False)])
-@pytest.mark.parametrize("q_sign", [1, -1])
-def test_q_in_shared_memory_changes_nothing(shape, q_sign):
-    """Q read each block from a 2-D descriptor (shared-memory wgmma operand; rows past a batch's
-    Sq read the next batch) gives the outputs and LSE of Q held in registers, bit for bit,
-    including a negative descale (there the row max of S c is min(S) c instead of a flip of Q)."""
-    from zyfa.triton_kernels.launch import triton_attention
-    from zyfa.triton_kernels.tuning import TileConfig
-    tile = (32, 32, 4, 1) if not HAS_GPU else (64, 64, 4, 3)
-    x, _, causal = _fp8_case(shape)
-    kw = dict(x.kwargs(), q_descale=q_sign * x.q_descale, causal=causal, p_rule="exact")
-    a, lse_a = triton_attention(**kw, config=TileConfig(*tile))
-    b, lse_b = triton_attention(**kw, config=TileConfig(*tile, 168 if HAS_GPU else 0, True))
-    assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
-    if q_sign > 0:
-        q, k, v = make("realistic", *shape[:2], *shape[3:7], seqlen_k=shape[2], seed=5, device=DEVICE)
-        a, lse_a = triton_attention(q, k, v, causal=causal, config=TileConfig(*tile))
-        b, lse_b = triton_attention(q, k, v, causal=causal, config=TileConfig(*tile, 0, True))
-        assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
-
-
 @pytest.mark.parametrize("ref_rule", ["running", "block_pow2"])
 def test_fp8_reference_rules(ref_rule):
     x, ref, causal = _fp8_case((1, 80, 80, 2, 1, 64, 64, True), kind="gaussian")

@@ -46,26 +46,6 @@ def _dot(a, b, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _q_tiles(q_desc, q_tail_desc, b, h, start_m, Sq,
-             BLOCK_M: tl.constexpr, D: tl.constexpr, D_TAIL: tl.constexpr, Q_IN_SMEM: tl.constexpr):
-    """The query tile (and its MLA tail). Q_IN_SMEM: from a 2-D (B*Sq, Hq*Dqk) descriptor, a form
-    Triton's wgmma reads from shared memory; the 4-D descriptor's reshape lands Q in registers."""
-    if Q_IN_SMEM:
-        row = b * Sq + start_m              # rows past Sq read the next batch: their outputs are not stored
-        col = h * (D + D_TAIL)
-        q = q_desc.load([row, col])
-        q_tail = q
-        if D_TAIL > 0:
-            q_tail = q_tail_desc.load([row, col + D])
-    else:
-        q = q_desc.load([b, start_m, h, 0]).reshape(BLOCK_M, D)
-        q_tail = q
-        if D_TAIL > 0:
-            q_tail = q_tail_desc.load([b, start_m, h, D]).reshape(BLOCK_M, D_TAIL)
-    return q, q_tail
-
-
-@triton.jit
 def block_bounds(start_m, Sq, Sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """(band_start, band_end): keys [0, band_start) need no mask, [band_start, band_end) do.
 
@@ -83,20 +63,17 @@ def block_bounds(start_m, Sq, Sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, 
 
 
 @triton.jit
-def _online_step(total, l_sum, A, q, q_tail, row_fac, neg_scale, q_desc, q_tail_desc, k_desc, k_tail_desc,
-                 v_desc, kd_ptrs, b, h, kvh, start_m, start_n, offs_m, offs_n, Sq, Sk,
+def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc, kd_ptrs,
+                 b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, Q_IN_SMEM: tl.constexpr):
+                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, EXPERIMENT: tl.constexpr):
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
     Loads go through tensor descriptors (TMA on Hopper): rows past Sk read as zeros.
-    Q_IN_SMEM: Q is read here, each block, so that the wgmma takes it from shared memory.
     """
     cols = start_n + offs_n
-    if Q_IN_SMEM:
-        q, q_tail = _q_tiles(q_desc, q_tail_desc, b, h, start_m, Sq, offs_m.shape[0], D, D_TAIL, True)
     k = k_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, D)
     s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
     if D_TAIL > 0:
@@ -112,23 +89,15 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, neg_scale, q_desc, q_tail_
         valid = cols[None, :] < Sk
         if CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None] + (Sk - Sq))
-    if IS_FP8 and not PER_TOKEN_QK:
+    if (IS_FP8 and not PER_TOKEN_QK) or (not IS_FP8 and (EXPERIMENT & 4) != 0):
         # FP8 with one c > 0 for the row (Q's signs flipped otherwise): rounding is
         # monotone, so max(S c) = max(S) c bit for bit, without a multiply a score (+4% on
         # the H200; BF16, which needs t for exp2 anyway, measured 2% slower this way)
-        if neg_scale:
-            # Q in shared memory keeps its signs: with c < 0 the row max of S c is min(S) c
-            s_min = -s
-            if MASKED:
-                s_min = tl.where(valid, s_min, float("-inf"))
-            ms = -tl.reduce(s_min, 1, _max_nan)
-        else:
-            s_max = s
-            if MASKED:
-                s_max = tl.where(valid, s, float("-inf"))
-            ms = tl.reduce(s_max, 1, _max_nan)
-        empty = (ms == float("-inf")) | (ms == float("inf"))     # every key masked
-        m = _max_nan(tl.where(empty, float("-inf"), ms * row_fac), _NEG_FLOOR)
+        s_max = s
+        if MASKED:
+            s_max = tl.where(valid, s, float("-inf"))
+        ms = tl.reduce(s_max, 1, _max_nan)
+        m = _max_nan(tl.where(ms == float("-inf"), float("-inf"), ms * row_fac), _NEG_FLOOR)
     else:
         t = s * c
         if MASKED:
@@ -148,15 +117,23 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, neg_scale, q_desc, q_tail_
             else:
                 r = A_new - tl.floor(A_new - m)
         beta = tl.exp2(r - A_new)
-        y = tl.fma(s, c, -r[:, None])          # the spec's one rounding (t - r rounds twice)
+        FOLD: tl.constexpr = (EXPERIMENT & 1) != 0 and HW_ROUND and P_RULE == 0
+        if FOLD:
+            y = tl.fma(s, c, (8.0 - r)[:, None])
+        else:
+            y = tl.fma(s, c, -r[:, None])          # the spec's one rounding (t - r rounds twice)
         if MASKED:
             y = tl.where(valid, y, float("-inf"))
-        p = p_fp8(y, P_RULE, HW_ROUND)
+        p = p_fp8(y, P_RULE, HW_ROUND, FOLD)
         l_blk = tl.sum(p.to(tl.float32), 1)    # on the ALUs: the tensor-core way measured slower (NOTES)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
         # rescale the total only when some row's reference moved (with block references,
         # only when a block max passes A by the threshold): otherwise one FMA per element
-        if tl.max(A_new - A, 0) > 0:
+        if (EXPERIMENT & 2) != 0:
+            alpha = tl.exp2(A - A_new)
+            total = total * alpha[:, None]
+            l_sum = l_sum * alpha
+        elif tl.max(A_new - A, 0) > 0:
             alpha = tl.exp2(A - A_new)
             total = total * alpha[:, None]
             l_sum = l_sum * alpha
@@ -166,7 +143,13 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, neg_scale, q_desc, q_tail_
         v = v_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, DV)
         A_new = _max_nan(A, m)
         alpha = tl.exp2(A - A_new)
-        p = tl.exp2(t - A_new[:, None])
+        if (EXPERIMENT & 4) != 0:
+            y = tl.fma(s, c, -A_new[:, None])
+            if MASKED:
+                y = tl.where(valid, y, float("-inf"))
+            p = tl.exp2(y)
+        else:
+            p = tl.exp2(t - A_new[:, None])
         l_sum = l_sum * alpha + tl.sum(p, 1)
         total = _dot(p.to(v.dtype), v, total * alpha[:, None], UPCAST_DOT)
     return total, l_sum, A_new
@@ -180,10 +163,9 @@ def attention_fwd_kernel(
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False,
-        Q_IN_SMEM: tl.constexpr = False):
-    """Grid (query tiles, batch * heads). k/o descriptors are 4-D (B, S, H, D) with
-    blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8; q is 4-D too,
-    or 2-D (B * Sq, Hq * Dqk) with blocks (BLOCK_M, D) under Q_IN_SMEM."""
+        EXPERIMENT: tl.constexpr = 0):
+    """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
+    blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8."""
     # query tiles vary fastest: the programs running together share one head's K/V in L2
     bh = tl.program_id(1)
     num_m = tl.cdiv(Sq, BLOCK_M)
@@ -198,12 +180,11 @@ def attention_fwd_kernel(
     offs_dv = tl.arange(0, DV)
     row_ok = offs_m < Sq
 
-    if Q_IN_SMEM:
-        q = tl.zeros([BLOCK_M, 16], tl.float32)      # unused: each block reads Q itself
-        q_tail = q
+    q = q_desc.load([b, start_m, h, 0]).reshape(BLOCK_M, D)
+    if D_TAIL > 0:
+        q_tail = q_tail_desc.load([b, start_m, h, D]).reshape(BLOCK_M, D_TAIL)
     else:
-        q, q_tail = _q_tiles(q_desc, q_tail_desc, b, h, start_m, Sq, BLOCK_M, D, D_TAIL, False)
-    neg_scale = False
+        q_tail = q
 
     # factor from raw dot products to the log2 domain, per row
     if IS_FP8 and PER_TOKEN_QK:
@@ -212,9 +193,7 @@ def attention_fwd_kernel(
         kd_ptrs = KD + (b * Hkv + kvh) * Sk
     elif IS_FP8:
         scale = tl.load(QD + b * Hkv + kvh) * tl.load(KD + b * Hkv + kvh) * qk_scale_log2
-        if Q_IN_SMEM:
-            neg_scale = scale < 0           # Q in shared memory keeps its signs (see the step)
-        elif scale < 0:                     # a negative descale: S -> -S exactly, c -> -c, y unchanged
+        if scale < 0:                   # a negative descale: S -> -S exactly, c -> -c, y unchanged
             q = _negated(q)
             q_tail = _negated(q_tail)
             scale = -scale
@@ -230,17 +209,15 @@ def attention_fwd_kernel(
 
     band_start, band_end = block_bounds(start_m, Sq, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     for start_n in range(0, band_start, BLOCK_N):
-        total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, neg_scale, q_desc, q_tail_desc,
-                                       k_desc, k_tail_desc, v_desc, kd_ptrs, b, h, kvh, start_m, start_n,
-                                       offs_m, offs_n, Sq, Sk,
+        total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
+                                       kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND, Q_IN_SMEM)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND, EXPERIMENT)
     for start_n in range(band_start, band_end, BLOCK_N):
-        total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, neg_scale, q_desc, q_tail_desc,
-                                       k_desc, k_tail_desc, v_desc, kd_ptrs, b, h, kvh, start_m, start_n,
-                                       offs_m, offs_n, Sq, Sk,
+        total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
+                                       kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND, Q_IN_SMEM)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND, EXPERIMENT)
 
     # epilogue
     out = total / l_sum[:, None]

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import os
 import re
 
 import triton
@@ -19,16 +20,15 @@ TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950
 def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
                       head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
-                      hw_round: bool = False, maxnreg: int = 0, q_in_smem: bool = False):
+                      hw_round: bool = False, maxnreg: int = 0):
     el = "fp8e4nv" if fp8 else "bf16"
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
 
     def desc(dtype, block):
         return f"tensordesc<{dtype}[{', '.join(str(b) for b in block)}]>"
 
-    q_block = (lambda d: [block_m, d]) if q_in_smem else (lambda d: [1, block_m, 1, d])
-    sig = {"q_desc": desc(el, q_block(d_main)),
-           "q_tail_desc": desc(el, q_block(d_tail or d_main)),
+    sig = {"q_desc": desc(el, [1, block_m, 1, d_main]),
+           "q_tail_desc": desc(el, [1, block_m, 1, d_tail or d_main]),
            "k_desc": desc(el, [1, block_n, 1, d_main]),
            "k_tail_desc": desc(el, [1, block_n, 1, d_tail or d_main]),
            "v_desc": desc(el, [1, 1, head_dim_v, block_n] if fp8 else [1, block_n, 1, head_dim_v]),
@@ -37,7 +37,7 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
                   D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
-                  HW_ROUND=hw_round, Q_IN_SMEM=q_in_smem)
+                  HW_ROUND=hw_round, EXPERIMENT=int(os.environ.get("ZYFA_EXPERIMENT", "0")))
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})
@@ -59,11 +59,10 @@ def summarize_sm90(k) -> dict:
 
 
 def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,
-            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False, maxnreg: int = 0,
-            q_in_smem: bool = False) -> dict:
+            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False, maxnreg: int = 0) -> dict:
     k = compile_attention(target, fp8=fp8, p_rule=p_rule, block_m=block_m, block_n=block_n,
                           num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v,
-                          hw_round=hw_round, maxnreg=maxnreg, q_in_smem=q_in_smem)
+                          hw_round=hw_round, maxnreg=maxnreg)
     if target == "sm90":
         return summarize_sm90(k)
     asm = k.asm["amdgcn"]

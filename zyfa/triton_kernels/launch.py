@@ -66,14 +66,6 @@ def transposed_v(v: torch.Tensor) -> torch.Tensor:
     return buf[..., :Sk]
 
 
-def query_rows(q: torch.Tensor) -> torch.Tensor:
-    """q (B, Sq, Hq, D) as a 2-D (B * Sq, Hq * D) matrix for TMA (copies if it is not one)."""
-    B, Sq, Hq, D = q.shape
-    if not (q.stride(2) == D and q.stride(3) == 1 and q.stride(0) == Sq * q.stride(1)):
-        q = q.contiguous()
-    return torch.as_strided(q, (B * Sq, Hq * D), (q.stride(1), 1))
-
-
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
                      v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule="block",
                      config: TileConfig | None = None, hw_round: bool | None = None):
@@ -103,14 +95,9 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
 
     def launch(cfg: TileConfig):
         bm, bn = cfg.block_m, cfg.block_n
-        if cfg.q_in_smem:
-            q2 = query_rows(q)
-            q_desc = TensorDescriptor.from_tensor(q2, [bm, d_main])
-            q_tail = TensorDescriptor.from_tensor(q2, [bm, d_tail]) if d_tail else q_desc
-        else:
-            q_desc = TensorDescriptor.from_tensor(q, [1, bm, 1, d_main])
-            q_tail = TensorDescriptor.from_tensor(q, [1, bm, 1, d_tail]) if d_tail else q_desc
+        q_desc = TensorDescriptor.from_tensor(q, [1, bm, 1, d_main])
         k_desc = TensorDescriptor.from_tensor(k, [1, bn, 1, d_main])
+        q_tail = TensorDescriptor.from_tensor(q, [1, bm, 1, d_tail]) if d_tail else q_desc
         k_tail = TensorDescriptor.from_tensor(k, [1, bn, 1, d_tail]) if d_tail else k_desc
         v_desc = TensorDescriptor.from_tensor(v, [1, 1, Dv, bn] if is_fp8 else [1, bn, 1, Dv])
         o_desc = TensorDescriptor.from_tensor(out, [1, bm, 1, Dv])
@@ -121,7 +108,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
             IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
-            HW_ROUND=hw, Q_IN_SMEM=cfg.q_in_smem,
+            HW_ROUND=hw, EXPERIMENT=int(__import__("os").environ.get("ZYFA_EXPERIMENT") or 0),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
 
     if config is None:

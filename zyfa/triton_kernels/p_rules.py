@@ -109,12 +109,14 @@ def e4m3_rne(x):
 
 
 @triton.jit
-def p_fp8(y, P_RULE: tl.constexpr, HW_ROUND: tl.constexpr = False):
+def p_fp8(y, P_RULE: tl.constexpr, HW_ROUND: tl.constexpr = False, Y_SHIFTED: tl.constexpr = False):
     """float8e4nv probabilities 2^(y + 8) under P_RULE. HW_ROUND (GPUs only: the
     interpreter's casts round differently): the exact rule by the hardware's conversion, one
     instruction for two values instead of the integer rounding's ~8 a value."""
     if P_RULE == P_EXACT:
         if HW_ROUND:
+            if Y_SHIFTED:
+                return e4m3_rne(tl.exp2(y)).to(tl.float8e4nv, bitcast=True)
             return e4m3_rne(tl.exp2(y + _OFFSET)).to(tl.float8e4nv, bitcast=True)
         bits = exact_p_bits(y)
     else:

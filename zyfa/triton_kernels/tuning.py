@@ -16,24 +16,21 @@ import torch
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
-    """A tile and how it is compiled. ``maxnreg`` caps registers a thread (0: ptxas decides):
-    168 lets three 4-warp CTAs share an SM. ``q_in_smem``: the kernel reads Q from a 2-D
-    descriptor each key block, so the wgmma takes Q from shared memory instead of registers."""
+    """A tile and how it is compiled. ``maxnreg`` caps registers a thread (0: ptxas decides;
+    168 lets three 4-warp CTAs share an SM, measured no faster: bench/NOTES.md v6)."""
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int
     maxnreg: int = 0
-    q_in_smem: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
-        """'128,64,8,3' -> TileConfig(128, 64, 8, 3); '64,64,4,3,168,1' also sets maxnreg and q_in_smem."""
+        """'128,64,8,3' -> TileConfig(128, 64, 8, 3); '64,64,4,3,168' also caps registers."""
         parts = [int(x) for x in text.split(",")]
-        if not 4 <= len(parts) <= 6:
-            raise ValueError("a tile config is 'block_m,block_n,num_warps,num_stages[,maxnreg[,q_in_smem]]', "
-                             f"got {text!r}")
-        return cls(*parts[:5], *(bool(x) for x in parts[5:]))
+        if not 4 <= len(parts) <= 5:
+            raise ValueError(f"a tile config is 'block_m,block_n,num_warps,num_stages[,maxnreg]', got {text!r}")
+        return cls(*parts)
 
 
 CANDIDATES = [TileConfig(bm, bn, w, s)
