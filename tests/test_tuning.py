@@ -7,3 +7,14 @@ def test_tuning_table_covers_nearby_shapes():
     near = tuning.nearest_table_entry(key)
     assert near is not None and near.startswith("sm90|fp8|128|128|"), near
     assert tuning.nearest_table_entry(tuning.tuning_key("sm80", True, 128, 128, True, 4096)) is None
+
+
+def test_tile_config_parse():
+    assert tuning.TileConfig.parse("64,128,4,3") == tuning.TileConfig(64, 128, 4, 3, 0)
+    assert tuning.TileConfig.parse("64,64,4,3,168").maxnreg == 168
+    for bad in ("64,128,4", "64,128,4,3,168,1", "a,b,c,d"):
+        try:
+            tuning.TileConfig.parse(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} parsed")

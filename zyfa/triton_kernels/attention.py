@@ -14,7 +14,7 @@ Query tiles are launched heaviest first (last tiles of the causal triangle).
 import triton
 import triton.language as tl
 
-from .p_rules import p_fp8
+from .p_rules import P_EXACT, p_fp8
 
 REF_BLOCK: tl.constexpr = tl.constexpr(0)
 REF_RUNNING: tl.constexpr = tl.constexpr(1)
@@ -23,6 +23,7 @@ REF_RULE_IDS = {"block": 0, "running": 1, "block_pow2": 2}
 
 _NEG_FLOOR: tl.constexpr = tl.constexpr(-1.0e30)
 _RESCALE_THRESHOLD: tl.constexpr = tl.constexpr(8.0)
+_P_OFFSET: tl.constexpr = tl.constexpr(8.0)         # P = 2^(y + 8): zyfa.fp8.P_OFFSET_LOG2
 _LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 
 
@@ -68,7 +69,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, EXPERIMENT: tl.constexpr):
+                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr):
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
     Loads go through tensor descriptors (TMA on Hopper): rows past Sk read as zeros.
@@ -89,7 +90,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         valid = cols[None, :] < Sk
         if CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None] + (Sk - Sq))
-    if (IS_FP8 and not PER_TOKEN_QK) or (not IS_FP8 and (EXPERIMENT & 4) != 0):
+    if IS_FP8 and not PER_TOKEN_QK:
         # FP8 with one c > 0 for the row (Q's signs flipped otherwise): rounding is
         # monotone, so max(S c) = max(S) c bit for bit, without a multiply a score (+4% on
         # the H200; BF16, which needs t for exp2 anyway, measured 2% slower this way)
@@ -117,19 +118,21 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
             else:
                 r = A_new - tl.floor(A_new - m)
         beta = tl.exp2(r - A_new)
-        FOLD: tl.constexpr = (EXPERIMENT & 1) != 0 and HW_ROUND and P_RULE == 0
-        if FOLD:
-            y = tl.fma(s, c, (8.0 - r)[:, None])
+        # y = t - r in one rounding (t - r rounds twice); exp2 takes y + 8, which the exact
+        # rule gets from the same FFMA (+3% on the H200: one FADD a score fewer)
+        if P_RULE == P_EXACT:
+            y = tl.fma(s, c, -(r - _P_OFFSET)[:, None])
         else:
-            y = tl.fma(s, c, -r[:, None])          # the spec's one rounding (t - r rounds twice)
+            y = tl.fma(s, c, -r[:, None])
         if MASKED:
             y = tl.where(valid, y, float("-inf"))
-        p = p_fp8(y, P_RULE, HW_ROUND, FOLD)
+        p = p_fp8(y, P_RULE, HW_ROUND, Y_SHIFTED=P_RULE == P_EXACT)
         l_blk = tl.sum(p.to(tl.float32), 1)    # on the ALUs: the tensor-core way measured slower (NOTES)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
-        # rescale the total only when some row's reference moved (with block references,
-        # only when a block max passes A by the threshold): otherwise one FMA per element
-        if (EXPERIMENT & 2) != 0:
+        # d128: rescale the total only when some row's reference moved (with block references,
+        # only when a block max passes A by the threshold), otherwise one FMA per element;
+        # MLA: always (alpha is exactly 1 where A stays), the CTA-wide test cost 7% there
+        if D_TAIL > 0:
             alpha = tl.exp2(A - A_new)
             total = total * alpha[:, None]
             l_sum = l_sum * alpha
@@ -143,13 +146,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         v = v_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, DV)
         A_new = _max_nan(A, m)
         alpha = tl.exp2(A - A_new)
-        if (EXPERIMENT & 4) != 0:
-            y = tl.fma(s, c, -A_new[:, None])
-            if MASKED:
-                y = tl.where(valid, y, float("-inf"))
-            p = tl.exp2(y)
-        else:
-            p = tl.exp2(t - A_new[:, None])
+        p = tl.exp2(t - A_new[:, None])
         l_sum = l_sum * alpha + tl.sum(p, 1)
         total = _dot(p.to(v.dtype), v, total * alpha[:, None], UPCAST_DOT)
     return total, l_sum, A_new
@@ -162,8 +159,7 @@ def attention_fwd_kernel(
         IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False,
-        EXPERIMENT: tl.constexpr = 0):
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False):
     """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
     blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8."""
     # query tiles vary fastest: the programs running together share one head's K/V in L2
@@ -212,12 +208,12 @@ def attention_fwd_kernel(
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND, EXPERIMENT)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND)
     for start_n in range(band_start, band_end, BLOCK_N):
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND, EXPERIMENT)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND)
 
     # epilogue
     out = total / l_sum[:, None]

@@ -4,7 +4,6 @@
 """
 from __future__ import annotations
 
-import os
 import re
 
 import triton
@@ -37,7 +36,7 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
                   D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
-                  HW_ROUND=hw_round, EXPERIMENT=int(os.environ.get("ZYFA_EXPERIMENT", "0")))
+                  HW_ROUND=hw_round)
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})

@@ -108,7 +108,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
             IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
-            HW_ROUND=hw, EXPERIMENT=int(__import__("os").environ.get("ZYFA_EXPERIMENT") or 0),
+            HW_ROUND=hw,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
 
     if config is None:

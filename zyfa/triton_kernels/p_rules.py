@@ -80,13 +80,16 @@ def lean_p_bits(y, P_RULE: tl.constexpr):
 
 
 @triton.jit
-def exact_p_bits(y):
-    """int32 E4M3 codes of exp2(y + 8) rounded to nearest-even, built with integer arithmetic.
+def exact_p_bits(y, Y_SHIFTED: tl.constexpr = False):
+    """int32 E4M3 codes of exp2(y + 8) rounded to nearest-even, built with integer arithmetic
+    (Y_SHIFTED: y already holds y + 8).
 
     Float-to-FP8 casts are not used: Triton's interpreter does not round them like the
     GPU does, and integer rounding makes every path agree with zyfa.fp8 bit for bit.
     """
-    x = tl.exp2(y + _OFFSET)
+    if not Y_SHIFTED:
+        y = y + _OFFSET
+    x = tl.exp2(y)
     u = x.to(tl.int32, bitcast=True)
     # normal E4M3 (x >= 2^-6): keep 3 mantissa bits, round half to even, rebias 127 -> 7
     normal = ((u + 0x7FFFF + ((u >> 20) & 1)) >> 20) - 960
@@ -112,13 +115,14 @@ def e4m3_rne(x):
 def p_fp8(y, P_RULE: tl.constexpr, HW_ROUND: tl.constexpr = False, Y_SHIFTED: tl.constexpr = False):
     """float8e4nv probabilities 2^(y + 8) under P_RULE. HW_ROUND (GPUs only: the
     interpreter's casts round differently): the exact rule by the hardware's conversion, one
-    instruction for two values instead of the integer rounding's ~8 a value."""
+    instruction for two values instead of the integer rounding's ~8 a value. Y_SHIFTED (the
+    exact rule only): y already holds y + 8, as exp2 takes it."""
     if P_RULE == P_EXACT:
         if HW_ROUND:
-            if Y_SHIFTED:
-                return e4m3_rne(tl.exp2(y)).to(tl.float8e4nv, bitcast=True)
-            return e4m3_rne(tl.exp2(y + _OFFSET)).to(tl.float8e4nv, bitcast=True)
-        bits = exact_p_bits(y)
+            if not Y_SHIFTED:
+                y = y + _OFFSET
+            return e4m3_rne(tl.exp2(y)).to(tl.float8e4nv, bitcast=True)
+        bits = exact_p_bits(y, Y_SHIFTED)
     else:
         bits = lean_p_bits(y, P_RULE)
     return bits.to(tl.int8).to(tl.float8e4nv, bitcast=True)
