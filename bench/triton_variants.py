@@ -3,9 +3,10 @@ the predict / change / measure log in bench/NOTES.md.
 
     python bench/triton_variants.py --out DIR [--cases "Mistral-7B 16K,d128 32 heads 32K"] \
         [--fp8 "64,128,4,3;64,64,4,3,168"] [--bf16 "128,64,8,3;64,64,4,2,168"] [--p-rule exact]
+        [--key-order both]
 
-A config is TileConfig.parse's text: block_m,block_n,num_warps,num_stages[,maxnreg], optionally
-followed by @NAME=VALUE, an environment variable set while that config runs.
+A config is TileConfig.parse's text: block_m,block_n,num_warps,num_stages[,maxnreg].
+--key-order both times each FP8 config with and without the wgmma key reorder.
 Records each config's registers, spills and shared memory (from the compiled kernel), its
 kernel-only error against float64 on realistic activations, whether its output equals the
 first FP8 config with the same block_n bit for bit, and TFLOP/s; prints a table last and
@@ -41,11 +42,6 @@ def compiled_stats() -> dict:
     return {}
 
 
-def parse_variant(text: str) -> tuple[TileConfig, dict]:
-    cfg, *env = text.split("@")
-    return TileConfig.parse(cfg), dict(e.split("=", 1) for e in env)
-
-
 def time_one(case, label, fn, ref, rows):
     try:
         out, _ = fn()
@@ -66,11 +62,13 @@ def main():
     ap.add_argument("--fp8", default="64,128,4,3;64,64,4,3,168")
     ap.add_argument("--bf16", default="128,64,8,3;64,64,4,2,168")
     ap.add_argument("--p-rule", default="exact")
+    ap.add_argument("--key-order", choices=("auto", "both"), default="auto")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     wanted = a.cases.split(",")
-    fp8_cfgs = [parse_variant(t) for t in a.fp8.split(";") if t]
-    bf16_cfgs = [parse_variant(t) for t in a.bf16.split(";") if t]
+    fp8_cfgs = [TileConfig.parse(t) for t in a.fp8.split(";") if t]
+    bf16_cfgs = [TileConfig.parse(t) for t in a.bf16.split(";") if t]
+    key_orders = {"auto": [None], "both": [False, True]}[a.key_order]
     anchors = {m.label: m for m in all_methods() if m.label in ("fa3-fp8", "fa3-bf16")}
     rows_out = []
     for case in [c for c in model_cases() if c.name in wanted]:
@@ -80,12 +78,11 @@ def main():
         kw = dict(softmax_scale=inp.scale, causal=case.causal)
         kref, _ = inp.reference("head")
         first_by_bn = {}
-        for cfg, env in fp8_cfgs:
-            os.environ.update(env)
-            fn = (lambda cfg=cfg: triton_attention(x.q, x.k, x.v, q_descale=x.q_descale, k_descale=x.k_descale,
-                                                   v_descale=x.v_descale, p_rule=a.p_rule, config=cfg, **kw))
-            rec, out = time_one(case, f"fp8-{a.p_rule} {cfg} {env}", fn, kref, rows)
-            os.environ.update({k: "" for k in env})
+        for cfg, order in ((c, o) for c in fp8_cfgs for o in key_orders):
+            fn = (lambda cfg=cfg, order=order: triton_attention(
+                x.q, x.k, x.v, q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale,
+                p_rule=a.p_rule, config=cfg, permute_keys=order, **kw))
+            rec, out = time_one(case, f"fp8-{a.p_rule} {cfg} key order {order}", fn, kref, rows)
             if out is not None:
                 same = first_by_bn.setdefault(cfg.block_n, out)
                 rec["bitwise_equal_first_same_block_n"] = bool(torch.equal(out, same))
@@ -93,11 +90,9 @@ def main():
             print(rec, flush=True)
         first_by_bn.clear()
         ref, _ = inp.reference(None)
-        for cfg, env in bf16_cfgs:
-            os.environ.update(env)
+        for cfg in bf16_cfgs:
             fn = lambda cfg=cfg: triton_attention(inp.q, inp.k, inp.v, config=cfg, **kw)  # noqa: E731
-            rec, _ = time_one(case, f"bf16 {cfg} {env}", fn, ref, rows)
-            os.environ.update({k: "" for k in env})
+            rec, _ = time_one(case, f"bf16 {cfg}", fn, ref, rows)
             rows_out.append(rec)
             print(rec, flush=True)
         for label, m in anchors.items():

@@ -53,6 +53,16 @@ def test_exact_rule_rounds_in_hardware_on_sm90():
     assert hw["spill_bytes"] == 0 and hw["ffma"] < integer["ffma"] and hw["sass_lines"] < integer["sass_lines"]
 
 
+def test_wgmma_key_order_passes_p_without_shuffles():
+    """With keys reordered within groups of 16, Triton moves P from the QK^T accumulator to
+    the P.V operand without SHFL.IDX (the 64 x 128 tile's 32 a loop iteration go)."""
+    tile = _tile((64, 128, 4, 3))
+    plain, ordered = (inspect("sm90", fp8=True, p_rule="exact", hw_round=True, wgmma_key_order=o, **tile)
+                      for o in (False, True))
+    assert plain["shfl_idx"] >= 32 and ordered["shfl_idx"] == 0, (plain, ordered)
+    assert ordered["spill_bytes"] == 0 and ordered["sass_lines"] < plain["sass_lines"], (plain, ordered)
+
+
 def test_bf16_sm90_uses_hgmma():
     info = inspect("sm90", fp8=False, p_rule="exact", **_tile((128, 64, 8, 3)))
     assert info["hgmma_sass"] > 0 and info["spill_bytes"] == 0, info

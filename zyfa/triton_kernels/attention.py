@@ -47,6 +47,15 @@ def _dot(a, b, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def wgmma_key_order(p):
+    """P's columns reordered within each group of 16 keys: new key 16g + 4t + 2a + b is old key
+    16g + 8a + 2t + b. A thread of Hopper's wgmma accumulator holds keys 2t, 2t+1, 2t+8, 2t+9
+    of a group, and the 8-bit A operand wants 4t..4t+3: in this order Triton passes P from one
+    to the other without shuffles (V^T's keys are stored in the same order, launch.transposed_v)."""
+    return p.reshape(p.shape[0], p.shape[1] // 16, 2, 4, 2).permute(0, 1, 3, 2, 4).reshape(p.shape[0], p.shape[1])
+
+
+@triton.jit
 def block_bounds(start_m, Sq, Sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """(band_start, band_end): keys [0, band_start) need no mask, [band_start, band_end) do.
 
@@ -69,7 +78,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr):
+                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, WGMMA_KEY_ORDER: tl.constexpr):
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
     Loads go through tensor descriptors (TMA on Hopper): rows past Sk read as zeros.
@@ -128,6 +137,8 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
             y = tl.where(valid, y, float("-inf"))
         p = p_fp8(y, P_RULE, HW_ROUND, Y_SHIFTED=P_RULE == P_EXACT)
         l_blk = tl.sum(p.to(tl.float32), 1)    # on the ALUs: the tensor-core way measured slower (NOTES)
+        if WGMMA_KEY_ORDER:
+            p = wgmma_key_order(p)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
         # d128: rescale the total only when some row's reference moved (with block references,
         # only when a block max passes A by the threshold), otherwise one FMA per element;
@@ -159,7 +170,8 @@ def attention_fwd_kernel(
         IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False):
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False,
+        WGMMA_KEY_ORDER: tl.constexpr = False):
     """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
     blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8."""
     # query tiles vary fastest: the programs running together share one head's K/V in L2
@@ -208,12 +220,14 @@ def attention_fwd_kernel(
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
+                                       WGMMA_KEY_ORDER)
     for start_n in range(band_start, band_end, BLOCK_N):
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND)
+                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
+                                       WGMMA_KEY_ORDER)
 
     # epilogue
     out = total / l_sum[:, None]

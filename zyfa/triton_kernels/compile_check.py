@@ -19,7 +19,7 @@ TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950
 def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
                       head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
-                      hw_round: bool = False, maxnreg: int = 0):
+                      hw_round: bool = False, maxnreg: int = 0, wgmma_key_order: bool = False):
     el = "fp8e4nv" if fp8 else "bf16"
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
 
@@ -36,7 +36,7 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
                   D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
-                  HW_ROUND=hw_round)
+                  HW_ROUND=hw_round, WGMMA_KEY_ORDER=wgmma_key_order)
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})
@@ -52,16 +52,17 @@ def summarize_sm90(k) -> dict:
     return {"wgmma_e4m3": len(re.findall(r"wgmma\.mma_async[^\n]*e4m3", ptx)),
             "cvt_e4m3x2": ptx.count("cvt.rn.satfinite.e4m3x2.f32"), "sass_lines": code.count("\n"),
             "qgmma_sass": code.count("QGMMA"), "hgmma_sass": code.count("HGMMA"),
-            "mufu_ex2": code.count("MUFU.EX2"), "f2i": len(re.findall(r"\bF2I", code)),
+            "mufu_ex2": code.count("MUFU.EX2"), "shfl_idx": code.count("SHFL.IDX"), "f2i": len(re.findall(r"\bF2I", code)),
             "hfma2": code.count("HFMA2"), "ffma": len(re.findall(r"\bFFMA\b", code)),
             "registers": a.registers or None, "spill_bytes": a.spill_bytes, "shared_bytes": k.metadata.shared}
 
 
 def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,
-            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False, maxnreg: int = 0) -> dict:
+            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False, maxnreg: int = 0,
+            wgmma_key_order: bool = False) -> dict:
     k = compile_attention(target, fp8=fp8, p_rule=p_rule, block_m=block_m, block_n=block_n,
                           num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v,
-                          hw_round=hw_round, maxnreg=maxnreg)
+                          hw_round=hw_round, maxnreg=maxnreg, wgmma_key_order=wgmma_key_order)
     if target == "sm90":
         return summarize_sm90(k)
     asm = k.asm["amdgcn"]

@@ -54,24 +54,40 @@ def _descale_args(q, k, v, q_descale, k_descale, v_descale):
             coarse_descale(k_descale.to(q.device), B, Hkv, "k_descale"), vs, False)
 
 
-def transposed_v(v: torch.Tensor) -> torch.Tensor:
-    """(B, Hkv, Dv, Sk) view of v with Sk contiguous and 16-byte aligned rows (copies if needed)."""
+def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor:
+    """(B, Hkv, Dv, Sk) view of v with Sk contiguous and 16-byte aligned rows (copies if needed).
+
+    wgmma_key_order: keys reordered within each group of 16 as the kernel reorders P's columns
+    (attention.wgmma_key_order), and Sk padded with zero keys to a multiple of 16 (the reorder
+    moves keys of a partial group past Sk)."""
     vt = v.permute(0, 2, 3, 1)
-    if tma_aligned(vt):
+    if tma_aligned(vt) and not wgmma_key_order:
         return vt
     B, Sk, Hkv, Dv = v.shape
     pad = (-Sk) % 16
     buf = torch.zeros(B, Hkv, Dv, Sk + pad, dtype=v.dtype, device=v.device)
     buf[..., :Sk] = vt
-    return buf[..., :Sk]
+    if not wgmma_key_order:
+        return buf[..., :Sk]
+    # new key 16g + 4t + 2a + b holds old key 16g + 8a + 2t + b
+    return buf.view(B, Hkv, Dv, -1, 2, 4, 2).transpose(4, 5).reshape(B, Hkv, Dv, Sk + pad)
+
+
+def wgmma_key_order(device: torch.device) -> bool:
+    """Whether the FP8 kernel reorders keys so that P feeds the P.V wgmma straight from the
+    QK^T accumulator's registers (Hopper; bench/NOTES.md v8). Not under the interpreter."""
+    return device_arch(device) == "sm90" and not interpreter_active()
 
 
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
                      v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule="block",
-                     config: TileConfig | None = None, hw_round: bool | None = None):
+                     config: TileConfig | None = None, hw_round: bool | None = None,
+                     permute_keys: bool | None = None):
     """Run the Triton kernel; inputs already validated. Returns (out, lse). ``hw_round``:
     the exact rule's E4M3 rounding by the GPU's conversion instruction (None: wherever it
-    exists, hardware_rounding()) instead of integer arithmetic; the codes are the same."""
+    exists, hardware_rounding()) instead of integer arithmetic; the codes are the same.
+    ``permute_keys``: the FP8 kernel's key reorder (None: wherever it saves shuffles,
+    wgmma_key_order()); it changes only the order of P.V's sums."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     is_fp8 = q.dtype == torch.float8_e4m3fn
@@ -83,10 +99,12 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else out_type, device=q.device)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
     q, k = tma_ready(q), tma_ready(k)
-    v = transposed_v(v) if is_fp8 else tma_ready(v)
+    key_order = is_fp8 and (wgmma_key_order(q.device) if permute_keys is None else permute_keys)
     if is_fp8:
-        qd, kd, vd, per_token = _descale_args(q, k, v.permute(0, 3, 1, 2), q_descale, k_descale, v_descale)
+        qd, kd, vd, per_token = _descale_args(q, k, v, q_descale, k_descale, v_descale)
+        v = transposed_v(v, key_order)
     else:
+        v = tma_ready(v)
         qd = kd = vd = lse            # unused placeholders
         per_token = False
     d_main, d_tail = (128, 64) if D == 192 else (D, 0)
@@ -108,7 +126,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
             IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
-            HW_ROUND=hw,
+            HW_ROUND=hw, WGMMA_KEY_ORDER=key_order,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
 
     if config is None:
