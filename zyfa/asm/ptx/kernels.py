@@ -9,7 +9,7 @@ import torch
 
 from ...fp8 import DEFAULT_P_RULE
 from ...scales import head_factor, per_channel_v_descale
-from ...tma import tma_ready
+from ...tma import permuted_vt, tma_ready  # noqa: F401  (permuted_vt: the V^T the kernel reads)
 from . import attention as attn
 from .assemble import assemble
 from .lean_p import p_codes_kernel
@@ -64,19 +64,6 @@ def qk_tile(q: torch.Tensor, k: torch.Tensor, q_row: int = 0, k_row: int = 0) ->
 def _attention(rule: str, causal: bool, rowsum: str, schedule: str, dqk: int, arch: str, device: int) -> Kernel:
     name, ptx = attn.attention_kernel(rule, causal, rowsum, arch, schedule, dqk)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), attn.shared_bytes(schedule, dqk))
-
-
-def permuted_vt(v: torch.Tensor) -> torch.Tensor:
-    """V^T as the generated kernel reads it: (B, Hkv, Dv, Sk rounded up to 16) bytes, keys
-    zero-padded and permuted within each 16-key group (slot s holds key KEY_OF_SLOT[s])."""
-    B, Sk, Hkv, Dv = v.shape
-    u = v.view(torch.uint8)
-    pad = (-Sk) % 16
-    if pad:
-        u = torch.cat([u, u.new_zeros(B, pad, Hkv, Dv)], dim=1)
-    # key 16 g + 8 h + 2 q + e goes to slot 4 q + 2 h + e of group g
-    u = u.reshape(B, (Sk + pad) // 16, 2, 4, 2, Hkv, Dv).permute(0, 5, 6, 1, 3, 2, 4)
-    return u.reshape(B, Hkv, Dv, Sk + pad)
 
 
 def default_schedule(head_dim: int) -> str:
