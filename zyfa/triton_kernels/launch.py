@@ -72,10 +72,15 @@ def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor
     return buf[..., :Sk]
 
 
-def wgmma_key_order(device: torch.device) -> bool:
+def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: int) -> bool:
     """Whether the FP8 kernel reorders keys so that P feeds the P.V wgmma straight from the
-    QK^T accumulator's registers (Hopper; bench/NOTES.md v8). Not under the interpreter."""
-    return device_arch(device) == "sm90" and not interpreter_active()
+    QK^T accumulator's registers (Hopper, not under the interpreter; bench/NOTES.md v8).
+
+    The kernel saves ~3.5%, but V^T is then reordered on every call, a copy that grows with
+    Sk where the kernel grows with Sk^2 * (Hq / Hkv): measured +3-7% at Sk 16K with 4 query
+    heads a KV head, +0-2% at 32K with 1, -12% at 4K with 1 (and -5% on MLA's 192/128)."""
+    return (device_arch(device) == "sm90" and not interpreter_active() and head_dim == 128
+            and seqlen_k * group >= 32768)
 
 
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
@@ -98,8 +103,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else out_type, device=q.device)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
     q, k = tma_ready(q), tma_ready(k)
-    # the key order measured +7% at Mistral 16K and -5% on MLA's 192/128 (bench/NOTES.md v8)
-    key_order = is_fp8 and (wgmma_key_order(q.device) and D != 192 if permute_keys is None else permute_keys)
+    key_order = is_fp8 and (wgmma_key_order(q.device, Sk, Hq // Hkv, D) if permute_keys is None else permute_keys)
     if is_fp8:
         qd, kd, vd, per_token = _descale_args(q, k, v, q_descale, k_descale, v_descale)
         v = transposed_v(v, key_order)
