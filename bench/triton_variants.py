@@ -37,7 +37,7 @@ def compiled_kernels() -> list:
     return [k for cache in attention_fwd_kernel.device_caches.values() for k in cache[0].values()]
 
 
-STATS: dict[str, dict] = {}      # variant label -> its kernel's registers, spills, shared memory
+STATS: dict[tuple, dict] = {}    # (variant label, head dims) -> its kernel's registers, spills, shared memory
 
 
 def time_one(case, label, fn, ref, rows):
@@ -48,8 +48,9 @@ def time_one(case, label, fn, ref, rows):
         kernels = compiled_kernels()
         if len(kernels) > before:        # compiled by this call; a later case reuses it
             k = kernels[-1]
-            STATS[label] = dict(registers=k.n_regs, spill_bytes=k.n_spills, shared_bytes=k.metadata.shared)
-        rec = dict(case=case.name, label=label, **STATS.get(label, {}))
+            STATS[label, case.D, case.Dv] = dict(registers=k.n_regs, spill_bytes=k.n_spills,
+                                                 shared_bytes=k.metadata.shared)
+        rec = dict(case=case.name, label=label, **STATS.get((label, case.D, case.Dv), {}))
         rec["err_kernel"] = rel_err(out[:, rows], ref) if ref is not None else None
         rec["ms"] = median_ms(fn)
         rec["tflops"] = case.flops / rec["ms"] / 1e9
