@@ -144,10 +144,10 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         # only when a block max passes A by the threshold), otherwise one FMA per element;
         # MLA: always (alpha is exactly 1 where A stays), the CTA-wide test cost 7% there
         if D_TAIL > 0:
-            alpha = tl.exp2(A - A_new)
-            total = total * alpha[:, None]
-            l_sum = l_sum * alpha
-        elif tl.max(A_new - A, 0) > 0:
+            moved = True
+        else:
+            moved = tl.max(A_new - A, 0) > 0
+        if moved:
             alpha = tl.exp2(A - A_new)
             total = total * alpha[:, None]
             l_sum = l_sum * alpha

@@ -80,16 +80,14 @@ def lean_p_bits(y, P_RULE: tl.constexpr):
 
 
 @triton.jit
-def exact_p_bits(y, Y_SHIFTED: tl.constexpr = False):
-    """int32 E4M3 codes of exp2(y + 8) rounded to nearest-even, built with integer arithmetic
-    (Y_SHIFTED: y already holds y + 8).
+def exact_p_bits(y8):
+    """int32 E4M3 codes of exp2(y8) (y8 = y + 8) rounded to nearest-even, built with integer
+    arithmetic.
 
     Float-to-FP8 casts are not used: Triton's interpreter does not round them like the
     GPU does, and integer rounding makes every path agree with zyfa.fp8 bit for bit.
     """
-    if not Y_SHIFTED:
-        y = y + _OFFSET
-    x = tl.exp2(y)
+    x = tl.exp2(y8)
     u = x.to(tl.int32, bitcast=True)
     # normal E4M3 (x >= 2^-6): keep 3 mantissa bits, round half to even, rebias 127 -> 7
     normal = ((u + 0x7FFFF + ((u >> 20) & 1)) >> 20) - 960
@@ -118,11 +116,11 @@ def p_fp8(y, P_RULE: tl.constexpr, HW_ROUND: tl.constexpr = False, Y_SHIFTED: tl
     instruction for two values instead of the integer rounding's ~8 a value. Y_SHIFTED (the
     exact rule only): y already holds y + 8, as exp2 takes it."""
     if P_RULE == P_EXACT:
+        if not Y_SHIFTED:
+            y = y + _OFFSET                 # exp2's argument
         if HW_ROUND:
-            if not Y_SHIFTED:
-                y = y + _OFFSET
             return e4m3_rne(tl.exp2(y)).to(tl.float8e4nv, bitcast=True)
-        bits = exact_p_bits(y, Y_SHIFTED)
+        bits = exact_p_bits(y)
     else:
         bits = lean_p_bits(y, P_RULE)
     return bits.to(tl.int8).to(tl.float8e4nv, bitcast=True)
