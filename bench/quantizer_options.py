@@ -9,7 +9,7 @@ import argparse
 
 from zyfa.activations import make
 from zyfa.quantize import quantize_fp8
-from zyfa.reference import attention_fp64, fp8_attention_spec
+from zyfa.spec.reference import attention_fp64, fp8_attention_spec
 
 
 def rel(a, b):

@@ -4,12 +4,13 @@ import re
 import pytest
 import torch
 
-from zyfa import fp8 as F
+from zyfa.spec.constants import MAGIC, P_ONE_BITS
+from zyfa.spec.rules import p_bits
 from zyfa.asm.program import Program
 from zyfa.asm.ptx import target as T
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.lean_p import PTX_RULES, p_codes_kernel
-from zyfa.fp8 import HALF_RULES
+from zyfa.spec.rules import HALF_RULES
 
 from conftest import gpu
 
@@ -33,8 +34,8 @@ def test_program_declares_what_it_used():
 
 
 def test_f32_immediates_are_bit_exact():
-    assert T.f32(F.MAGIC) == "0f4B400000"
-    assert T.f32(F.P_ONE_BITS + F.MAGIC) == "0f4B400078"
+    assert T.f32(MAGIC) == "0f4B400000"
+    assert T.f32(P_ONE_BITS + MAGIC) == "0f4B400078"
     assert T.f32(-15.0) == "0fC1700000"
 
 
@@ -69,7 +70,7 @@ def test_generated_p_codes_equal_the_spec(rule):
     y = -torch.rand(n, device="cuda") * 20                # past the clamp at -15 too
     y[:1000] = -torch.arange(1000, device="cuda").float() / 64     # integers and ties
     got = p_codes(y, rule).cpu().to(torch.int32)
-    spec = F.p_bits(y.cpu(), rule, fused=True)
+    spec = p_bits(y.cpu(), rule, fused=True)
     mism = int((got != spec).sum())
     assert mism == 0, f"{mism} of {n} codes differ from the spec"
 

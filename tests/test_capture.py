@@ -6,7 +6,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 from zyfa.activations import capture, load_capture  # noqa: E402
-from zyfa.reference import attention_fp64  # noqa: E402
+from zyfa.spec.reference import attention_fp64  # noqa: E402
 
 from conftest import rel_err  # noqa: E402
 

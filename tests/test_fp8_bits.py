@@ -1,13 +1,15 @@
-"""E4M3 bit helpers and the P rules (zyfa.fp8) against torch's own FP8 and exp2."""
+"""E4M3 bit helpers and the P rules (zyfa.spec.rules) against torch's own FP8 and exp2."""
 import torch
 
-from zyfa import fp8 as F
+from zyfa.spec.constants import P_ONE_BITS
+from zyfa.spec.e4m3 import e4m3_decode, e4m3_encode_nonneg, round_f16
+from zyfa.spec.rules import P_RULES, p_bits
 
 
 def test_decode_matches_torch_for_all_codes():
     codes = torch.arange(256, dtype=torch.int32)
     ref = codes.to(torch.uint8).view(torch.float8_e4m3fn).double()
-    got = F.e4m3_decode(codes)
+    got = e4m3_decode(codes)
     same = (got == ref) | (got.isnan() & ref.isnan())
     assert bool(same.all()), f"codes {codes[~same].tolist()} decode wrong"
 
@@ -18,13 +20,13 @@ def test_encode_rounds_like_torch():
                    torch.rand(50_000, generator=g, dtype=torch.float64) * 2 ** -5])
     x = x.float().double()       # torch casts from float32
     ref = x.float().to(torch.float8_e4m3fn).view(torch.uint8).to(torch.int32)
-    got = F.e4m3_encode_nonneg(x)
+    got = e4m3_encode_nonneg(x)
     assert torch.equal(got, ref), f"{int((got != ref).sum())} codes differ"
 
 
 def test_exact_rule_is_round_to_nearest_of_exp2():
     y = -torch.rand(100_000, generator=torch.Generator().manual_seed(1)) * 20
-    bits = F.p_bits(y, "exact")
+    bits = p_bits(y, "exact")
     ref = torch.exp2(y.double() + 8).float().to(torch.float8_e4m3fn).view(torch.uint8).to(torch.int32)
     assert (bits != ref).float().mean() < 1e-4
 
@@ -32,13 +34,13 @@ def test_exact_rule_is_round_to_nearest_of_exp2():
 def test_lean_rules_mismatch_rates_in_normal_range():
     """Naive lean is a piecewise-linear exp2; the corrections match round-to-nearest closely."""
     y = -torch.rand(1_000_000, generator=torch.Generator().manual_seed(2)) * 13
-    exact = F.p_bits(y, "exact")
-    rates = {r: (F.p_bits(y, r) != exact).float().mean().item() for r in ("lean", "lean_quad", "lean_cubic")}
+    exact = p_bits(y, "exact")
+    rates = {r: (p_bits(y, r) != exact).float().mean().item() for r in ("lean", "lean_quad", "lean_cubic")}
     assert 0.3 < rates["lean"] < 0.6, rates
     assert rates["lean_quad"] < 0.03, rates
     assert rates["lean_cubic"] < 0.002, rates
     for r in ("lean", "lean_quad", "lean_cubic"):
-        assert (F.p_bits(y, r) - exact).abs().max() <= 1, r
+        assert (p_bits(y, r) - exact).abs().max() <= 1, r
 
 
 def test_round_f16_rounds_once_like_numpy():
@@ -52,7 +54,7 @@ def test_round_f16_rounds_once_like_numpy():
     x = torch.cat([x, ties, near, torch.tensor([65504.0, 65519.9, 65520.0, -1e6, 2.0 ** -25, 2.0 ** -24 * 1.5])])
     with np.errstate(over="ignore"):
         want = torch.from_numpy(x.numpy().astype(np.float16).astype(np.float64))
-    assert torch.equal(F.round_f16(x), want)
+    assert torch.equal(round_f16(x), want)
 
 
 def test_half_precision_cubic_keeps_exacts_accuracy():
@@ -61,11 +63,11 @@ def test_half_precision_cubic_keeps_exacts_accuracy():
     than exact's on realistic activations."""
     import zyfa
     from zyfa.activations import make
-    from zyfa.reference import attention_fp64, fp8_attention_spec
+    from zyfa.spec.reference import attention_fp64, fp8_attention_spec
     y = -torch.rand(1_000_000, generator=torch.Generator().manual_seed(2)) * 13
-    exact, half = F.p_bits(y, "exact"), F.p_bits(y, "lean_cubic_f16")
+    exact, half = p_bits(y, "exact"), p_bits(y, "lean_cubic_f16")
     assert (half != exact).float().mean().item() < 0.015 and (half - exact).abs().max() <= 1
-    assert 0 < (half != F.p_bits(y, "lean_cubic_f16", fused=False)).float().mean().item() < 1e-3
+    assert 0 < (half != p_bits(y, "lean_cubic_f16", fused=False)).float().mean().item() < 1e-3
     q, k, v = make("realistic", 1, 512, 2, 1, 128, seed=8)
     x = zyfa.quantize_fp8(q, k, v)
     ref = attention_fp64(*x.dequantized())
@@ -76,13 +78,13 @@ def test_half_precision_cubic_keeps_exacts_accuracy():
 
 def test_lean_bits_range_and_top():
     y = torch.tensor([0.0, -1.0, -2.5, -15.0, -40.0, float("-inf")])
-    for r in F.P_RULES:
-        b = F.p_bits(y, r)
-        assert b[0] == F.P_ONE_BITS, (r, b)       # the block max is exactly 256
-        assert b.min() >= 0 and b.max() <= F.P_ONE_BITS, (r, b)
+    for r in P_RULES:
+        b = p_bits(y, r)
+        assert b[0] == P_ONE_BITS, (r, b)       # the block max is exactly 256
+        assert b.min() >= 0 and b.max() <= P_ONE_BITS, (r, b)
         assert b[-1] == 0 and b[-2] == 0, (r, b)
 
 
 def test_naive_lean_does_not_depend_on_fma_fusion():
     y = -torch.rand(100_000, generator=torch.Generator().manual_seed(3)) * 16
-    assert torch.equal(F.p_bits(y, "lean", fused=True), F.p_bits(y, "lean", fused=False))
+    assert torch.equal(p_bits(y, "lean", fused=True), p_bits(y, "lean", fused=False))

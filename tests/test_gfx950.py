@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from conftest import DEVICE, HAS_GPU
-from zyfa import fp8 as F
+from zyfa.spec.rules import p_bits
 from zyfa.asm.gfx950 import emulator as E
 from zyfa.asm.gfx950.lean_p import p_codes_kernel
-from zyfa.fp8 import LEAN_RULES
+from zyfa.spec.rules import LEAN_RULES
 from zyfa.asm.gfx950.target import assemble
 from zyfa.asm.gfx950.triton_reference import dot_fp8, p_codes
 from zyfa.triton_kernels.p_rules import P_RULE_IDS
@@ -83,11 +83,11 @@ def test_emulator_reproduces_tritons_gfx950_lean_p(rule):
     ya, oa = mem.alloc(y), mem.alloc(np.full(n, -7, np.int32))
     E.launch(kernel, mem, (4,), 256, struct.pack("<QQi4xQQ", ya, oa, n, 0, 0))
     emulated = mem.array(oa, np.int32, n)
-    assert np.array_equal(emulated, F.p_bits(torch.from_numpy(y), rule, fused=True).numpy())
+    assert np.array_equal(emulated, p_bits(torch.from_numpy(y), rule, fused=True).numpy())
     yt = torch.from_numpy(y).to(DEVICE)
     ran = torch.empty(n, dtype=torch.int32, device=DEVICE)
     p_codes[(4,)](yt, ran, n, RULE=P_RULE_IDS[rule], BLOCK=256)
-    assert torch.equal(ran.cpu(), F.p_bits(torch.from_numpy(y), rule, fused=HAS_GPU))
+    assert torch.equal(ran.cpu(), p_bits(torch.from_numpy(y), rule, fused=HAS_GPU))
 
 
 def test_emulator_runs_tritons_gfx950_loop():
@@ -174,7 +174,7 @@ def test_emulator_runs_tritons_gfx950_fp8_attention(shape):
     output is the spec's (fused FMAs, as the hardware) rounded to bfloat16, the LSE the spec's,
     and it agrees with Triton running the same kernel here (its interpreter, or a GPU)."""
     from zyfa.asm.gfx950.triton_reference import ATTENTION, emulate_triton_attention
-    from zyfa.reference import fp8_attention_spec
+    from zyfa.spec.reference import fp8_attention_spec
     from zyfa.triton_kernels.launch import triton_attention
     from zyfa.triton_kernels.tuning import TileConfig
     kw = _small_int_case(shape, seed=shape[1])
@@ -204,7 +204,7 @@ def test_generated_gfx950_p_codes_assemble_and_equal_the_spec(rule):
     ya, oa = mem.alloc(y), mem.alloc(np.zeros(n, np.uint8))
     E.launch(E.parse(text, name), mem, ((n // 4 + 255) // 256,), 256, struct.pack("<QQI", ya, oa, n // 4))
     codes = mem.array(oa, np.uint8, n).astype(np.int32)
-    assert np.array_equal(codes, F.p_bits(torch.from_numpy(y), rule, fused=True).numpy())
+    assert np.array_equal(codes, p_bits(torch.from_numpy(y), rule, fused=True).numpy())
 
 
 def test_assembler_enforces_gfx9_operand_rules():
@@ -337,7 +337,7 @@ def test_generated_gfx950_attention_equals_the_spec(shape, rule, ref_rule):
     the P codes equal the spec's and the output is the spec's up to float32 rounding (one P
     code off would show as ~1e-3)."""
     from zyfa.asm.gfx950.attention import attention_kernel, emulate_attention
-    from zyfa.reference import fp8_attention_spec
+    from zyfa.spec.reference import fp8_attention_spec
     causal = shape[-1]
     text = attention_kernel(rule, causal, shape[5], shape[6], ref_rule)[1]
     assert assemble(text)[:4] == b"\x7fELF"
@@ -407,7 +407,7 @@ def test_emulator_catches_the_race_a_missing_barrier_makes(barrier, monkeypatch)
 def test_generated_gfx950_attention_on_realistic_activations():
     from zyfa.activations import make
     from zyfa.asm.gfx950.attention import emulate_attention
-    from zyfa.reference import attention_fp64, fp8_attention_spec
+    from zyfa.spec.reference import attention_fp64, fp8_attention_spec
     import zyfa
     q, k, v = make("realistic", 1, 96, 4, 2, 128, seed=5)
     x = zyfa.quantize_fp8(q, k, v)
@@ -482,7 +482,7 @@ def test_gfx950_backend_runs_through_the_hip_loader(monkeypatch):
     tables of c, v descales and kv heads, kernel arguments packed from the metadata, one launch
     for every head; the fake runtime executes the assembly."""
     from zyfa.asm.gfx950 import kernels
-    from zyfa.reference import fp8_attention_spec
+    from zyfa.spec.reference import fp8_attention_spec
     fake = _EmulatedHip()
     monkeypatch.setattr(kernels, "hip_runtime", lambda: fake)
     kernels._kernel.cache_clear()

@@ -6,7 +6,7 @@ import torch
 
 import zyfa
 from zyfa.activations import make
-from zyfa.reference import attention_fp64
+from zyfa.spec.reference import attention_fp64
 
 from conftest import DEVICE, gpu, rel_err
 

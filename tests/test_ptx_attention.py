@@ -17,10 +17,11 @@ import zyfa
 from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn
 from zyfa.asm.ptx.assemble import assemble
-from zyfa.asm.ptx.fragments import KEY_OF_SLOT, a_operand_position, accumulator_position, p_sources
+from zyfa.spec.key_order import KEY_OF_SLOT
+from zyfa.asm.ptx.fragments import a_operand_position, accumulator_position, p_sources
 from zyfa.asm.ptx.lean_p import PTX_RULES
-from zyfa.fp8 import HALF_RULES
-from zyfa.reference import attention_fp64, fp8_attention_spec
+from zyfa.spec.rules import HALF_RULES
+from zyfa.spec.reference import attention_fp64, fp8_attention_spec
 
 H100_CLASS = HAS_GPU and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
 hopper = pytest.mark.skipif(not H100_CLASS, reason="needs an sm_90 GPU (H100/H200)")

@@ -5,7 +5,7 @@ import torch
 from conftest import assert_rel, rel_err
 from zyfa.activations import make
 from zyfa.quantize import hadamard_matrix, quantize_fp8
-from zyfa.reference import attention_fp64
+from zyfa.spec.reference import attention_fp64
 
 
 def _deq(x):

@@ -7,7 +7,7 @@ import torch
 from conftest import assert_rel, rel_err
 from zyfa.activations import make
 from zyfa.quantize import quantize_fp8
-from zyfa.reference import attention_fp64, fp8_attention_spec
+from zyfa.spec.reference import attention_fp64, fp8_attention_spec
 
 
 def _sdpa64(q, k, v, causal):

@@ -15,7 +15,7 @@ import torch
 from conftest import DEVICE, HAS_GPU, assert_rel, describe_mismatch, rel_err
 import zyfa
 from zyfa.activations import make
-from zyfa.reference import attention_fp64, fp8_attention_spec
+from zyfa.spec.reference import attention_fp64, fp8_attention_spec
 
 SHAPES = [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal
     (1, 70, 70, 2, 1, 128, 128, True),      # seqlen not a multiple of the block, MQA

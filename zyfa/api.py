@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
-from .fp8 import DEFAULT_P_RULE, P_RULES, REF_RULES
+from .spec.rules import DEFAULT_P_RULE, P_RULES, REF_RULES
 from .ops import flash_attn_op
-from .scales import is_per_token
+from .spec.descales import is_per_token
 from .validation import validate
 
 DEFAULT_REF_RULE = "block"
@@ -33,7 +33,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_
 
     q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, kv_heads, head_dim[_v]).
     dtypes: bfloat16, float16, or float8_e4m3fn (then q/k/v_descale are required;
-    see zyfa.scales for their shapes and zyfa.quantize_fp8 to make them).
+    see zyfa.spec.descales for their shapes and zyfa.quantize_fp8 to make them).
     GQA/MQA: query head h uses kv head h // (heads // kv_heads).
     Head dims (qk, v): (64, 64), (128, 128), (256, 256), (192, 128).
 
@@ -46,7 +46,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_
 
     Returns out (batch, seqlen_q, heads, head_dim_v) in bfloat16 (float16 for float16
     inputs) and, with return_lse, the float32 natural-log LSE (batch, heads, seqlen_q).
-    p_rule / ref_rule select the FP8 probability and reference rules (zyfa.fp8).
+    p_rule / ref_rule select the FP8 probability and reference rules (zyfa.spec.rules).
     """
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
     _check_rules(p_rule, ref_rule)

@@ -8,9 +8,9 @@ import importlib.util
 import torch
 
 from . import dispatch
-from .fp8 import DEFAULT_P_RULE, LEAN_RULES, P_RULES
+from .spec.rules import DEFAULT_P_RULE, LEAN_RULES, P_RULES
 from .ops import out_dtype
-from .reference import attention_fp64, fp8_attention_spec
+from .spec.reference import attention_fp64, fp8_attention_spec
 
 
 def _has_cuda_python() -> bool:

@@ -17,9 +17,9 @@ def run(seqlen: int | None = None) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")     # must precede the kernels' import
     import zyfa
     from zyfa.activations import realistic
-    from zyfa.fp8 import DEFAULT_P_RULE
+    from zyfa.spec.rules import DEFAULT_P_RULE
     from zyfa.bench.measure import rel_err
-    from zyfa.reference import attention_fp64
+    from zyfa.spec.reference import attention_fp64
 
     dev = "cuda" if gpu else "cpu"
     B, S, Hq, Hkv, D = (1, seqlen or 16384, 32, 8, 128) if gpu else (1, seqlen or 256, 4, 2, 128)

@@ -18,7 +18,7 @@ import dataclasses
 
 import torch
 
-from .fp8 import E4M3_MAX
+from .spec.constants import E4M3_MAX
 
 _TINY = 1e-12
 
@@ -41,8 +41,8 @@ class FP8Inputs:
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """float64 (q, k, v) as the FP8 values and descales represent them (FlashAttention layout):
         the inputs of a kernel-only error reference."""
-        from .reference import dequantize
-        from .scales import normalize_descales
+        from .spec.reference import dequantize
+        from .spec.descales import normalize_descales
         qs, ks, vs = normalize_descales(self.q, self.k, self.v, self.q_descale, self.k_descale, self.v_descale)
         return dequantize(self.q, qs, "q"), dequantize(self.k, ks, "k"), dequantize(self.v, vs, "v")
 

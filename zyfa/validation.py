@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .scales import check_descale
+from .spec.descales import check_descale
 
 SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 HALF_DTYPES = (torch.bfloat16, torch.float16)

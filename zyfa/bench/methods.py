@@ -13,9 +13,9 @@ from typing import Callable
 import torch
 
 import zyfa
-from zyfa.fp8 import P_RULES
+from zyfa.spec.rules import P_RULES
 from zyfa.quantize import FP8Inputs, quantize_fp8
-from zyfa.reference import attention_fp64
+from zyfa.spec.reference import attention_fp64
 
 from .cases import Case
 

@@ -6,7 +6,7 @@ Pieces, named as on every zyfa path:
   online step    one key block: scores, mask (band only), reference, P, P.V, rescale;
   epilogue       out = total * dv / l, LSE = ln2 * (A + log2 l - P offset).
 
-FP8 follows zyfa.reference.fp8_attention_spec: per-block references, each block's
+FP8 follows zyfa.spec.reference.fp8_attention_spec: per-block references, each block's
 P.V in a fresh accumulator added into the float32 total with its factor (two-level
 accumulation), row sum over the rounded P. BF16 is FlashAttention's running max.
 Query tiles are launched heaviest first (last tiles of the causal triangle).
@@ -14,17 +14,19 @@ Query tiles are launched heaviest first (last tiles of the causal triangle).
 import triton
 import triton.language as tl
 
+from ..spec import constants as C
+from ..spec.rules import REF_RULES
 from .p_rules import P_EXACT, p_fp8
 
-REF_BLOCK: tl.constexpr = tl.constexpr(0)
-REF_RUNNING: tl.constexpr = tl.constexpr(1)
-REF_BLOCK_POW2: tl.constexpr = tl.constexpr(2)
-REF_RULE_IDS = {"block": 0, "running": 1, "block_pow2": 2}
+REF_RULE_IDS = {name: i for i, name in enumerate(REF_RULES)}    # the kernel's REF_RULE constexpr
+REF_BLOCK: tl.constexpr = tl.constexpr(REF_RULE_IDS["block"])
+REF_RUNNING: tl.constexpr = tl.constexpr(REF_RULE_IDS["running"])
+REF_BLOCK_POW2: tl.constexpr = tl.constexpr(REF_RULE_IDS["block_pow2"])
 
-_NEG_FLOOR: tl.constexpr = tl.constexpr(-1.0e30)
-_RESCALE_THRESHOLD: tl.constexpr = tl.constexpr(8.0)
-_P_OFFSET: tl.constexpr = tl.constexpr(8.0)         # P = 2^(y + 8): zyfa.fp8.P_OFFSET_LOG2
-_LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+_NEG_FLOOR: tl.constexpr = tl.constexpr(C.NEG_FLOOR)
+_RESCALE_THRESHOLD: tl.constexpr = tl.constexpr(C.RESCALE_THRESHOLD)
+_P_OFFSET: tl.constexpr = tl.constexpr(float(C.P_OFFSET_LOG2))         # P = 2^(y + 8)
+_LN2: tl.constexpr = tl.constexpr(C.LN2)
 
 
 @triton.jit
@@ -235,7 +237,7 @@ def attention_fwd_kernel(
     if IS_FP8:
         vd = tl.load(VD + (b * Hkv + kvh) * DV + offs_dv)
         out = out * vd[None, :]
-        p_offset = 8.0
+        p_offset = _P_OFFSET
     o_desc.store([b, start_m, h, 0], out.to(o_desc.dtype).reshape(1, BLOCK_M, 1, DV))
     lse = _LN2 * (A + tl.log2(l_sum) - p_offset)
     tl.store(LSE + (b * Hq + h) * Sq + offs_m, lse, mask=row_ok)

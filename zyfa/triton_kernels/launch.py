@@ -8,10 +8,12 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..fp8 import DEFAULT_P_RULE
+from ..spec.rules import DEFAULT_P_RULE
 from ..ops import out_dtype
-from ..tma import permuted_vt, tma_aligned, tma_ready
-from ..scales import LOG2E, coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
+from ..spec.key_order import hopper_vt
+from ..tma import tma_aligned, tma_ready
+from ..spec.constants import LOG2E
+from ..spec.descales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from .attention import REF_RULE_IDS, attention_fwd_kernel
 from .p_rules import P_RULE_IDS
 from .tuning import TileConfig, choose, interpreter_active, tuning_key
@@ -59,9 +61,9 @@ def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor
 
     wgmma_key_order: keys reordered within each group of 16 as the kernel reorders P's columns
     (attention.wgmma_key_order) and Sk zero-padded to a multiple of 16, in one copy
-    (zyfa.tma.permuted_vt, which the generated kernel reads too)."""
+    (zyfa.spec.key_order.hopper_vt, which the generated kernel reads too)."""
     if wgmma_key_order:
-        return permuted_vt(v).view(v.dtype)
+        return hopper_vt(v).view(v.dtype)
     vt = v.permute(0, 2, 3, 1)
     if tma_aligned(vt):
         return vt

@@ -1,4 +1,5 @@
-"""P rules in Triton: the E4M3 probability 2^(y + 8) from y = t - r (zyfa.fp8 is the contract).
+"""P rules in Triton: the E4M3 probability 2^(y + 8) from y = t - r (zyfa.spec.rules is the
+contract; tests hold these codes to it bit for bit in the interpreter).
 
 `exact` uses exp2 (MUFU) and a rounding conversion. The lean rules use only
 FMA-pipe arithmetic and the magic-number trick: x + 1.5*2^23 leaves
@@ -8,32 +9,34 @@ issued; the integer is the E4M3 code itself and is reinterpreted as FP8.
 import triton
 import triton.language as tl
 
-from .. import fp8
+from ..spec import constants as C
+from ..spec import rules as R
+from ..spec.e4m3 import round_f16_scalar
 
-P_EXACT: tl.constexpr = tl.constexpr(0)
-P_LEAN: tl.constexpr = tl.constexpr(1)
-P_LEAN_QUAD: tl.constexpr = tl.constexpr(2)
-P_LEAN_CUBIC: tl.constexpr = tl.constexpr(3)
-P_LEAN_CUBIC_F16: tl.constexpr = tl.constexpr(4)
-P_RULE_IDS = {"exact": 0, "lean": 1, "lean_quad": 2, "lean_cubic": 3, "lean_cubic_f16": 4}
+P_RULE_IDS = {name: i for i, name in enumerate(R.P_RULES)}     # the kernel's P_RULE constexpr
+P_EXACT: tl.constexpr = tl.constexpr(P_RULE_IDS["exact"])
+P_LEAN: tl.constexpr = tl.constexpr(P_RULE_IDS["lean"])
+P_LEAN_QUAD: tl.constexpr = tl.constexpr(P_RULE_IDS["lean_quad"])
+P_LEAN_CUBIC: tl.constexpr = tl.constexpr(P_RULE_IDS["lean_cubic"])
+P_LEAN_CUBIC_F16: tl.constexpr = tl.constexpr(P_RULE_IDS["lean_cubic_f16"])
 
-_MAGIC: tl.constexpr = tl.constexpr(fp8.MAGIC)
-_MAGIC_BITS: tl.constexpr = tl.constexpr(0x4B400000)
-_ONE_BITS: tl.constexpr = tl.constexpr(float(fp8.P_ONE_BITS))
-_Y_FLOOR: tl.constexpr = tl.constexpr(fp8.Y_FLOOR)
-_OFFSET: tl.constexpr = tl.constexpr(float(fp8.P_OFFSET_LOG2))
-_QUAD_SLOPE: tl.constexpr = tl.constexpr(8.0 * fp8.LEAN_QUAD_K)
-_QUAD_BASE: tl.constexpr = tl.constexpr(8.0 * (1.0 - fp8.LEAN_QUAD_K))
-_CUBIC_B: tl.constexpr = tl.constexpr(fp8.LEAN_CUBIC_B)
-_CUBIC_AB: tl.constexpr = tl.constexpr(fp8.LEAN_CUBIC_A - fp8.LEAN_CUBIC_B)
-_CUBIC_1A: tl.constexpr = tl.constexpr(1.0 - fp8.LEAN_CUBIC_A)
+_MAGIC: tl.constexpr = tl.constexpr(C.MAGIC)
+_MAGIC_BITS: tl.constexpr = tl.constexpr(C.MAGIC_BITS)
+_ONE_BITS: tl.constexpr = tl.constexpr(float(C.P_ONE_BITS))
+_Y_FLOOR: tl.constexpr = tl.constexpr(C.Y_FLOOR)
+_OFFSET: tl.constexpr = tl.constexpr(float(C.P_OFFSET_LOG2))
+_QUAD_SLOPE: tl.constexpr = tl.constexpr(8.0 * R.LEAN_QUAD_K)
+_QUAD_BASE: tl.constexpr = tl.constexpr(8.0 * (1.0 - R.LEAN_QUAD_K))
+_CUBIC_B: tl.constexpr = tl.constexpr(R.LEAN_CUBIC_B)
+_CUBIC_AB: tl.constexpr = tl.constexpr(R.LEAN_CUBIC_A - R.LEAN_CUBIC_B)
+_CUBIC_1A: tl.constexpr = tl.constexpr(1.0 - R.LEAN_CUBIC_A)
 # lean_cubic_f16: half precision throughout (constants already rounded to half, exactly)
-_H_MAGIC: tl.constexpr = tl.constexpr(fp8.F16_MAGIC)
-_H_B8: tl.constexpr = tl.constexpr(fp8.round_f16_scalar(8.0 * fp8.LEAN_CUBIC_B))
-_H_AB8: tl.constexpr = tl.constexpr(fp8.round_f16_scalar(8.0 * (fp8.LEAN_CUBIC_A - fp8.LEAN_CUBIC_B)))
-_H_1A8: tl.constexpr = tl.constexpr(fp8.round_f16_scalar(8.0 * (1.0 - fp8.LEAN_CUBIC_A)))
-_H_BASE: tl.constexpr = tl.constexpr(fp8.P_ONE_BITS - 7 * fp8.F16_MAGIC)
-_H_MAGIC_BITS: tl.constexpr = tl.constexpr(0x6600)
+_H_MAGIC: tl.constexpr = tl.constexpr(C.F16_MAGIC)
+_H_B8: tl.constexpr = tl.constexpr(round_f16_scalar(8.0 * R.LEAN_CUBIC_B))
+_H_AB8: tl.constexpr = tl.constexpr(round_f16_scalar(8.0 * (R.LEAN_CUBIC_A - R.LEAN_CUBIC_B)))
+_H_1A8: tl.constexpr = tl.constexpr(round_f16_scalar(8.0 * (1.0 - R.LEAN_CUBIC_A)))
+_H_BASE: tl.constexpr = tl.constexpr(C.P_ONE_BITS - 7 * C.F16_MAGIC)
+_H_MAGIC_BITS: tl.constexpr = tl.constexpr(C.F16_MAGIC_BITS)
 
 
 @triton.jit
@@ -45,7 +48,7 @@ def _h(x, value):
 
 @triton.jit
 def lean_cubic_f16_bits(y):
-    """int32 E4M3 codes of 2^(y + 8) by the cubic in half precision (zyfa.fp8.p_bits,
+    """int32 E4M3 codes of 2^(y + 8) by the cubic in half precision (zyfa.spec.rules.p_bits,
     lean_cubic_f16): y rounded to half, every step rounded to half; on GPUs the pairs of
     elements a thread holds can run as packed half instructions."""
     h = tl.maximum(y.to(tl.float16), _h(y, _Y_FLOOR))
@@ -60,7 +63,7 @@ def lean_cubic_f16_bits(y):
 
 @triton.jit
 def lean_p_bits(y, P_RULE: tl.constexpr):
-    """int32 E4M3 codes in [0, 120] of 2^(y + 8) for a lean rule (zyfa.fp8.p_bits)."""
+    """int32 E4M3 codes in [0, 120] of 2^(y + 8) for a lean rule (zyfa.spec.rules.p_bits)."""
     if P_RULE == P_LEAN_CUBIC_F16:
         return lean_cubic_f16_bits(y)
     y = tl.maximum(y, _Y_FLOOR)
@@ -85,7 +88,7 @@ def exact_p_bits(y8):
     arithmetic.
 
     Float-to-FP8 casts are not used: Triton's interpreter does not round them like the
-    GPU does, and integer rounding makes every path agree with zyfa.fp8 bit for bit.
+    GPU does, and integer rounding makes every path agree with zyfa.spec.rules bit for bit.
     """
     x = tl.exp2(y8)
     u = x.to(tl.int32, bitcast=True)

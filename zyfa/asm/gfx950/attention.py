@@ -1,5 +1,5 @@
 """The generated FP8 attention kernel for gfx950: the whole per-block algorithm of
-``zyfa.reference.fp8_attention_spec`` with key blocks of 64 (``block_n=64``, ZYFA's block),
+``zyfa.spec.reference.fp8_attention_spec`` with key blocks of 64 (``block_n=64``, ZYFA's block),
 scheduled as ZYFA / CK's FMHA pipelines are: 8 waves a workgroup (256 queries, 32 a wave) in
 two groups of 4 that ping-pong, and K / V^T double-buffered in LDS.
 
@@ -25,7 +25,7 @@ Per key block:
                      r = A' - d with d = floor(A' - m), so the block's weight 2^(r - A') is 2^-d
   P                  lean-rule codes of y = fma(S, c, -r), packed with v_perm straight into
                      the B operand of P.V (byte j: tile j // 16, register j % 16; V^T's keys
-                     permuted on the host to match, ``permuted_vt``)
+                     permuted on the host to match, zyfa.spec.key_order.gfx950_vt)
   l, O               row sums of the rounded P by one MFMA of E4M3 ones against P^T, and
                      O^T = Vp^T P^T per 32 value columns:
                      block_pow2: v_mfma_scale_f32_32x32x64_f8f6f4 straight into the running
@@ -47,8 +47,8 @@ import itertools
 
 import numpy as np
 
-from ... import fp8 as F
-from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
+from ...spec.key_order import gfx950_vt
+from ...spec.constants import LN2, NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from .lean_p import LEAN_RULES, emit_p_codes, load_constants
 from .target import lit, module, program, span
 
@@ -70,7 +70,6 @@ def fits(head_dim: int, value_dim: int) -> bool:
     return True
 
 
-LN2 = 0.6931471805599453
 HAZARD_NOPS = (15, 1)       # after an MFMA 32x32 before its result is read (as LLVM writes it)
 PACK_PAIR, PACK_HALVES = 0x0C0C0400, 0x05040100
 NEG_INF = 0xFF800000
@@ -78,30 +77,10 @@ E4M3_ONES = 0x38383838      # four E4M3 1.0
 E8M0_ONE = 127              # the scale byte of 2^0
 
 
-def key_of_byte(half: int, j: int) -> int:
-    """The key (within a 64-key block) whose P code byte j of a lane of half ``half`` carries."""
-    return 32 * (j // 16) + 8 * ((j % 16) // 4) + 4 * half + j % 4
-
-
-BYTE_ORDER = [key_of_byte(h, j) for h in (0, 1) for j in range(32)]
-
-
-def permuted_vt(v):
-    """(..., Sk keys, Dv) E4M3 bytes (a torch uint8 tensor) -> (..., Dv, Sk rounded up to 64):
-    in each 64-key block, byte 32 h + j of row n is v[key_of_byte(h, j), n] (zeros past Sk):
-    what the lanes of half h load."""
-    *lead, sk, dv = v.shape
-    blocks = -(-sk // BLOCK_N)
-    padded = v.new_zeros(*lead, blocks * BLOCK_N, dv)
-    padded[..., :sk, :] = v
-    x = padded.reshape(*lead, blocks, BLOCK_N, dv)[..., BYTE_ORDER, :]
-    return x.movedim(-1, -3).reshape(*lead, dv, blocks * BLOCK_N).contiguous()
-
-
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: int = 128,
                      value_dim: int = 128, ref_rule: str = "block") -> tuple[str, str]:
     """(name, assembly) of the kernel, every head in one launch: args q (B, Sq, Hq, D) and k
-    (B, Sk, Hkv, D) E4M3, vt = permuted_vt of v as (B, Hkv, Sk, Dv): (B, Hkv, Dv, Sk padded
+    (B, Sk, Hkv, D) E4M3, vt = zyfa.spec.key_order.gfx950_vt of v as (B, Hkv, Sk, Dv): (B, Hkv, Dv, Sk padded
     to 64), vd (B, Hq, Dv) float32, out (B, Sq, Hq, Dv) float32, lse (B, Hq, Sq) float32,
     fac (B, Hq) float32 (the spec's factor c, > 0), kv_head (Hq,) uint32, then seqlen_q,
     seqlen_k (seqlen_q <= seqlen_k when causal), heads, kv_heads; all contiguous, and each
@@ -520,7 +499,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, head_dim: in
     emit("v_add_u32", oo, oo, t16)                               # + 16 half bytes (4 half floats)
     emit("v_log_f32", lg, l_sum)
     emit("v_add_f32", lg, lg, A)
-    emit("v_add_f32", lg, lit(-float(F.P_OFFSET_LOG2)), lg)
+    emit("v_add_f32", lg, lit(-float(P_OFFSET_LOG2)), lg)
     emit("v_mul_f32", lg, lit(LN2), lg)
     emit("v_lshlrev_b32", lse_off, 2, query)
     emit("v_cmp_gt_u32", sq, query)                              # rows past seqlen_q store nothing
@@ -563,7 +542,7 @@ def launch_args(q, k, v, q_descale, k_descale, v_descale, softmax_scale, device)
 
     import torch
 
-    from ...scales import head_factor, per_channel_v_descale
+    from ...spec.descales import head_factor, per_channel_v_descale
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     group = Hq // Hkv
@@ -573,7 +552,7 @@ def launch_args(q, k, v, q_descale, k_descale, v_descale, softmax_scale, device)
     fac = head_factor(q_descale, k_descale, B, Hkv, scale, device).repeat_interleave(group, dim=1)
     vd = per_channel_v_descale(v_descale.to(device), B, Hkv, Dv).repeat_interleave(group, dim=1)
     as_bytes = lambda t: t.contiguous().view(torch.uint8)   # noqa: E731
-    return dict(q=as_bytes(q), k=as_bytes(k), vt=permuted_vt(as_bytes(v).permute(0, 2, 1, 3)),
+    return dict(q=as_bytes(q), k=as_bytes(k), vt=gfx950_vt(as_bytes(v).permute(0, 2, 1, 3)),
                 vd=vd.float().contiguous(), fac=fac.float().contiguous(),
                 kv_head=(torch.arange(Hq, device=device, dtype=torch.int32) // group).contiguous())
 

@@ -1,7 +1,7 @@
-"""The lean P rules in generated gfx950 assembly, bit-identical to ``zyfa.fp8.p_bits``: packed
-FP32 arithmetic (two scores an instruction) and the magic-number trick (no v_exp_f32, no
-float-to-int conversion), the same operations in the same order as the spec and the PTX
-emitter (zyfa.asm.ptx.lean_p).
+"""The lean P rules in generated gfx950 assembly, from the rules' step lists (zyfa.spec.rules):
+packed FP32 arithmetic (two scores an instruction) and the magic-number trick (no v_exp_f32,
+no float-to-int conversion), the spec's operations in the spec's order, so the codes are
+bit-identical to ``p_bits``.
 
 ``p_codes_kernel`` wraps them into a standalone kernel (one thread per four values, codes
 packed four to a dword with v_perm_b32), which CI assembles and runs in the emulator.
@@ -10,42 +10,48 @@ from __future__ import annotations
 
 import dataclasses
 
-from ... import fp8 as F
-from ...fp8 import LEAN_RULES
+from ...spec.constants import MAGIC, P_ONE_BITS
+from ...spec.rules import LEAN_RULES, P_RULE_TABLE
 from ..program import Program, Reg
 from .target import lit, module, program, span
 
 WORKGROUP = 256
 PACK_PAIR = 0x0C0C0400      # v_perm: byte 0 of src1, byte 0 of src0, zeros
 PACK_HALVES = 0x05040100    # v_perm: bytes 0-1 of src1, then bytes 0-1 of src0
+# the constants every floor-based rule shares, loaded first (the rule's own follow in step order)
+SHARED_CONSTANTS = (8.0, -0.5, MAGIC, -MAGIC, -1.0, P_ONE_BITS - 7 * MAGIC)
+# the six scratch pairs of emit_p_codes, by value name; ``inner`` takes ``fl``'s pair (dead by then)
+SCRATCH = {"yc": 0, "a": 1, "fl": 2, "f": 3, "slope": 4, "base": 5, "inner": 2}
 
 
 @dataclasses.dataclass
 class Constants:
-    """VGPR pairs, each value twice: packed FP32 instructions take no literals."""
+    """VGPR pairs keyed by value, each value twice: packed FP32 instructions take no literals."""
     pairs: dict
 
 
-def constant_values(rule: str) -> dict:
-    values = {"eight": 8.0}
-    if rule == "lean":
-        return {**values, "one_magic": F.P_ONE_BITS + F.MAGIC}
-    values.update(neg_half=-0.5, magic=F.MAGIC, neg_magic=-F.MAGIC, minus_one=-1.0,
-                  base=F.P_ONE_BITS - 7 * F.MAGIC)          # 8 floor(y) + 120 + MAGIC = 8 a + base
-    if rule == "lean_quad":
-        return {**values, "k": 8.0 * F.LEAN_QUAD_K, "k_rest": 8.0 * (1.0 - F.LEAN_QUAD_K)}
-    # the cubic's coefficients carry the mantissa's factor 8 (exact, as in the PTX emitter)
-    return {**values, "b": 8.0 * F.LEAN_CUBIC_B, "ab": 8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B),
-            "a": 8.0 * (1.0 - F.LEAN_CUBIC_A)}
+def constant_values(rule: str) -> list:
+    """The pair constants the rule's steps read: a constant c subtracted is added as -c, a
+    value subtracted is an FMA by -1; max takes its constant as a literal."""
+    needed = []
+    for step in P_RULE_TABLE[rule].steps:
+        if step.op == "max":
+            continue
+        for a in step.args:
+            if step.op == "sub":
+                a = -a if not isinstance(a, str) else (-1.0 if a == step.args[1] else None)
+            if a is not None and not isinstance(a, str) and a not in needed:
+                needed.append(a)
+    return [c for c in SHARED_CONSTANTS if c in needed] + [c for c in needed if c not in SHARED_CONSTANTS]
 
 
 def load_constants(prog: Program, rule: str) -> Constants:
     pairs = {}
-    for name, value in constant_values(rule).items():
+    for value in constant_values(rule):
         pair = prog.aligned("v", 2, 2)
         for reg in pair:
             prog.emit("v_mov_b32", reg, lit(value))
-        pairs[name] = pair
+        pairs[value] = pair
     return Constants(pairs)
 
 
@@ -53,34 +59,37 @@ def emit_p_codes(prog: Program, y: list[Reg], rule: str, c: Constants, out: list
                  scratch: list[list[Reg]] | None = None) -> list[Reg]:
     """A VGPR pair whose low bytes are the E4M3 codes of 2^(y + 8) for the two values of the
     pair ``y`` (float values MAGIC + code), two scores an instruction with packed FP32 (the
-    same IEEE operations per element as the spec: the subtraction as an exact FMA by -1).
+    same IEEE operations per element as the spec: a subtraction as an exact FMA by -1 or the
+    addition of the negated constant).
 
     gfx950's registers are physical: a kernel that makes many codes passes ``out`` and six
     ``scratch`` pairs to reuse (y may be one of them: it is read first)."""
     if rule not in LEAN_RULES:
         raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
-    yc, a, fl, f, slope, base = scratch if scratch is not None else [prog.aligned("v", 2, 2) for _ in range(6)]
-    w = out if out is not None else prog.aligned("v", 2, 2)
-    k = {name: span(pair) for name, pair in c.pairs.items()}
-    for i in (0, 1):                                              # no packed max: one a score
-        prog.emit("v_max_f32", yc[i], lit(F.Y_FLOOR), y[i])
-    pk_fma = lambda d, x, y_, z: prog.emit("v_pk_fma_f32", span(d), x if isinstance(x, str) else span(x),  # noqa: E731
-                                          y_ if isinstance(y_, str) else span(y_), z if isinstance(z, str) else span(z))
-    if rule == "lean":
-        pk_fma(w, yc, k["eight"], k["one_magic"])
-        return w
-    prog.emit("v_pk_add_f32", span(a), span(yc), k["neg_half"])    # floor(y) = rne(y - 0.5) via MAGIC
-    prog.emit("v_pk_add_f32", span(a), span(a), k["magic"])
-    prog.emit("v_pk_add_f32", span(fl), span(a), k["neg_magic"])
-    pk_fma(f, fl, k["minus_one"], yc)                             # f = y - floor(y), one rounding
-    if rule == "lean_quad":
-        pk_fma(slope, f, k["k"], k["k_rest"])
-    else:
-        pk_fma(fl, f, k["b"], k["ab"])                            # fl is done: reuse it for the inner term
-        pk_fma(slope, f, fl, k["a"])
-    pk_fma(base, a, k["eight"], k["base"])
-    pk_fma(w, f, slope, base)
-    return w
+    scratch = scratch if scratch is not None else [prog.aligned("v", 2, 2) for _ in range(6)]
+    env = {"y": y, "w": out if out is not None else prog.aligned("v", 2, 2)}
+    k = {value: span(pair) for value, pair in c.pairs.items()}
+
+    def operand(a):
+        return k[a] if not isinstance(a, str) else span(env[a])
+
+    for step in P_RULE_TABLE[rule].steps:
+        if step.out not in env:
+            env[step.out] = scratch[SCRATCH[step.out]]
+        d = env[step.out]
+        x = step.args
+        if step.op == "max":                                     # no packed max: one a score
+            for i in (0, 1):
+                prog.emit("v_max_f32", d[i], lit(x[1]), env[x[0]][i])
+        elif step.op == "add":
+            prog.emit("v_pk_add_f32", span(d), operand(x[0]), operand(x[1]))
+        elif step.op == "sub" and not isinstance(x[1], str):
+            prog.emit("v_pk_add_f32", span(d), operand(x[0]), k[-x[1]])
+        elif step.op == "sub":                                   # x0 - x1 = fma(x1, -1, x0), one rounding
+            prog.emit("v_pk_fma_f32", span(d), operand(x[1]), k[-1.0], operand(x[0]))
+        else:
+            prog.emit("v_pk_fma_f32", span(d), *map(operand, x))
+    return env["w"]
 
 
 def emit_pack4(prog: Program, codes: list[Reg], sel_pair: Reg, sel_halves: Reg) -> Reg:

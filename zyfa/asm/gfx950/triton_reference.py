@@ -101,7 +101,7 @@ def emulate_triton_attention(text: str, q, k, v, q_descale, k_descale, v_descale
     import numpy as np
     import torch
 
-    from ...scales import LOG2E
+    from ...spec.constants import LOG2E
     from ...triton_kernels.launch import _descale_args, transposed_v
     from . import emulator as E
     from .loader import kernel_args, pack

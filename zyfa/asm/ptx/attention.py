@@ -1,5 +1,5 @@
 """The generated FP8 prefill attention kernel for sm_90a (head dims 128/128 and MLA's
-192/128): the whole algorithm of ``zyfa.reference.fp8_attention_spec``. This module is the
+192/128): the whole algorithm of ``zyfa.spec.reference.fp8_attention_spec``. This module is the
 entry point (attention_kernel) and the one-warpgroup schedules; layout.py says where things
 are, cta.py does a CTA's setup, loads and stores, block.py one key block's math, and
 pingpong.py the warp-specialized schedules.
@@ -22,14 +22,14 @@ the spec's block_n; grid (query tiles, batch * heads), heaviest query tiles firs
              only when a reference moved)
   epilogue   out = total / l * v_descale in BF16, LSE = ln2 (A + log2 l - 8)
 
-V^T arrives with its keys permuted inside each 16-key group (fragments.KEY_OF_SLOT) so P
+V^T arrives with its keys permuted inside each 16-key group (zyfa.spec.key_order.KEY_OF_SLOT) so P
 goes from the QK^T accumulator to the A operand without moving between threads.
 ``schedule="pipelined"`` issues the next block's Q K^T before this block's softmax (v8).
 Versions, predictions and H200 measurements: bench/PTX_NOTES.md.
 """
 from __future__ import annotations
 
-from ...fp8 import HALF_RULES
+from ...spec.rules import HALF_RULES
 from ..program import Program
 from .block import emit_accumulators, emit_block
 from .cta import (

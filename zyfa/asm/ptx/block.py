@@ -1,14 +1,13 @@
 """One key block in the generated Hopper kernel: mask, row max, references, P codes by the
 P rule, row sums of the rounded P, P V^T into a fresh accumulator and the two-level
-accumulation (zyfa.reference.fp8_attention_spec's block step). Every schedule issues and
+accumulation (zyfa.spec.reference.fp8_attention_spec's block step). Every schedule issues and
 waits for these pieces in its own order."""
 from __future__ import annotations
 
 import dataclasses
 
-from ... import fp8 as F
-from ...fp8 import HALF_RULES
-from ...reference import NEG_FLOOR, RESCALE_THRESHOLD
+from ...spec.rules import HALF_RULES
+from ...spec.constants import NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .cta import Ctx, stage
 from .fragments import p_sources
@@ -151,7 +150,7 @@ def emit_softmax(prog: Program, c: Ctx, rule: str, rowsum: str, start_n: Reg, s:
     if exact:                          # P = 2^(y + 8): the offset folded into the FFMA's addend
         neg_m8 = prog.regs("f32", 2)
         for half in (0, 1):
-            emit("add.f32", neg_m8[half], neg_m[half], f32(float(F.P_OFFSET_LOG2)))
+            emit("add.f32", neg_m8[half], neg_m[half], f32(float(P_OFFSET_LOG2)))
         neg_m = neg_m8
     ys = []
     for i, si in enumerate(s):
@@ -188,9 +187,9 @@ def emit_softmax(prog: Program, c: Ctx, rule: str, rowsum: str, start_n: Reg, s:
             emit("cvt.f16x2.e4m3x2", p16[i], pair)           # E4M3 values are exact halves
     elif rule in HALF_RULES:                                 # two scores (same row, adjacent keys) a word
         pairs = {}
-        consts = half_constants(prog)
+        consts = half_constants(prog, rule)
         for i in range(0, ACC, 2):
-            w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], consts)   # codes in bytes 0 and 2
+            w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], consts, rule)   # codes in bytes 0 and 2
             if rowsum == "hmma":
                 # an E4M3 code shifted into a half's exponent/mantissa is P * 2^-8 exactly
                 # (subnormals too): two P of a pair as the half2 A operand of the row-sum wgmma

@@ -4,7 +4,7 @@ stages, Q K^T, the mbarriers and the ones tile, and the epilogue. Shared by ever
 (attention.py's one-warpgroup kernels and pingpong.py)."""
 from __future__ import annotations
 
-from ... import fp8 as F
+from ...spec.constants import LN2, P_OFFSET_LOG2
 from ..program import Program, Reg
 from .layout import (
     ACC,
@@ -26,7 +26,6 @@ from .target import f32
 E4M3_ONE_X4 = 0x38383838
 HALF_256_X2 = 0x5C005C00                    # two halves of 256: B of the half-precision row-sum wgmma
 HALF_ONE_X2 = 0x3C003C00                    # two halves of 1: the same B for the exact rule's P values
-LN2 = 0.6931471805599453
 
 
 class Ctx:
@@ -347,7 +346,7 @@ def emit_epilogue(prog: Program, c: Ctx, total: list[Reg], A: list[Reg], l: list
         emit("and.pred", store, ok[half], first)
         emit("lg2.f32", lg[half], l[half])
         emit("add.f32", lg[half], lg[half], A[half])
-        emit("sub.f32", lg[half], lg[half], f32(float(F.P_OFFSET_LOG2)))
+        emit("sub.f32", lg[half], lg[half], f32(float(P_OFFSET_LOG2)))
         emit("mul.f32", lg[half], lg[half], f32(LN2))
         emit("mad.lo.u32", idx, bh, c.sq, c.rows[half])
         off, addr = prog.regs("u64", 2)

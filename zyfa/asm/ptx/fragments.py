@@ -11,12 +11,9 @@ The documented layouts (PTX ISA, "wgmma register fragments"), for thread t of a 
 A thread's accumulator holds, in each 16-column group, columns 2q, 2q+1, 8+2q, 9+2q; the A
 operand wants 4q..4q+3 in those places. Instead of moving bytes between threads, P is packed
 in accumulator order and V^T's keys are permuted to match: A-operand slot s of a 16-key group
-multiplies key ``KEY_OF_SLOT[s]`` (the host writes V^T in that order, ``permute_vt``).
+multiplies key ``KEY_OF_SLOT[s]`` (the host writes V^T in that order, zyfa.spec.key_order.hopper_vt).
 """
 from __future__ import annotations
-
-# slot s = 4q + 2h + e of a 16-key group holds key 8h + 2q + e
-KEY_OF_SLOT = tuple(8 * ((s % 4) // 2) + 2 * (s // 4) + s % 2 for s in range(16))
 
 
 def accumulator_position(thread: int, reg: int) -> tuple[int, int]:

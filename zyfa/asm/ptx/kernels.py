@@ -7,9 +7,10 @@ import math
 
 import torch
 
-from ...fp8 import DEFAULT_P_RULE
-from ...scales import head_factor, per_channel_v_descale
-from ...tma import permuted_vt, tma_ready  # noqa: F401  (permuted_vt: the V^T the kernel reads)
+from ...spec.rules import DEFAULT_P_RULE
+from ...spec.descales import head_factor, per_channel_v_descale
+from ...spec.key_order import hopper_vt
+from ...tma import tma_ready
 from . import attention as attn
 from .assemble import assemble
 from .lean_p import p_codes_kernel
@@ -102,7 +103,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     fac = head_factor(q_descale, k_descale, B, Hkv, scale, dev)
     vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
-    vt = permuted_vt(v).reshape(B * Hkv, Dv, -1)
+    vt = hopper_vt(v).reshape(B * Hkv, Dv, -1)
     out = torch.empty(B, Sq, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     # boxes of one 128-byte column tile; Dqk 192's columns 128-191 by the tail maps, in boxes

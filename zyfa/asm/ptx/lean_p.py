@@ -1,88 +1,73 @@
-"""The lean P rules in generated PTX: FMA-pipe arithmetic and the magic-number trick only
-(no MUFU exp2, no float-to-int conversion), bit-identical to ``zyfa.fp8.p_bits``.
+"""The lean P rules in generated PTX, from the rules' step lists (zyfa.spec.rules): FMA-pipe
+arithmetic and the magic-number trick only (no MUFU exp2, no float-to-int conversion), the
+spec's operations in the spec's order, so the codes are bit-identical to ``p_bits``.
 
-``emit_p_code`` writes the instructions for one score into any program (the attention
-kernel will call it per element); ``p_codes_kernel`` wraps it into a standalone kernel
-that turns float32 y = t - r into packed E4M3 codes, four per 32-bit word with prmt.
+``emit_p_code`` writes the instructions for one score (float32 rules), ``emit_p_code_pair``
+for two scores an instruction (half rules); ``p_codes_kernel`` wraps them into a standalone
+kernel that turns float32 y = t - r into packed E4M3 codes, four per 32-bit word with prmt.
 """
 from __future__ import annotations
 
 import struct
 
-from ... import fp8 as F
-from ...fp8 import HALF_RULES, LEAN_RULES
+from ...spec.rules import HALF_RULES, LEAN_RULES, P_RULE_TABLE
 from ..program import Program, Reg
 from .target import f32, module, program
 
 PTX_RULES = LEAN_RULES + HALF_RULES      # the rules whose P bits the generated PTX matches exactly
 PACK_HALF_PAIRS = "0x6420"               # prmt: bytes 0 and 2 of two half2 words: four codes
+# a step's op in PTX, by precision
+F32_OPS = {"max": "max.f32", "add": "add.f32", "sub": "sub.f32", "fma": "fma.f32"}
+F16X2_OPS = {"max": "max.f16x2", "add": "add.f16x2", "sub": "sub.f16x2", "fma": "fma.f16x2"}
+
+
+def _emit_steps(prog: Program, steps, env: dict, kind: str, ops: dict, constant) -> Reg:
+    """Each step as one instruction; a value's register is allocated where it is first
+    written. ``constant(c)``: the operand for a constant."""
+    for step in steps:
+        if step.out not in env:
+            env[step.out] = prog.reg(kind)
+        args = [env[a] if isinstance(a, str) else constant(a) for a in step.args]
+        prog.emit(ops[step.op], env[step.out], *args)
+    return env["w"]
 
 
 def emit_p_code(prog: Program, y: Reg, rule: str) -> Reg:
     """An f32 register whose low byte is the E4M3 code of 2^(y + 8) under ``rule``
-    (its float value is MAGIC + code); the same operations, in the same order, as the spec."""
+    (its float value is MAGIC + code)."""
     if rule not in LEAN_RULES:
         raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
-    yc = prog.reg("f32")
-    prog.emit("max.f32", yc, y, f32(F.Y_FLOOR))             # bits >= 0 without a second clamp
-    w = prog.reg("f32")
-    if rule == "lean":
-        prog.emit("fma.f32", w, yc, f32(8.0), f32(F.P_ONE_BITS + F.MAGIC))
-        return w
-    a, fl, f, slope = prog.regs("f32", 4)
-    prog.emit("sub.f32", a, yc, f32(0.5))                   # floor(y) = rne(y - 0.5) via MAGIC
-    prog.emit("add.f32", a, a, f32(F.MAGIC))
-    prog.emit("sub.f32", fl, a, f32(F.MAGIC))
-    prog.emit("sub.f32", f, yc, fl)                          # fraction in [0, 1]
-    # the spec's slope already carries the mantissa's factor 8; scaling the cubic's
-    # coefficients by 8 instead is exact (a power of two commutes with rounding)
-    if rule == "lean_quad":
-        prog.emit("fma.f32", slope, f, f32(8.0 * F.LEAN_QUAD_K), f32(8.0 * (1.0 - F.LEAN_QUAD_K)))
-    else:
-        inner = prog.reg("f32")
-        prog.emit("fma.f32", inner, f, f32(8.0 * F.LEAN_CUBIC_B), f32(8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)))
-        prog.emit("fma.f32", slope, f, inner, f32(8.0 * (1.0 - F.LEAN_CUBIC_A)))
-    # base = 8 floor(y) + 120 + MAGIC = 8 a + (120 - 7 MAGIC): exact either way, one FMA here
-    base = prog.reg("f32")
-    prog.emit("fma.f32", base, a, f32(8.0), f32(F.P_ONE_BITS - 7 * F.MAGIC))
-    prog.emit("fma.f32", w, f, slope, base)
-    return w
+    return _emit_steps(prog, P_RULE_TABLE[rule].steps, {"y": y}, "f32", F32_OPS, f32)
 
 
 def _half2(x: float) -> str:
-    """A b32 immediate holding x rounded to half precision in both halves."""
-    bits = struct.unpack("<H", struct.pack("<e", F.round_f16_scalar(x)))[0]
+    """A b32 immediate holding x (a half value) in both halves."""
+    bits = struct.unpack("<H", struct.pack("<e", x))[0]
     return f"0x{bits << 16 | bits:08x}"
 
 
-def half_constants(prog: Program) -> dict:
-    """The half2 constants of lean_cubic_f16 in registers (ptxas folds them into immediates)."""
+def half_constants(prog: Program, rule: str = HALF_RULES[0]) -> dict:
+    """The half2 constants of a half rule's steps in registers, keyed by value, in the order
+    the steps first use them (ptxas folds them into immediates)."""
     k = {}
-    for name, value in (("floor", F.Y_FLOOR), ("half", 0.5), ("magic", F.F16_MAGIC), ("b", 8.0 * F.LEAN_CUBIC_B),
-                        ("ab", 8.0 * (F.LEAN_CUBIC_A - F.LEAN_CUBIC_B)), ("a1", 8.0 * (1.0 - F.LEAN_CUBIC_A)),
-                        ("eight", 8.0), ("base", F.P_ONE_BITS - 7 * F.F16_MAGIC)):
-        k[name] = prog.reg("b32")
-        prog.emit("mov.b32", k[name], _half2(value))
+    for step in P_RULE_TABLE[rule].steps:
+        for a in step.args:
+            if not isinstance(a, str) and a not in k:
+                k[a] = prog.reg("b32")
+                prog.emit("mov.b32", k[a], _half2(a))
     return k
 
 
-def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, k: dict) -> Reg:
+def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, k: dict, rule: str = HALF_RULES[0]) -> Reg:
     """A b32 register of two half-precision values 1536 + code: the E4M3 code of 2^(y + 8)
-    for ``y_lo`` in byte 0 and for ``y_hi`` in byte 2, under lean_cubic_f16 (the only
-    half-precision rule); the spec's operations on two scores an instruction. ``k``:
+    for ``y_lo`` in byte 0 and for ``y_hi`` in byte 2, under a half rule: the spec's steps on
+    two scores an instruction (the first, rounding y to half, packs the pair). ``k``:
     ``half_constants``."""
-    y, a, fl, f, inner, slope, base, w = prog.regs("b32", 8)
+    steps = P_RULE_TABLE[rule].steps
+    assert steps[0].op == "round"
+    y = prog.reg("b32")
     prog.emit("cvt.f16x2.f32", y, y_hi, y_lo)
-    prog.emit("max.f16x2", y, y, k["floor"])
-    prog.emit("sub.f16x2", a, y, k["half"])                   # floor(y) = rne(y - 0.5) via the magic number
-    prog.emit("add.f16x2", a, a, k["magic"])
-    prog.emit("sub.f16x2", fl, a, k["magic"])
-    prog.emit("sub.f16x2", f, y, fl)
-    prog.emit("fma.f16x2", inner, f, k["b"], k["ab"])
-    prog.emit("fma.f16x2", slope, f, inner, k["a1"])
-    prog.emit("fma.f16x2", base, a, k["eight"], k["base"])    # 8 floor(y) + 120 + magic, exact
-    prog.emit("fma.f16x2", w, f, slope, base)
-    return w
+    return _emit_steps(prog, steps[1:], {steps[0].out: y}, "b32", F16X2_OPS, k.__getitem__)
 
 
 def emit_p_exact_pair(prog: Program, y8_lo: Reg, y8_hi: Reg) -> Reg:

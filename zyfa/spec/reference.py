@@ -7,7 +7,7 @@ consecutively onto kv heads (head h reads kv head h // (heads // kv_heads)).
 Causal masks are aligned bottom-right: query i sees keys j <= i + seqlen_k - seqlen_q.
 
 ``fp8_attention_spec`` is the contract every FP8 kernel is held to. It runs the
-blockwise algorithm of DESIGN.md over key blocks of ``block_n`` in ascending
+blockwise algorithm (docs/algorithm.md) over key blocks of ``block_n`` in ascending
 order, for all query rows at once (the algorithm is row-wise, so query tiling
 does not change it):
 
@@ -21,7 +21,7 @@ does not change it):
           running    r_j = M (running max, updated every block; A follows it)
           block_pow2 r_j = A - floor(A - m_j)   (factor 2^(r_j - A) is a power of two)
   y   = fma(q8 . k8, c, -r_j)        one rounding (two when fused_fma=False: t - r_j)
-  P_j = E4M3 bits of 2^(y + 8) under p_rule (zyfa.fp8.p_bits)
+  P_j = E4M3 bits of 2^(y + 8) under p_rule (zyfa.spec.rules.p_bits)
   l  <- l * 2^(A_old - A) + sum(P_j)                * 2^(r_j - A)
   O  <- O * 2^(A_old - A) + (P_j @ v8)              * 2^(r_j - A)
   out = O * dv / l,   lse = ln(2) * (A + log2(l) - 8)
@@ -36,11 +36,10 @@ import math
 
 import torch
 
-from .fp8 import DEFAULT_P_RULE, P_OFFSET_LOG2, P_RULES, REF_RULES, e4m3_decode, fma32, p_bits
-from .scales import LOG2E, is_per_token, normalize_descales
-
-NEG_FLOOR = -1.0e30          # finite stand-in for -inf in references, so 2^(a - b) never sees inf - inf
-RESCALE_THRESHOLD = 8.0      # log2 units the block max may exceed A before A moves
+from .constants import LOG2E, NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
+from .descales import is_per_token, normalize_descales
+from .e4m3 import e4m3_decode, fma32
+from .rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules, p_bits
 
 
 def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -86,7 +85,7 @@ def attention_fp64(q, k, v, causal: bool = True, softmax_scale: float | None = N
 
 
 def dequantize(x8: torch.Tensor, descale: torch.Tensor, kind: str) -> torch.Tensor:
-    """float64 values of FP8 q/k/v given their normalized descales (see zyfa.scales)."""
+    """float64 values of FP8 q/k/v given their normalized descales (see zyfa.spec.descales)."""
     x = x8.double() if x8.dtype != torch.float8_e4m3fn else e4m3_decode(x8.view(torch.uint8))
     if kind in ("q", "k"):   # descale (B, H, S) per token
         return x * descale.double().permute(0, 2, 1)[..., None]
@@ -95,7 +94,7 @@ def dequantize(x8: torch.Tensor, descale: torch.Tensor, kind: str) -> torch.Tens
 
 def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
                        causal: bool = True, softmax_scale: float | None = None,
-                       p_rule: str = DEFAULT_P_RULE, ref_rule: str = "block",
+                       p_rule: str = DEFAULT_P_RULE, ref_rule: str = DEFAULT_REF_RULE,
                        block_n: int = 128, rescale_threshold: float = RESCALE_THRESHOLD,
                        fused_fma: bool = True, return_lse: bool = False):
     """The blockwise FP8 algorithm (module docstring), bit for bit in the P bits.
@@ -104,10 +103,7 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     descales as flash_attn_func takes them. ``fused_fma=False`` mirrors hardware that
     rounds a*b+c twice (Triton's interpreter). Returns float64 output (and LSE).
     """
-    if p_rule not in P_RULES:
-        raise ValueError(f"p_rule must be one of {P_RULES}, got {p_rule!r}")
-    if ref_rule not in REF_RULES:
-        raise ValueError(f"ref_rule must be one of {REF_RULES}, got {ref_rule!r}")
+    check_rules(p_rule, ref_rule)
     q8, k8, v8 = q, k, v
     B, Sq, Hq, D = q8.shape
     Sk, Hkv, Dv = k8.shape[1], k8.shape[2], v8.shape[-1]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-LOG2E = 1.4426950408889634
+from .constants import LOG2E
 
 
 def _coarse(d: torch.Tensor, B: int, Hkv: int, name: str) -> torch.Tensor:
