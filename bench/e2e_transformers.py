@@ -4,13 +4,13 @@ distributions from a run whose attention is computed in float32.
 
     python bench/e2e_transformers.py --seqlen 16384 --out bench/results
 
-Writes <out>/<date>-<gpu>-e2e-transformers.json and prints a table.
+Records the run in <out>/<gpu>.json under <date>-<gpu>-e2e-transformers.json (zyfa.bench.store)
+and prints a table.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
@@ -20,7 +20,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import zyfa  # noqa: E402
 import zyfa.integrations.transformers as zt  # noqa: E402
-from zyfa.bench.run import default_path, versions  # noqa: E402
+from zyfa.bench.run import versions  # noqa: E402
+from zyfa.bench.store import results_file, run_key, save_entry  # noqa: E402
 
 
 def fp32_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
@@ -117,10 +118,8 @@ def main():
                seqlen=a.seqlen, layers=a.layers, records=rows)
     import transformers
     doc["versions"]["transformers"] = transformers.__version__
-    path = default_path(a.out).replace(".json", "-e2e-transformers.json")
-    os.makedirs(a.out, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
+    path, key = results_file(a.out), run_key("e2e-transformers")
+    save_entry(path, key, doc)
     print(f"\n{'attention':10s} {'prefill s':>10s} {'KL vs fp32 attn':>16s} {'argmax agree':>13s}")
     for r in rows:
         if r["status"] == "ok":
@@ -128,7 +127,7 @@ def main():
                   f"{r.get('argmax_agreement', 0):13.4f}")
         else:
             print(f"{r['attn_implementation']:10s} FAILED {r['reason'][:100]}")
-    print("wrote", path)
+    print("wrote", path, "→", key)
 
 
 if __name__ == "__main__":

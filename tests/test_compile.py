@@ -12,7 +12,7 @@ import pytest
 
 def inspect(target, **spec):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-m", "zyfa.triton_kernels.compile_check", target, "--json",
+    r = subprocess.run([sys.executable, "-m", "zyfa.verify.triton_compile", target, "--json",
                         json.dumps(spec)], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])

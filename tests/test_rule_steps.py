@@ -15,7 +15,6 @@ from zyfa.asm.gfx950.target import program as gfx950_program
 from zyfa.asm.ptx import lean_p as P
 from zyfa.asm.ptx.target import program as ptx_program
 from zyfa.spec.constants import MAGIC, P_OFFSET_LOG2, Y_FLOOR
-from zyfa.spec.e4m3 import round_f16
 from zyfa.spec.rules import HALF_RULES, LEAN_RULES, P_RULE_TABLE, P_RULES, p_bits, run_steps
 from zyfa.triton_kernels.p_rules import P_RULE_IDS, exact_p_bits, lean_p_bits
 

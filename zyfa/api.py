@@ -3,27 +3,18 @@ from __future__ import annotations
 
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
-from .spec.rules import DEFAULT_P_RULE, P_RULES, REF_RULES
+from .device import device_arch
 from .ops import flash_attn_op
 from .spec.descales import is_per_token
+from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules
 from .validation import validate
-
-DEFAULT_REF_RULE = "block"
 
 
 def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale) -> dispatch.Problem:
-    from .triton_kernels.launch import device_arch
     return dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                             head_dims=(q.shape[-1], v.shape[-1]), causal=causal,
                             seqlen_q=q.shape[1], seqlen_k=k.shape[1], p_rule=p_rule, ref_rule=ref_rule,
                             per_token_descales=is_per_token(q_descale) or is_per_token(k_descale))
-
-
-def _check_rules(p_rule, ref_rule):
-    if p_rule not in P_RULES:
-        raise ValueError(f"p_rule must be one of {P_RULES}, got {p_rule!r}")
-    if ref_rule not in REF_RULES:
-        raise ValueError(f"ref_rule must be one of {REF_RULES}, got {ref_rule!r}")
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
@@ -49,7 +40,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_
     p_rule / ref_rule select the FP8 probability and reference rules (zyfa.spec.rules).
     """
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
-    _check_rules(p_rule, ref_rule)
+    check_rules(p_rule, ref_rule)
     b = dispatch.select(_problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale), backend)
     scale = None if softmax_scale is None else float(softmax_scale)
     out, lse = flash_attn_op(q, k, v, scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, b.name)
@@ -60,7 +51,7 @@ def explain(q, k, v, causal=True, q_descale=None, k_descale=None, v_descale=None
             backend="auto", p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE, softmax_scale=None) -> str:
     """Which backend flash_attn_func would use for these inputs, and why each other would not."""
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
-    _check_rules(p_rule, ref_rule)
+    check_rules(p_rule, ref_rule)
     problem = _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale)
     lines = []
     try:

@@ -1,4 +1,5 @@
-"""Command line: `zyfa demo`, `zyfa compile-check`."""
+"""Command line: `zyfa demo`, `zyfa bench`. (Compile checks for sm90 / gfx950 without a GPU:
+`python -m zyfa.verify.triton_compile sm90`.)"""
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,6 @@ def main(argv=None) -> int:
     d.add_argument("--seqlen", type=int, default=None)
     sub.add_parser("bench", help="benchmark zyfa beside FA3, cuDNN and SDPA on a GPU (zyfa bench --help)",
                    add_help=False)
-    c = sub.add_parser("compile-check", help="compile the FP8 kernel for sm90 or gfx950 on this machine")
-    c.add_argument("target", choices=["sm90", "gfx950"])
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
         from .bench.run import main as bench
@@ -22,9 +21,6 @@ def main(argv=None) -> int:
     if a.cmd == "demo":
         from .demo import run
         run(a.seqlen)
-    elif a.cmd == "compile-check":
-        from .triton_kernels.compile_check import main as cc
-        cc([a.target])
     return 0
 
 

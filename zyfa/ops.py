@@ -12,11 +12,7 @@ from typing import Optional
 import torch
 
 from . import dispatch
-
-
-def out_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Attention output dtype for an input dtype: fp16 stays fp16, BF16 and FP8 give BF16."""
-    return torch.float16 if dtype == torch.float16 else torch.bfloat16
+from .spec.shapes import out_dtype
 
 
 @torch.library.custom_op("zyfa::flash_attn", mutates_args=())

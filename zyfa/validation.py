@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from .spec.descales import check_descale
+from .spec.shapes import HEAD_DIMS
 
-SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 FP8_DTYPE = torch.float8_e4m3fn
 _OTHER_FP8 = tuple(getattr(torch, n) for n in ("float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
@@ -46,9 +46,9 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
         raise ValueError(f"q and k must have the same batch size, got q {B}, k {Bk}")
     if Dk != D:
         raise ValueError(f"q and k must have the same head_dim, got q {D}, k {Dk}")
-    if (D, v.shape[-1]) not in SUPPORTED_HEAD_DIMS:
+    if (D, v.shape[-1]) not in HEAD_DIMS:
         raise ValueError(f"head dims (qk {D}, v {v.shape[-1]}) are not supported; allowed (qk, v): "
-                         f"{', '.join(str(p) for p in SUPPORTED_HEAD_DIMS)}")
+                         f"{', '.join(str(p) for p in HEAD_DIMS)}")
     if Hq % Hkv:
         raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv}) for GQA/MQA")
     if not isinstance(causal, bool):

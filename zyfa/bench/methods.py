@@ -79,7 +79,7 @@ class Method:
 def _zyfa_missing(backend):
     def missing():
         if not torch.cuda.is_available():
-            from zyfa.triton_kernels.tuning import interpreter_active
+            from zyfa.device import interpreter_active
             if not interpreter_active():
                 return "no CUDA GPU (and the Triton interpreter is off)"
         return None
@@ -99,7 +99,7 @@ def _ptx_missing():
 
 
 def _ptx_unsupported(case: Case):
-    from zyfa.asm.ptx.attention import HEAD_DIMS
+    from zyfa.asm.ptx.layout import HEAD_DIMS
     return None if (case.D, case.Dv) in HEAD_DIMS else f"the generated kernel takes head dims {HEAD_DIMS}, not {(case.D, case.Dv)}"
 
 

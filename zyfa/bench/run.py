@@ -1,18 +1,17 @@
-"""`zyfa bench`: run the cases, write bench/results/<date>-<gpu>.json, RESULTS.md and plots.
+"""`zyfa bench`: run the cases, record them in bench/results/<gpu>.json under today's run
+(zyfa.bench.store), and write RESULTS.md and plots.
 
     zyfa bench [--cases quick|sweep|models|all] [--activations FILE] [--out DIR]
 
-Records of an earlier run with the same file name are kept unless the same
-(case, method) is measured again, so a suite can be run in parts.
+Records of an earlier run of the same day are kept unless the same (case, method) is
+measured again, so a suite can be run in parts.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
-import re
 import zlib
 from importlib import metadata
 
@@ -21,6 +20,7 @@ import torch
 from .cases import Case, cases_for
 from .measure import Power, median_ms, rel_err
 from .methods import Inputs, Method, all_methods
+from .store import gpu_name, load, results_file, run_key, save_entry
 
 
 def versions(power: Power | None) -> dict:
@@ -33,16 +33,6 @@ def versions(power: Power | None) -> dict:
     return dict(zyfa=pkg("zyfa"), torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version(), cudnn_frontend=pkg("nvidia-cudnn-frontend"),
                 fa3=pkg("fa3-fwd"), driver=power.driver() if power else None, python=platform.python_version())
-
-
-def gpu_name() -> str:
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-
-
-def default_path(out_dir: str) -> str:
-    date = datetime.date.today().isoformat()
-    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name().lower()).strip("-")
-    return os.path.join(out_dir, f"{date}-{slug}.json")
 
 
 def case_inputs(case: Case, device, captured=None) -> Inputs:
@@ -114,14 +104,17 @@ def _progress(items, desc):
         return items
 
 
-def run(cases: list[Case], methods: list[Method], path: str, captured=None, timer=median_ms,
-        power: Power | None = None, fresh: bool = False) -> dict:
+def run(cases: list[Case], methods: list[Method], path: str, key: str | None = None, captured=None,
+        timer=median_ms, power: Power | None = None, fresh: bool = False) -> dict:
+    """Measure every method on every case; the records go to entry ``key`` (default: today's
+    run) of the results file ``path``, saved after each case."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    key = key or run_key()
     doc = {"versions": versions(power), "records": []}
     run_id = datetime.datetime.now().isoformat(timespec="seconds")     # which process measured a record
-    if os.path.exists(path) and not fresh:
-        with open(path) as f:
-            doc["records"] = json.load(f)["records"]
+    earlier = load(path).get(key)
+    if earlier and not fresh:
+        doc["records"] = earlier["records"]
     for i, case in enumerate(_progress(cases, "zyfa bench")):
         inp = case_inputs(case, device, None if captured is None else captured[i])
         timed = []
@@ -141,9 +134,7 @@ def run(cases: list[Case], methods: list[Method], path: str, captured=None, time
         del inp, timed
         if device == "cuda":
             torch.cuda.empty_cache()
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1)
+        save_entry(path, key, doc)
     return doc
 
 
@@ -164,12 +155,12 @@ def main(argv=None) -> int:
     ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")
-    ap.add_argument("--fresh", action="store_true", help="drop records of an earlier run with the same file name")
-    ap.add_argument("--report-only", metavar="JSON", help="only regenerate RESULTS.md and plots from a JSON file")
+    ap.add_argument("--fresh", action="store_true", help="drop records of an earlier run of the same day")
+    ap.add_argument("--report-only", action="store_true", help="only regenerate RESULTS.md and plots from the newest run")
     a = ap.parse_args(argv)
     from .report import write_report
     if a.report_only:
-        write_report(a.report_only, a.out)
+        write_report(results_file(a.out), a.out)
         return 0
     if not torch.cuda.is_available():
         raise SystemExit("zyfa bench needs a CUDA GPU (none found); `zyfa demo` runs on the CPU")
@@ -191,11 +182,11 @@ def main(argv=None) -> int:
     power = Power()
     if power.nvml is None:
         print(f"energy not measured: {power.reason}")
-    path = default_path(a.out)
+    path = results_file(a.out)
     doc = run(cases, methods, path, captured=captured, power=power, fresh=a.fresh)
     missing = sorted({(r["label"], r["reason"]) for r in doc["records"] if r["status"] != "ok"})
     for label, reason in missing:
         print(f"NOT MEASURED {label}: {reason}")
     write_report(path, a.out)
-    print(f"wrote {path} and {os.path.join(a.out, 'RESULTS.md')}")
+    print(f"wrote {path} ({run_key()}) and {os.path.join(a.out, 'RESULTS.md')}")
     return 0

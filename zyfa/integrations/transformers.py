@@ -20,7 +20,8 @@ import logging
 import zyfa
 
 from ..quantize import quantize_fp8
-from ..validation import HALF_DTYPES, SUPPORTED_HEAD_DIMS
+from ..spec.shapes import HEAD_DIMS
+from ..validation import HALF_DTYPES
 
 log = logging.getLogger("zyfa")
 NAMES = ("zyfa", "zyfa_fp8")
@@ -41,7 +42,7 @@ def _fallback_reason(module, query, key, value, attention_mask, dropout, kwargs)
         return "output_attentions=True"
     if query.dtype not in HALF_DTYPES:
         return f"dtype {query.dtype} (zyfa takes bfloat16/float16 activations)"
-    if (query.shape[-1], value.shape[-1]) not in SUPPORTED_HEAD_DIMS:
+    if (query.shape[-1], value.shape[-1]) not in HEAD_DIMS:
         return f"head dims ({query.shape[-1]}, {value.shape[-1]})"
     return None
 

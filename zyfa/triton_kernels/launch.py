@@ -1,47 +1,22 @@
 """Host side of the Triton attention kernel: strides, descales, grid, tile choice."""
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..spec.rules import DEFAULT_P_RULE
-from ..ops import out_dtype
-from ..spec.key_order import hopper_vt
-from ..tma import tma_aligned, tma_ready
+from ..device import device_arch, hardware_rounding, interpreter_active
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
+from ..spec.key_order import hopper_vt
+from ..spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE
+from ..spec.shapes import out_dtype
+from ..tma import tma_aligned, tma_ready
 from .attention import REF_RULE_IDS, attention_fwd_kernel
 from .p_rules import P_RULE_IDS
-from .tuning import TileConfig, choose, interpreter_active, tuning_key
-
-
-
-def device_arch(device: torch.device) -> str:
-    if device.type != "cuda":
-        return "cpu"
-    if torch.version.hip:
-        return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
-
-
-def hardware_rounding(device: torch.device) -> bool:
-    """Whether the exact rule can round P by cvt.rn.satfinite.e4m3x2.f32 (NVIDIA sm_89+, not
-    under Triton's interpreter, whose casts round differently). It gives the integer
-    rounding's codes bit for bit (measured on the H200, bench/NOTES.md v4) in one instruction
-    for two values instead of ~8 for each."""
-    if device.type != "cuda" or torch.version.hip or interpreter_active():
-        return False
-    return _has_e4m3_conversion(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _has_e4m3_conversion(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) >= (8, 9)     # asked once a device, not a call
+from .tuning import TileConfig, choose, tuning_key
 
 
 def _descale_args(q, k, v, q_descale, k_descale, v_descale):
@@ -86,7 +61,7 @@ def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: i
 
 
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
-                     v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule="block",
+                     v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE,
                      config: TileConfig | None = None, hw_round: bool | None = None,
                      permute_keys: bool | None = None):
     """Run the Triton kernel; inputs already validated. Returns (out, lse). ``hw_round``:
@@ -133,7 +108,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
             HW_ROUND=hw, WGMMA_KEY_ORDER=key_order,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
         def bench(cfg):

@@ -13,23 +13,23 @@ import os
 
 import torch
 
+from ..device import interpreter_active
+
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
-    """A tile and how it is compiled. ``maxnreg`` caps registers a thread (0: ptxas decides;
-    168 lets three 4-warp CTAs share an SM, measured no faster: bench/NOTES.md v6)."""
+    """A tile and how it is compiled."""
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int
-    maxnreg: int = 0
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
-        """'128,64,8,3' -> TileConfig(128, 64, 8, 3); '64,64,4,3,168' also caps registers."""
+        """'128,64,8,3' -> TileConfig(128, 64, 8, 3)."""
         parts = [int(x) for x in text.split(",")]
-        if not 4 <= len(parts) <= 5:
-            raise ValueError(f"a tile config is 'block_m,block_n,num_warps,num_stages[,maxnreg]', got {text!r}")
+        if len(parts) != 4:
+            raise ValueError(f"a tile config is 'block_m,block_n,num_warps,num_stages', got {text!r}")
         return cls(*parts)
 
 
@@ -40,7 +40,7 @@ CANDIDATES = [TileConfig(bm, bn, w, s)
 # several key blocks and the band split is exercised.
 PINNED_INTERPRETER = TileConfig(32, 32, 4, 1)
 
-# Tuned on one H200 (see bench/results); keys as tuning_key() builds them.
+# Tuned on one H200 (bench/results/nvidia-h200.json); keys as tuning_key() builds them.
 TUNED_TABLE_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
 
 
@@ -93,10 +93,6 @@ def nearest_table_entry(key: str) -> str | None:
         if best_score is None or score < best_score:
             best, best_score = k, score
     return best
-
-
-def interpreter_active() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def choose(key: str, dqk: int, dv: int, is_fp8: bool, bench_fn=None) -> tuple[TileConfig, str]:

@@ -1,6 +1,6 @@
 """Compile the attention kernel for a GPU target without a GPU (CI checks, inspection).
 
-    python -m zyfa.triton_kernels.compile_check sm90 | gfx950
+    python -m zyfa.verify.triton_compile sm90 | gfx950
 """
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from .attention import attention_fwd_kernel
-from .p_rules import P_RULE_IDS
+from ..asm.ptx.assemble import assemble, sass
+
+from ..triton_kernels.attention import attention_fwd_kernel
+from ..triton_kernels.p_rules import P_RULE_IDS
 
 TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950", 64)}
 
@@ -19,7 +21,7 @@ TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950
 def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
                       head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
-                      hw_round: bool = False, maxnreg: int = 0, wgmma_key_order: bool = False):
+                      hw_round: bool = False, wgmma_key_order: bool = False):
     el = "fp8e4nv" if fp8 else "bf16"
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
 
@@ -40,12 +42,11 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})
-    opts = {"num_warps": num_warps, "num_stages": num_stages, **({"maxnreg": maxnreg} if maxnreg else {})}
+    opts = {"num_warps": num_warps, "num_stages": num_stages}
     return triton.compile(src, target=TARGETS[target], options=opts)
 
 
 def summarize_sm90(k) -> dict:
-    from ..asm.ptx.assemble import assemble, sass
     ptx = k.asm["ptx"]
     code = sass(k.asm["cubin"])
     a = assemble(ptx)
@@ -58,11 +59,11 @@ def summarize_sm90(k) -> dict:
 
 
 def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,
-            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False, maxnreg: int = 0,
+            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False,
             wgmma_key_order: bool = False) -> dict:
     k = compile_attention(target, fp8=fp8, p_rule=p_rule, block_m=block_m, block_n=block_n,
                           num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v,
-                          hw_round=hw_round, maxnreg=maxnreg, wgmma_key_order=wgmma_key_order)
+                          hw_round=hw_round, wgmma_key_order=wgmma_key_order)
     if target == "sm90":
         return summarize_sm90(k)
     asm = k.asm["amdgcn"]
@@ -72,7 +73,7 @@ def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num
 
 
 def main(argv=None):
-    """`python -m zyfa.triton_kernels.compile_check TARGET [--json SPEC]`; SPEC is inspect()'s kwargs as JSON.
+    """`python -m zyfa.verify.triton_compile TARGET [--json SPEC]`; SPEC is inspect()'s kwargs as JSON.
 
     Runs in its own process in tests: Triton's interpreter (TRITON_INTERPRET=1) replaces
     kernels by Python functions that cannot be compiled.
