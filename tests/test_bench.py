@@ -8,6 +8,7 @@ from zyfa.bench.cases import Case, attention_flops, cases_for
 from zyfa.bench.methods import all_methods
 from zyfa.bench.report import markdown
 from zyfa.bench.run import capture_cases, run
+from zyfa.bench.store import run_key, save_entry
 
 from conftest import HAS_GPU
 
@@ -46,12 +47,16 @@ def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
     for label in ("fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"):
         assert recs[label]["status"] == "missing" and recs[label]["reason"]
     with open(path) as f:
-        assert json.load(f)["records"] == doc["records"]
+        entries = json.load(f)
+    assert list(entries) == [run_key()] and entries[run_key()]["records"] == doc["records"]
     text = markdown(doc, path)
     assert "## Not measured" in text and "fa3-fp8 (missing)" in text
-    # a second run replaces its own records and keeps the others
+    # a second run of the day replaces its own records and keeps the others; other runs stay
+    save_entry(path, "2026-01-01-older-run.json", {"records": []})
     doc2 = run([TINY], methods[:1], path, timer=lambda fn: 2.0)
     assert len(doc2["records"]) == len(wanted)
+    with open(path) as f:
+        assert set(json.load(f)) == {run_key(), "2026-01-01-older-run.json"}
 
 
 def test_bench_on_captured_activations(tmp_path):

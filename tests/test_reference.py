@@ -81,9 +81,9 @@ def test_spec_with_exact_p_and_no_rounding_is_attention():
         assert (lse - lse_ref).abs().max() < 0.02, r      # E4M3 rounding of P, nothing more
 
 
-def test_spec_reproduces_design_table_gaussian():
-    """DESIGN.md's P-rule table (S=2048, GQA 8/2, d128, Gaussian) within 10%, at a quarter of the
-    heads to keep CI quick: exact+running ~2.02e-2, exact+block ~1.91e-2, naive lean ~2.97e-2."""
+def test_spec_reproduces_the_p_rule_study_gaussian():
+    """The CPU P-rule study's figures (S=2048, GQA 8/2, d128, Gaussian; docs/algorithm.md) within
+    10%, at a quarter of the heads to keep CI quick: exact+running ~2.02e-2, exact+block ~1.91e-2, naive lean ~2.97e-2."""
     q, k, v = make("gaussian", 1, 2048, 4, 1, 128, seed=1)
     x = quantize_fp8(q, k, v)
     ref = _dequant_ref(x)

@@ -1,4 +1,4 @@
-"""Seeded synthetic LLM-like attention inputs (DESIGN.md, "Realistic activations").
+"""Seeded synthetic LLM-like attention inputs ("realistic activations").
 
 Gaussian inputs mislead FP8 studies: real Q/K have a per-channel scale spread
 with a few outlier channels, a shared offset between Q and K, rotary position
