@@ -7,7 +7,9 @@ import sys
 
 
 def main(argv=None) -> int:
+    from . import __version__
     ap = argparse.ArgumentParser(prog="zyfa", description="FP8/BF16 prefill attention")
+    ap.add_argument("--version", action="version", version=f"zyfa {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run zyfa on realistic activations: error vs float64, speed on a GPU")
     d.add_argument("--seqlen", type=int, default=None)

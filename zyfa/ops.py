@@ -34,3 +34,11 @@ def _flash_attn_fake(q, k, v, softmax_scale, causal, q_descale, k_descale, v_des
     out = q.new_empty((B, Sq, Hq, v.shape[-1]), dtype=out_dtype(q.dtype))
     lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
     return out, lse
+
+
+def _forward_only(ctx, grad_out, grad_lse):
+    raise NotImplementedError("zyfa is forward-only (prefill inference): flash_attn_func has no backward pass; "
+                              "use torch.nn.functional.scaled_dot_product_attention or FlashAttention to train")
+
+
+flash_attn_op.register_autograd(_forward_only, setup_context=lambda ctx, inputs, output: None)
