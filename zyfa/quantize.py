@@ -1,6 +1,6 @@
 """FP8 (E4M3) quantization of q, k, v in the layouts zyfa's kernels read.
 
-Options (error of each measured in README "Quantizer options"):
+Options (error of each measured in bench/QUANTIZER.md):
   granularity="head"  one scale per (batch, kv_head) for q, k and v (FlashAttention-3's layout);
   granularity="tensor" one scalar scale each for q, k and v (what cuDNN's FP8 attention takes);
   granularity="fine"  per block of ``block_size`` tokens for q (per head) and k, per channel for v;
@@ -70,10 +70,19 @@ def hadamard_matrix(n: int, seed: int = 0, device="cpu") -> torch.Tensor:
     return (signs[:, None] * full).to(device)
 
 
+def _finite_abs(x: torch.Tensor) -> torch.Tensor:
+    """|x| with NaN and Inf as 0: scales come from the finite values, so one non-finite
+    element cannot make a whole head's scale (and every value under it) NaN."""
+    return torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def _to_e4m3(x: torch.Tensor, amax: torch.Tensor):
-    """x / scale rounded to E4M3 with scale = amax / 448; returns (fp8, descale)."""
+    """x / scale rounded to E4M3 with scale = amax / 448; returns (fp8, descale). Non-finite
+    elements stay non-finite: NaN (E4M3 has no infinity), confined to their own element."""
     descale = torch.clamp(amax, min=_TINY) / E4M3_MAX
-    return (x / descale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), descale.float()
+    scaled = (x / descale).clamp(-E4M3_MAX, E4M3_MAX)
+    scaled = torch.where(torch.isfinite(x), scaled, torch.full((), float("nan"), device=x.device))
+    return scaled.to(torch.float8_e4m3fn), descale.float()
 
 
 def _per_token_blocks(x: torch.Tensor, block: int):
@@ -81,7 +90,7 @@ def _per_token_blocks(x: torch.Tensor, block: int):
     B, S, H, D = x.shape
     pad = (-S) % block
     xp = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad))
-    amax = xp.abs().reshape(B, (S + pad) // block, block, H, D).amax(dim=(2, 4))   # (B, nb, H)
+    amax = _finite_abs(xp).reshape(B, (S + pad) // block, block, H, D).amax(dim=(2, 4))   # (B, nb, H)
     amax = amax.repeat_interleave(block, dim=1)[:, :S]                            # (B, S, H)
     x8, d = _to_e4m3(x, amax[..., None])
     return x8, d[..., 0].permute(0, 2, 1).contiguous()
@@ -101,6 +110,12 @@ def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
 
     Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
     """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype == torch.float8_e4m3fn:
+            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"{name} must be a floating-point tensor to quantize (bfloat16, float16, float32), got {got}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if granularity not in ("head", "tensor", "fine"):
         raise ValueError(f"granularity must be 'head', 'tensor' or 'fine', got {granularity!r}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -112,8 +127,10 @@ def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
     if Hq % Hkv:
         raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv})")
     qf, kf, vf = q.float(), k.float(), v.float()
-    if smooth_k:
-        kf = kf - kf.mean(dim=1, keepdim=True)
+    if smooth_k:                        # the mean over the finite values (non-finite ones stay put)
+        finite = torch.isfinite(kf)
+        mean = torch.where(finite, kf, 0.0).sum(dim=1, keepdim=True) / finite.sum(dim=1, keepdim=True).clamp(min=1)
+        kf = kf - mean
     v_rot = None
     if hadamard:
         rq = hadamard_matrix(D, seed, q.device).float()
@@ -124,18 +141,18 @@ def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
     group = Hq // Hkv
     if granularity == "head":
         # q's scale is shared by the query heads of a kv group (FlashAttention-3's descale layout)
-        q_amax = qf.abs().reshape(B, Sq, Hkv, group, D).amax(dim=(1, 3, 4))     # (B, Hkv)
+        q_amax = _finite_abs(qf).reshape(B, Sq, Hkv, group, D).amax(dim=(1, 3, 4))     # (B, Hkv)
         q8, qd = _to_e4m3(qf, q_amax.repeat_interleave(group, 1)[:, None, :, None])
         qd = qd[:, 0, ::group, 0].contiguous()
-        k8, kd = _to_e4m3(kf, kf.abs().amax(dim=(1, 3))[:, None, :, None])
+        k8, kd = _to_e4m3(kf, _finite_abs(kf).amax(dim=(1, 3))[:, None, :, None])
         kd = kd[:, 0, :, 0].contiguous()
-        v8, vd = _to_e4m3(vf, vf.abs().amax(dim=(1, 3))[:, None, :, None])
+        v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=(1, 3))[:, None, :, None])
         vd = vd[:, 0, :, 0].contiguous()
     elif granularity == "tensor":
-        (q8, qd), (k8, kd), (v8, vd) = (_to_e4m3(t, t.abs().amax()) for t in (qf, kf, vf))
+        (q8, qd), (k8, kd), (v8, vd) = (_to_e4m3(t, _finite_abs(t).amax()) for t in (qf, kf, vf))
     else:
         q8, qd = _per_token_blocks(qf, block_size)
         k8, kd = _per_token_blocks(kf, block_size)
-        v8, vd = _to_e4m3(vf, vf.abs().amax(dim=1, keepdim=True))               # (B, 1, Hkv, Dv)
+        v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=1, keepdim=True))               # (B, 1, Hkv, Dv)
         vd = vd[:, 0].contiguous()
     return FP8Inputs(q8, k8, _transpose_v(v8), qd, kd, vd, v_rot)
