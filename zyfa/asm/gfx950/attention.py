@@ -11,8 +11,8 @@ a SIMD hosts (wave s and wave s + 4) take turns on the matrix cores, s_setprio f
 one issuing MFMAs. In V(j) group 0 copies K_{j+1} and group 1 copies V^T_{j+1} from global
 memory into the LDS buffers that no wave reads before the next barrier; K_j is read in ticks
 2j, 2j+1 and V^T_j in ticks 2j+2, 2j+3 (group 0 / group 1), so two buffers of each suffice.
-The emulator checks this: it flags any LDS byte one wave writes and another touches between
-the same two barriers.
+The emulator (zyfa.verify.gfx950) checks this: it flags any LDS byte one wave writes and
+another touches between the same two barriers.
 
 Per key block:
   S^T = K Q^T        per 32-key tile, D / 64 v_mfma_f32_32x32x64_f8f6f4; lane l holds query
@@ -44,8 +44,6 @@ v_exp/v_rcp/v_log are approximate on hardware.
 from __future__ import annotations
 
 import itertools
-
-import numpy as np
 
 from ...spec.key_order import gfx950_vt
 from ...spec.constants import LN2, NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
@@ -561,26 +559,3 @@ def grid(q) -> tuple[int, int, int]:
     B, Sq, Hq, _ = q.shape
     return (-(-Sq // (QUERIES * WAVES)), Hq, B)
 
-
-def emulate_attention(q, k, v, q_descale, k_descale, v_descale, causal=True, p_rule="lean_cubic",
-                      softmax_scale=None, ref_rule="block"):
-    """Run the generated gfx950 kernel in the emulator on FlashAttention-layout FP8 tensors
-    (per-head descales, GQA allowed), one launch for every head. Returns (out float32
-    (B, Sq, Hq, Dv), lse float32 (B, Hq, Sq)). Slow: it is a CPU emulation, for checks."""
-    import torch
-
-    from . import emulator as E
-    from .loader import kernel_args, pack
-    B, Sq, Hq, D = q.shape
-    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
-    t = launch_args(q, k, v, q_descale, k_descale, v_descale, softmax_scale, q.device)
-    name, text = attention_kernel(p_rule, causal, D, Dv, ref_rule)
-    kernel, (args, size) = E.parse(text, name), kernel_args(text, name)
-    mem = E.Memory()
-    ptrs = {key: mem.alloc(value.numpy()) for key, value in t.items()}
-    po, pl = mem.alloc(np.zeros((B, Sq, Hq, Dv), np.float32)), mem.alloc(np.zeros((B, Hq, Sq), np.float32))
-    values = [ptrs["q"], ptrs["k"], ptrs["vt"], ptrs["vd"], po, pl, ptrs["fac"], ptrs["kv_head"], Sq, Sk, Hq, Hkv]
-    E.launch(kernel, mem, grid(q), 64 * WAVES, pack(args, size, values))
-    out = torch.from_numpy(mem.array(po, np.float32, B * Sq * Hq * Dv).reshape(B, Sq, Hq, Dv))
-    lse = torch.from_numpy(mem.array(pl, np.float32, B * Hq * Sq).reshape(B, Hq, Sq))
-    return out, lse
