@@ -16,11 +16,11 @@ import torch
 
 from conftest import DEVICE, HAS_GPU
 from zyfa.spec.rules import p_bits
-from zyfa.asm.gfx950 import emulator as E
+from zyfa.verify.gfx950 import emulator as E
 from zyfa.asm.gfx950.lean_p import p_codes_kernel
 from zyfa.spec.rules import LEAN_RULES
 from zyfa.asm.gfx950.target import assemble
-from zyfa.asm.gfx950.triton_reference import dot_fp8, p_codes
+from zyfa.verify.gfx950.triton_reference import dot_fp8, p_codes
 from zyfa.triton_kernels.p_rules import P_RULE_IDS
 
 
@@ -52,10 +52,10 @@ def test_fma_f32_rounds_once():
 # ---------------------------------------------------------------- Triton's gfx950 code in the emulator
 @functools.cache
 def _triton_text(name: str) -> str:
-    """Triton's AMDGCN for a kernel of zyfa.asm.gfx950.triton_reference, compiled in a process
+    """Triton's AMDGCN for a kernel of zyfa.verify.gfx950.triton_reference, compiled in a process
     without the interpreter (it replaces @triton.jit functions when TRITON_INTERPRET=1)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-m", "zyfa.asm.gfx950.triton_reference", name], env=env,
+    r = subprocess.run([sys.executable, "-m", "zyfa.verify.gfx950.triton_reference", name], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout
@@ -173,7 +173,7 @@ def test_emulator_runs_tritons_gfx950_fp8_attention(shape):
     waves sharing LDS, checked for races) run in the emulator on small-integer inputs: the
     output is the spec's (fused FMAs, as the hardware) rounded to bfloat16, the LSE the spec's,
     and it agrees with Triton running the same kernel here (its interpreter, or a GPU)."""
-    from zyfa.asm.gfx950.triton_reference import ATTENTION, emulate_triton_attention
+    from zyfa.verify.gfx950.triton_reference import ATTENTION, emulate_triton_attention
     from zyfa.spec.reference import fp8_attention_spec
     from zyfa.triton_kernels.launch import triton_attention
     from zyfa.triton_kernels.tuning import TileConfig
@@ -287,7 +287,7 @@ def test_generated_gfx950_qk_tile_equals_float64():
     """zyfa's own MFMA code: operands loaded straight into the layout the emulator took from
     Triton's code, one v_mfma_f32_32x32x64_f8f6f4, the accumulator layout for the stores."""
     from zyfa.asm.gfx950.loader import kernel_args, pack
-    from zyfa.asm.gfx950.qk_tile import qk_tile_kernel
+    from zyfa.verify.gfx950.qk_tile import qk_tile_kernel
     name, text = qk_tile_kernel()
     assert assemble(text)[:4] == b"\x7fELF"
     rng = np.random.default_rng(5)
@@ -336,7 +336,8 @@ def test_generated_gfx950_attention_equals_the_spec(shape, rule, ref_rule):
     block weight applied by the scaled MFMA's E8M0 operand. The emulated MFMA sums exactly, so
     the P codes equal the spec's and the output is the spec's up to float32 rounding (one P
     code off would show as ~1e-3)."""
-    from zyfa.asm.gfx950.attention import attention_kernel, emulate_attention
+    from zyfa.asm.gfx950.attention import attention_kernel
+    from zyfa.verify.gfx950.attention import emulate_attention
     from zyfa.spec.reference import fp8_attention_spec
     causal = shape[-1]
     text = attention_kernel(rule, causal, shape[5], shape[6], ref_rule)[1]
@@ -376,7 +377,7 @@ def test_generated_kernel_needs_each_of_its_waits(after, monkeypatch):
     """Drop the first s_waitcnt that follows each kind of memory instruction in zyfa's kernel
     loop: the emulator refuses it (all 23 of the kernel's waits but one redundant prologue
     wait are needed this way)."""
-    from zyfa.asm.gfx950 import attention as AT
+    from zyfa.verify.gfx950 import attention as AT
     name, text = AT.attention_kernel("lean_cubic", True, 128, 128, "block_pow2")
     lines = text.splitlines()
     first = next(i for i in range(lines.index(".Lblock:"), len(lines)) if lines[i].strip().startswith(after))
@@ -392,7 +393,7 @@ def test_generated_kernel_needs_each_of_its_waits(after, monkeypatch):
 def test_emulator_catches_the_race_a_missing_barrier_makes(barrier, monkeypatch):
     """Drop either barrier of the generated kernel's loop: waves then read K/V^T bytes other
     waves are writing in the same interval, and the emulator refuses instead of answering."""
-    from zyfa.asm.gfx950 import attention as AT
+    from zyfa.verify.gfx950 import attention as AT
     name, text = AT.attention_kernel("lean_cubic", True, 128, 128, "block_pow2")
     lines = text.splitlines()
     loop = lines.index(".Lblock:")
@@ -406,7 +407,7 @@ def test_emulator_catches_the_race_a_missing_barrier_makes(barrier, monkeypatch)
 
 def test_generated_gfx950_attention_on_realistic_activations():
     from zyfa.activations import make
-    from zyfa.asm.gfx950.attention import emulate_attention
+    from zyfa.verify.gfx950.attention import emulate_attention
     from zyfa.spec.reference import attention_fp64, fp8_attention_spec
     import zyfa
     q, k, v = make("realistic", 1, 96, 4, 2, 128, seed=5)
@@ -420,10 +421,10 @@ def test_generated_gfx950_attention_on_realistic_activations():
 
 
 def test_permuted_vt_puts_every_key_once_per_block():
-    from zyfa.asm.gfx950.attention import key_of_byte, permuted_vt
+    from zyfa.spec.key_order import gfx950_vt, key_of_byte
     assert sorted(key_of_byte(h, j) for h in (0, 1) for j in range(32)) == list(range(64))
     v = np.arange(100 * 3, dtype=np.int64).reshape(100, 3) % 251 + 1
-    vt = permuted_vt(torch.from_numpy(v.astype(np.uint8))).numpy()
+    vt = gfx950_vt(torch.from_numpy(v.astype(np.uint8))).numpy()
     assert vt.shape == (3, 128)
     for block in (0, 1):
         for h in (0, 1):
@@ -433,8 +434,8 @@ def test_permuted_vt_puts_every_key_once_per_block():
                 assert np.array_equal(vt[:, 64 * block + 32 * h + j], want)
     # leading (batch, head) dims: each slice permuted on its own
     batched = torch.randint(0, 256, (2, 3, 100, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
-    stacked = torch.stack([torch.stack([permuted_vt(batched[b, h]) for h in range(3)]) for b in range(2)])
-    assert torch.equal(permuted_vt(batched), stacked)
+    stacked = torch.stack([torch.stack([gfx950_vt(batched[b, h]) for h in range(3)]) for b in range(2)])
+    assert torch.equal(gfx950_vt(batched), stacked)
 
 
 # ---------------------------------------------------------------- dispatch and runtime on a faked MI355X
@@ -502,7 +503,7 @@ def test_gfx950_backend_runs_through_the_hip_loader(monkeypatch):
 
 # ---------------------------------------------------------------- the cycle model
 def test_cycle_model_reproduces_zyfas_arithmetic_and_counts_the_generated_loop():
-    from zyfa.asm.gfx950 import cycle_model as C
+    from zyfa.verify.gfx950 import cycle_model as C
     published = C.zyfa_published()
     assert (published["exact"].matrix, published["exact"].vector, published["lean"].vector) == (1024, 896, 384)
     for ref_rule in ("block", "block_pow2"):

@@ -50,7 +50,7 @@ def run(seqlen: int | None = None) -> None:
         runs.append(("torch sdpa bf16", lambda: torch.nn.functional.scaled_dot_product_attention(
             qt, kt, vt, is_causal=True, enable_gqa=True).transpose(1, 2)))
     else:   # the MI355X kernel, run instruction by instruction in zyfa's gfx950 emulator
-        from zyfa.asm.gfx950.attention import emulate_attention
+        from zyfa.verify.gfx950.attention import emulate_attention
         runs.append(("gfx950 asm fp8 (lean_cubic, emulated)", lambda: emulate_attention(**x.kwargs())[0]))
     print(f"{'method':38s} {'err vs fp64':>12s} {'TFLOP/s':>9s} {'time':>9s}")
     for name, fn in runs:

@@ -9,7 +9,7 @@ against float64; not run on hardware.
 """
 from __future__ import annotations
 
-from .target import module, program, span
+from ...asm.gfx950.target import module, program, span
 
 ROWS, K = 32, 64
 # wait states between an MFMA 32x32 (16 passes) and a VALU/VMEM read of its result, as LLVM's

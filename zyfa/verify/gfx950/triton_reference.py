@@ -1,7 +1,7 @@
 """Small Triton kernels whose gfx950 compilation validates the emulator: Triton's own code
 for the target, run instruction by instruction, must give what the kernel means.
 
-    python -m zyfa.asm.gfx950.triton_reference NAME     (prints Triton's AMDGCN for NAME)
+    python -m zyfa.verify.gfx950.triton_reference NAME     (prints Triton's AMDGCN for NAME)
 
 Compiling needs Triton's JIT, not its interpreter: with TRITON_INTERPRET=1 set (the CPU
 tests), run this module in a process without it, as tests/test_gfx950.py does.
@@ -82,7 +82,7 @@ ATTENTION = dict(fp8=True, p_rule="lean_cubic", block_m=64, block_n=64, num_warp
 
 def compile_gfx950(name: str) -> str:
     if name == "attention_fp8":
-        from ...triton_kernels.compile_check import compile_attention
+        from ...triton_kernels.compile_check import compile_attention      # to move to zyfa.verify.triton_compile
         return compile_attention("gfx950", **ATTENTION).asm["amdgcn"]
     fn, signature, constexprs, num_warps = _specs()[name]
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
@@ -101,10 +101,10 @@ def emulate_triton_attention(text: str, q, k, v, q_descale, k_descale, v_descale
     import numpy as np
     import torch
 
+    from ...asm.gfx950.loader import kernel_args, pack
     from ...spec.constants import LOG2E
-    from ...triton_kernels.launch import _descale_args, transposed_v
+    from ...spec.descales import coarse_descale, is_per_token, per_channel_v_descale
     from . import emulator as E
-    from .loader import kernel_args, pack
     if not causal:
         raise ValueError("the compiled kernel is the causal one")
     B, Sq, Hq, D = q.shape
@@ -112,10 +112,11 @@ def emulate_triton_attention(text: str, q, k, v, q_descale, k_descale, v_descale
     bm = ATTENTION["block_m"]
     if (D, Dv) != (ATTENTION["head_dim"], ATTENTION["head_dim_v"]):
         raise ValueError(f"the compiled kernel takes head dims {ATTENTION['head_dim']}, got {D}")
-    vt = transposed_v(v)
-    qd, kd, vd, per_token = _descale_args(q, k, vt.permute(0, 3, 1, 2), q_descale, k_descale, v_descale)
-    if per_token:
+    if is_per_token(q_descale) or is_per_token(k_descale):
         raise ValueError("the compiled kernel takes per-head descales")
+    vt = v.permute(0, 2, 3, 1)           # (B, Hkv, Dv, Sk): the launcher's V^T, made contiguous by desc()
+    qd, kd = (coarse_descale(d, B, Hkv, name) for d, name in ((q_descale, "q_descale"), (k_descale, "k_descale")))
+    vd = per_channel_v_descale(v_descale, B, Hkv, Dv)
     mem = E.Memory()
 
     def desc(t):

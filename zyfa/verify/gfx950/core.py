@@ -1,19 +1,10 @@
-"""An instruction-level emulator (numpy) for the subset of gfx950 (CDNA4) that zyfa's kernels
-and the small Triton kernels it is validated on use.
+"""The emulator's core: a wave's state (scalar, vector and accumulation registers, exec, vcc,
+scc, pc), global memory, the parsed kernel, and ``OPS``, the table of instruction handlers
+that the ``ops_*`` modules fill (``@op``). It imports no handler module, so the handlers can
+import it and ``emulator`` can import both.
 
-It runs AMDGCN assembly text, as Triton writes it or as zyfa's generator emits it: one
-workgroup at a time, its waves of 64 lanes stepped in turn (each runs until it ends or
-reaches ``s_barrier``), with the AMDHSA launch ABI (user SGPRs: kernarg pointer and
-preloaded kernargs; system SGPRs: workgroup ids; v0: work-item ids) taken from the
-kernel's ``.amdhsa_*`` directives. Memory is one flat byte array (``Memory``).
-
-Arithmetic is exact where the hardware's is: float32 add/mul round to nearest even with
-denormals kept, FMA rounds once (emulated exactly, see ``fma_f32``). Every load completes
-at issue, so two checks stand in for what that hides: ``waits.Waits`` raises when code touches
-a register a load has not been waited for (``s_waitcnt``), or passes a barrier with an LDS
-write outstanding; ``LdsRaces`` raises when two waves touch an LDS byte between the same two
-barriers and one of them writes it. Unknown instructions raise, naming themselves: the
-emulator never guesses.
+Arithmetic helpers live here too because every handler family uses them: float32 values as
+uint32 lanes and back, and ``fma_f32``, an FMA rounded once as the hardware's is.
 """
 from __future__ import annotations
 
@@ -21,6 +12,8 @@ import dataclasses
 import re
 
 import numpy as np
+
+from .waits import Waits
 
 WAVE = 64
 LANES = np.arange(WAVE)
@@ -57,11 +50,13 @@ def lanes_of(mask: int) -> np.ndarray:
     return ((np.uint64(mask) >> LANES.astype(np.uint64)) & np.uint64(1)).astype(bool)
 
 
-def _f(x: np.ndarray) -> np.ndarray:
+def as_f32(x: np.ndarray) -> np.ndarray:
+    """uint32 lanes read as float32."""
     return x.view(F32)
 
 
-def _u(x: np.ndarray) -> np.ndarray:
+def as_u32(x: np.ndarray) -> np.ndarray:
+    """float32 values as their uint32 bits."""
     return np.asarray(x, F32).view(U32)
 
 
@@ -135,7 +130,9 @@ class Instr:
     line: str
 
 
-_REG = re.compile(r"^([svat])(?:(\d+)|\[(\d+):(\d+)\])$")
+
+
+REG = re.compile(r"^([svat])(?:(\d+)|\[(\d+):(\d+)\])$")
 _DIRECTIVE = re.compile(r"^\s*\.amdhsa_(\w+)\s+(\S+)")
 
 
@@ -229,7 +226,7 @@ class Wave:
 
     # ---- operands
     def _regs(self, tok):
-        m = _REG.match(tok)
+        m = REG.match(tok)
         if not m:
             return None
         kind = m.group(1)
@@ -250,7 +247,7 @@ class Wave:
             _, lo, hi = r
             words = [int(self.s[i]) for i in range(lo, hi + 1)]
             return sum(w << (32 * i) for i, w in enumerate(words))
-        return _literal(tok, bits)
+        return literal(tok, bits)
 
     def set_s(self, tok: str, value: int) -> None:
         if tok == "vcc":
@@ -274,7 +271,7 @@ class Wave:
         elif r and r[0] == "s" or tok in ("vcc", "exec"):
             val = np.full(WAVE, self.sval(tok) & 0xFFFFFFFF, U32)
         else:
-            val = np.full(WAVE, _literal(tok, 32, float_op), U32)
+            val = np.full(WAVE, literal(tok, 32, float_op), U32)
         if neg:
             val = val ^ U32(0x80000000) if float_op else (-val.astype(np.int64)).astype(U32)
         return val
@@ -344,7 +341,7 @@ class Wave:
         self.pc = self.k.labels[label]
 
 
-def _literal(tok: str, bits: int = 32, float_op: bool = False) -> int:
+def literal(tok: str, bits: int = 32, float_op: bool = False) -> int:
     try:
         value = int(tok, 0)
     except ValueError:
@@ -357,122 +354,22 @@ def _literal(tok: str, bits: int = 32, float_op: bool = False) -> int:
     return int(np.array(x, F32).view(U32))
 
 
-# ------------------------------------------------------------------ instruction semantics
-from .waits import Waits, WaitError  # noqa: E402,F401  (re-exported)
 
-OPS: dict = {}          # opcode -> handler(wave, instruction); filled by .semantics
-
-
-# ------------------------------------------------------------------ LDS races between barriers
-class LdsRaceError(RuntimeError):
-    pass
+def op_sel(i: Instr, key: str, default=(0, 0, 0)) -> list:
+    """A VOP3P modifier list (op_sel:[1,0,0], neg_lo:...) as ints, or ``default`` when absent."""
+    if key not in i.mods:
+        return list(default)
+    return [int(x) for x in i.mods[key].strip("[]").split(",")]
 
 
-class LdsRaces:
-    """Flags LDS bytes that one wave writes and another wave reads or writes between the same
-    two barriers: the emulator runs waves one after another, so such code gives an answer
-    here and a race on hardware. ``epoch`` counts the workgroup's barriers."""
-
-    def __init__(self, nbytes: int):
-        self.epoch = 0
-        self.write_epoch = np.full(nbytes, -1, np.int64)
-        self.writer = np.zeros(nbytes, np.int64)
-        self.read_epoch = np.full(nbytes, -1, np.int64)
-        self.readers = np.zeros(nbytes, np.uint64)     # a bit per wave that read in read_epoch
-
-    def _fail(self, what: str, wave: int, idx: np.ndarray, other: list) -> None:
-        raise LdsRaceError(f"LDS race after barrier {self.epoch}: wave {wave} {what} byte {int(idx[0])} "
-                           f"(of {len(idx)}) that wave(s) {sorted(set(other))[:4]} touched since it")
-
-    def read(self, wave: int, idx: np.ndarray) -> None:
-        idx = np.unique(idx)
-        bad = (self.write_epoch[idx] == self.epoch) & (self.writer[idx] != wave)
-        if bad.any():
-            self._fail("reads", wave, idx[bad], self.writer[idx[bad]].tolist())
-        bit = np.uint64(1) << np.uint64(wave)
-        fresh = self.read_epoch[idx] != self.epoch
-        self.readers[idx] = np.where(fresh, bit, self.readers[idx] | bit)
-        self.read_epoch[idx] = self.epoch
-
-    def write(self, wave: int, idx: np.ndarray, new: np.ndarray, old: np.ndarray) -> None:
-        """A write of bytes ``new`` over ``old``. Another wave's write of the same value in the
-        same interval is allowed (Triton stores replicated values from every replica)."""
-        order = np.argsort(idx, kind="stable")
-        idx, new, old = idx[order], new[order], old[order]
-        last = np.r_[idx[1:] != idx[:-1], True]                 # the value a byte ends with
-        idx, new, old = idx[last], new[last], old[last]
-        bit = np.uint64(1) << np.uint64(wave)
-        wrote = (self.write_epoch[idx] == self.epoch) & (self.writer[idx] != wave) & (new != old)
-        read = (self.read_epoch[idx] == self.epoch) & ((self.readers[idx] & ~bit) != 0)
-        if (wrote | read).any():
-            bad = wrote | read
-            others = [int(self.writer[i]) if w else (int(r & ~bit) & -int(r & ~bit)).bit_length() - 1
-                      for i, w, r in zip(idx[bad], wrote[bad], self.readers[idx[bad]])]
-            self._fail("writes", wave, idx[bad], others)
-        self.write_epoch[idx] = self.epoch
-        self.writer[idx] = wave
+# ------------------------------------------------------------------ the handler table
+OPS: dict = {}          # opcode -> handler(wave, instruction); filled by the ops_* modules
 
 
-# ------------------------------------------------------------------ launch
-def launch(kernel: Kernel, mem: Memory, grid: tuple, block: int, kernargs: bytes, lds_bytes: int = 65536) -> None:
-    """Run every workgroup of a 1-3 D grid (block: threads per workgroup, 1-D). LDS gets the
-    kernel's fixed size or ``lds_bytes`` (Triton allocates its shared memory at launch)."""
-    abi = kernel.abi
-    if len(kernargs) < kernel.kernarg_size:
-        kernargs = kernargs + bytes(kernel.kernarg_size - len(kernargs))
-    kernarg_addr = mem.alloc(np.frombuffer(kernargs, np.uint8))
-    preload = abi.get("user_sgpr_kernarg_preload_length", 0)
-    pre_off = abi.get("user_sgpr_kernarg_preload_offset", 0)
-    grid = tuple(grid) + (1,) * (3 - len(grid))
-    waves = (block + WAVE - 1) // WAVE
-    for gz in range(grid[2]):
-        for gy in range(grid[1]):
-            for gx in range(grid[0]):
-                lds = np.zeros(max(abi.get("group_segment_fixed_size", 0), lds_bytes), np.uint8)
-                races = LdsRaces(len(lds))
-                group = []
-                for wi in range(waves):
-                    w = Wave(kernel, mem, lds)
-                    w.index, w.races = wi, races
-                    sg = 0
-                    for flag, n in (("dispatch_ptr", 2), ("queue_ptr", 2)):
-                        if abi.get(f"user_sgpr_{flag}", 0):
-                            raise NotImplementedError(f"user SGPR {flag}")
-                    if abi.get("user_sgpr_kernarg_segment_ptr", 0):
-                        w.s[sg], w.s[sg + 1] = kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32
-                        sg += 2
-                    words = np.frombuffer(kernargs[4 * pre_off:4 * (pre_off + preload)], U32)
-                    w.s[sg:sg + preload] = words
-                    sg = abi.get("user_sgpr_count", sg + preload)
-                    for axis, g in zip("xyz", (gx, gy, gz)):
-                        if abi.get(f"system_sgpr_workgroup_id_{axis}", 1 if axis == "x" else 0):
-                            w.s[sg] = g
-                            sg += 1
-                    tid = wi * WAVE + LANES
-                    w.v[0] = tid.astype(U32)
-                    live = tid < block
-                    w.exec = int(np.bitwise_or.reduce(live.astype(np.uint64) << LANES.astype(np.uint64)))
-                    group.append(w.run())
-                with np.errstate(all="ignore"):      # inf and NaN are values here, as on the GPU
-                    _run_group(group, races)
-
-
-def _run_group(group, races: LdsRaces) -> None:
-    """Step each wave to its next barrier (or its end), until all have ended."""
-    running = list(group)
-    while running:
-        races.epoch += 1
-        still = []
-        for g in running:
-            try:
-                next(g)
-                still.append(g)
-            except StopIteration:
-                pass
-        if still and len(still) != len(running):
-            raise RuntimeError("a wave ended while others wait at a barrier")
-        running = still
-
-
-from . import semantics as _semantics  # noqa: E402  (registers the handlers into OPS)
-from .semantics import E4M3  # noqa: E402,F401  (re-exported: E4M3 byte -> value table)
+def op(*names):
+    """Register the decorated handler for each opcode in ``names``."""
+    def deco(fn):
+        for n in names:
+            OPS[n] = fn
+        return fn
+    return deco

@@ -1,7 +1,7 @@
 """A static cycle model of an attention main loop on one gfx950 SIMD: issue cycles per pipe
 (matrix, vector, LDS, scalar, memory) counted from the assembly, per 32-query x 128-key step.
 
-    python -m zyfa.asm.gfx950.cycle_model          (prints ZYFA's figures and zyfa's beside them)
+    python -m zyfa.verify.gfx950.cycle_model         (prints ZYFA's figures and zyfa's beside them)
 
 Costs (cycles per wave64 instruction), with where each comes from:
   MFMA 32x32x64 FP8     64   MI355X's ~5 PFLOP/s dense FP8: 65,536 MACs per instruction at
@@ -147,7 +147,7 @@ def zyfa_published() -> dict[str, Pipes]:
 
 def zyfa_generated(rule: str = "lean_cubic", ref_rule: str = "block_pow2") -> list[Pipes]:
     """zyfa's generated gfx950 loop (64-key blocks, d128), per phase, scaled to a 32 x 128 step."""
-    from .attention import BLOCK_N, STEADY_STATE_SKIPS, attention_kernel
+    from ...asm.gfx950.attention import BLOCK_N, STEADY_STATE_SKIPS, attention_kernel
     text = attention_kernel(rule, True, 128, 128, ref_rule)[1]
     return [p.scaled(STEP_KEYS / BLOCK_N) for p in loop_phases(text, taken=STEADY_STATE_SKIPS)]
 
