@@ -29,7 +29,7 @@ MFMA_CYCLES = 64
 VALU_CYCLES = 4
 TRANS_CYCLES = 8            # calibrated, see the module docstring
 STEP_QUERIES, STEP_KEYS = 32, 128
-ZYFA_BUSY_WITH_PINGPONG = 0.86   # measured by ZYFA (DESIGN.md), not modelled
+ZYFA_BUSY_WITH_PINGPONG = 0.86   # reported by ZYFA for its MI355X kernel, not modelled
 
 
 @dataclasses.dataclass

@@ -75,14 +75,14 @@ def _specs():
     return out
 
 
-# zyfa's own Triton FP8 attention kernel at a small tile (compile_check.compile_attention)
+# zyfa's own Triton FP8 attention kernel at a small tile (zyfa.verify.triton_compile)
 ATTENTION = dict(fp8=True, p_rule="lean_cubic", block_m=64, block_n=64, num_warps=4, num_stages=1,
                  head_dim=64, head_dim_v=64)
 
 
 def compile_gfx950(name: str) -> str:
     if name == "attention_fp8":
-        from ...triton_kernels.compile_check import compile_attention      # to move to zyfa.verify.triton_compile
+        from ..triton_compile import compile_attention
         return compile_attention("gfx950", **ATTENTION).asm["amdgcn"]
     fn, signature, constexprs, num_warps = _specs()[name]
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
