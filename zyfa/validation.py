@@ -2,6 +2,8 @@
 names the argument, what it got and what is allowed. Nothing is silently reinterpreted."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .spec.descales import check_descale
@@ -56,8 +58,9 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
     if causal and Sq > Sk:
         raise ValueError(f"causal attention needs seqlen_q <= seqlen_k (bottom-right alignment), "
                          f"got seqlen_q {Sq} > seqlen_k {Sk}")
-    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and softmax_scale > 0):
-        raise ValueError(f"softmax_scale must be a positive number or None, got {softmax_scale!r}")
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
+                                          and 0 < softmax_scale < math.inf):
+        raise ValueError(f"softmax_scale must be a positive finite number or None, got {softmax_scale!r}")
     for name, x in (("q", q), ("k", k)):
         if x.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension, got strides {x.stride()}")
@@ -80,4 +83,8 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
         check_descale(name, d, B, Hkv, fine)
         if d.device != q.device:
             raise ValueError(f"{name} is on {d.device} but q is on {q.device}")
+        # values are checked where that costs no device synchronization (CPU tensors, eager); on a
+        # GPU a NaN or Inf descale gives NaN outputs for the heads it scales
+        if d.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(torch.isfinite(d).all()):
+            raise ValueError(f"{name} holds NaN or Inf values; descales must be finite")
     return True
