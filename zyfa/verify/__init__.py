@@ -1,0 +1,1 @@
+"""Verification code the production path never imports."""
