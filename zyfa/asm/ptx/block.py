@@ -105,7 +105,7 @@ def emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
 
 
 def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
-               d_ones: Reg, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
+               d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
     """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
     any wgmma still in flight), accumulation."""
     _, v_tile, _, _ = stage(prog, c, j)
@@ -127,7 +127,7 @@ def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> N
         prog.emit("mov.f32", A[half], sm.A_new[half])
 
 
-def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg,
+def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
                  A: list[Reg], tag: str = "", wait_rowsum: bool = True) -> Softmax:
     """Mask (in place, in the blocks that need it), row max, references, P codes packed into
     the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
@@ -167,8 +167,9 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
 
     prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
                  + ("(half-precision wgmma)" if hmma else "(ALU)"))
-    l_alu = prog.regs("f32", 2)
+    l_alu = None                       # the ALU row sums' registers (float32 lean rules)
     if not hmma:
+        l_alu = prog.regs("f32", 2)
         for half in (0, 1):
             emit("mov.f32", l_alu[half], f32(0.0))
     if rule == "exact":                # P = 2^(y + 8): the offset folded into the FFMA's addend
@@ -190,23 +191,23 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         p_regs = _emit_p_lean(prog, rule, ys, l_alu)
         for half in (0, 1):
             emit_quad_reduce(prog, l_alu[half], "add.f32")
+        return Softmax(p_regs, l_alu, alpha, beta, A_new)
 
     sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
-    if hmma:
-        # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
-        # blocks 2 t and 2 t + 1 are the f16 A fragment (a0..a3) as they stand; B: halves of 256
-        # (P * 2^-8, the half rule) or of 1 (P, exact) (the ones tile: every element, so no
-        # descriptor step), float32 accumulation. Waited for before P.V, so the half2 P is
-        # dead before P.V's accumulator lives (registers)
-        prog.comment("row sums of P in half precision")
-        emit("wgmma.fence")
-        for t in range(BLOCK_N // 16):
-            a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
-            emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else c.accumulate)
-        emit("wgmma.commit")
-        if wait_rowsum:
-            emit("wgmma.wait", 0)
-    return Softmax(p_regs, [sums[0], sums[2]] if hmma else l_alu, alpha, beta, A_new)
+    # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
+    # blocks 2 t and 2 t + 1 are the f16 A fragment (a0..a3) as they stand; B: halves of 256
+    # (P * 2^-8, the half rule) or of 1 (P, exact) (the ones tile: every element, so no
+    # descriptor step), float32 accumulation. Waited for before P.V, so the half2 P is dead
+    # before P.V's accumulator lives (registers)
+    prog.comment("row sums of P in half precision")
+    emit("wgmma.fence")
+    for t in range(BLOCK_N // 16):
+        a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
+        emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else c.accumulate)
+    emit("wgmma.commit")
+    if wait_rowsum:
+        emit("wgmma.wait", 0)
+    return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new)
 
 
 def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:

@@ -72,20 +72,21 @@ def emit_prefetch(prog: Program, c: Cta, block: Reg) -> None:
     prog.label("PREFETCHED")
 
 
-def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg | None = None) -> Reg:
+def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg | None = None) -> Reg | None:
     """Thread 0 initializes the mbarriers (arrival ``counts``, from Q's on); for a rule with
     half-precision row sums (lean_p.HMMA_RULES) the first 128 threads (``writers``: their predicate, when the CTA has
     more) write the ones tile, B of the row-sum wgmmas; then a CTA-wide barrier. Returns the
-    ones tile's shared address."""
+    ones tile's shared address (None without it)."""
     emit = prog.emit
     for k, count in enumerate(counts):
         bar = prog.reg("u32")
         emit("add.u32", bar, c.shared.bar_q, 8 * k)
         emit("mbarrier.init", bar, count, guard=c.thread.leader)
     emit("fence.mbarrier_init")
-    ones, ones_word, tid8 = prog.regs("u32", 3)
-    emit("add.u32", ones, c.shared.base, c.layout.stage0 - ONES_BYTES)
+    ones = None
     if rule in HMMA_RULES:
+        ones, ones_word, tid8 = prog.regs("u32", 3)
+        emit("add.u32", ones, c.shared.base, c.layout.stage0 - ONES_BYTES)
         prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
         emit("mov.u32", tid8, "%tid.x")
         emit("mad.lo.u32", tid8, tid8, 8, ones)

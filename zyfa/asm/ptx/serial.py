@@ -35,7 +35,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     emit_wait(prog, shared.bar_q, 0, "WAIT_Q")
     emit_positive_factor(prog, c, rows)
     dq = emit_descriptor(prog, shared.base)
-    d_ones = emit_descriptor(prog, ones)
+    d_ones = emit_descriptor(prog, ones) if ones is not None else None
 
     total, A, l = emit_accumulators(prog)
     j, start_n = prog.regs("u32", 2)

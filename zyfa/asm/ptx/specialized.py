@@ -167,7 +167,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     emit("mad.lo.u32", q_tile, wg, q_bytes, c.shared.base)
     emit("sub.u32", q_tile, q_tile, q_bytes)
     dq = emit_descriptor(prog, q_tile)
-    d_ones = emit_descriptor(prog, ones)
+    d_ones = emit_descriptor(prog, ones) if ones is not None else None
     t, it, base = prog.regs("u32", 3)                     # base: the slot of the tile's block 0
     emit("mov.u32", t, "%ctaid.x")
     emit("mov.u32", it, 0)
