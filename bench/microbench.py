@@ -1,4 +1,4 @@
-"""Instruction throughput on this GPU, from the generated kernels of zyfa.asm.ptx.microbench:
+"""Instruction throughput on this GPU, from the generated kernels of zyfa.verify.ptx.microbench:
 results per clock per SM for FADD, FFMA, FMNMX, PRMT, MUFU.EX2, the FP8 pack conversion
 (cvt ... e4m3x2, F2FP) and HFMA2, the units a softmax without exp2 can be built from.
 
@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from zyfa.asm.ptx.assemble import assemble  # noqa: E402
 from zyfa.asm.ptx.loader import Kernel  # noqa: E402
-from zyfa.asm.ptx.microbench import OPS, microbench_kernel  # noqa: E402
+from zyfa.verify.ptx.microbench import OPS, microbench_kernel  # noqa: E402
 
 CHAINS, ITERS, THREADS, CTAS_PER_SM = 16, 4096, 256, 8
 

@@ -6,9 +6,8 @@ Compute (issue 6's profile evidence: issue slots, tensor pipe, memory, warp stal
         -k regex:"zyfa_attn|FlashAttnFwd" --launch-skip 2 --launch-count 2 \\
         python bench/profile_ptx.py --case "d128 32 heads 32K" --rule lean_cubic_f16
 
-The first call of each is a warm-up (compilation, caches), the second is the one profiled.
-``--schedules serial,pingpong`` profiles several schedules of the kernel in one process
-(then skip and count as many launches as the runs); ``--no-fa3`` leaves FA3 out.
+The first call of each is a warm-up (compilation, caches), the second is the one profiled;
+the case's head dims pick the kernel's schedule. ``--no-fa3`` leaves FA3 out.
 """
 from __future__ import annotations
 
@@ -29,8 +28,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", default="d128 32 heads 32K")
     ap.add_argument("--rule", default="lean_cubic_f16")
-    ap.add_argument("--rowsum", default="alu")
-    ap.add_argument("--schedules", default="serial")
     ap.add_argument("--no-fa3", action="store_true")
     a = ap.parse_args()
     case = next(c for c in model_cases() if c.name == a.case)
@@ -38,8 +35,7 @@ def main():
     x = inp.fp8("head")
     kw = dict(x.kwargs(), softmax_scale=inp.scale, causal=case.causal)
     fa3 = next(m for m in all_methods() if m.label == "fa3-fp8")
-    runs = [lambda schedule=schedule: attention_fp8(**kw, p_rule=a.rule, rowsum=a.rowsum, schedule=schedule)
-            for schedule in a.schedules.split(",")]
+    runs = [lambda: attention_fp8(**kw, p_rule=a.rule)]
     if fa3.missing() is None and not a.no_fa3:
         runs.append(fa3.build(inp))
     for _ in range(2):                      # warm-up, then the profiled launch

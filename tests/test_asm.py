@@ -65,7 +65,7 @@ def test_unknown_rule_is_refused():
 @gpu
 @pytest.mark.parametrize("rule", PTX_RULES)
 def test_generated_p_codes_equal_the_spec(rule):
-    from zyfa.asm.ptx.kernels import p_codes
+    from zyfa.verify.ptx.p_codes import p_codes
     n = (1 << 22) + 3                                     # not a multiple of 4: the tail is padded
     y = -torch.rand(n, device="cuda") * 20                # past the clamp at -15 too
     y[:1000] = -torch.arange(1000, device="cuda").float() / 64     # integers and ties
@@ -76,7 +76,7 @@ def test_generated_p_codes_equal_the_spec(rule):
 
 
 def test_qk_tile_kernel_assembles_to_tma_and_fp8_wgmma():
-    from zyfa.asm.ptx.qk_tile import qk_tile_kernel
+    from zyfa.verify.ptx.qk_tile import qk_tile_kernel
     a = assemble(qk_tile_kernel()[1])
     sass = a.sass()
     assert a.spill_bytes == 0, a.report
@@ -86,7 +86,7 @@ def test_qk_tile_kernel_assembles_to_tma_and_fp8_wgmma():
 @gpu
 @pytest.mark.parametrize("q_row,k_row", [(0, 0), (64, 128), (192, 0)])
 def test_qk_tile_equals_float64(q_row, k_row):
-    from zyfa.asm.ptx.kernels import qk_tile
+    from zyfa.verify.ptx.qk_tile import qk_tile
     g = torch.Generator(device="cuda").manual_seed(q_row + k_row)
     q = (torch.randn(256, 128, device="cuda", generator=g) * 4).to(torch.float8_e4m3fn)
     k = (torch.randn(256, 128, device="cuda", generator=g) * 4).to(torch.float8_e4m3fn)
@@ -105,7 +105,7 @@ def test_qk_tile_equals_float64(q_row, k_row):
 def test_microbench_kernels_keep_the_instruction_under_test(op, sass_name):
     """A throughput kernel is wrong if ptxas folds its instruction away: each chain's
     instruction must survive into the SASS."""
-    from zyfa.asm.ptx.microbench import microbench_kernel
+    from zyfa.verify.ptx.microbench import microbench_kernel
     chains = 16
     sass = assemble(microbench_kernel(op, chains)[1]).sass()
     assert sass.count(sass_name) >= chains, f"{sass_name} appears {sass.count(sass_name)} times"

@@ -17,7 +17,7 @@ import zyfa
 from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn
 from zyfa.asm.ptx.assemble import assemble
-from zyfa.spec.key_order import KEY_OF_SLOT
+from zyfa.spec.key_order import KEY_OF_SLOT, hopper_vt
 from zyfa.asm.ptx.fragments import a_operand_position, accumulator_position, p_sources
 from zyfa.asm.ptx.lean_p import PTX_RULES
 from zyfa.spec.rules import HALF_RULES
@@ -41,12 +41,11 @@ def test_p_sources_put_each_code_where_the_a_operand_reads_it():
     assert sorted(KEY_OF_SLOT) == list(range(16))
 
 
-def test_permuted_vt_places_keys_in_their_slots():
-    from zyfa.asm.ptx.kernels import permuted_vt
+def test_hopper_vt_places_keys_in_their_slots():
     B, Sk, Hkv, Dv = 2, 37, 3, 128                       # Sk not a multiple of 16: zero padded
     v = torch.randint(0, 126, (B, Sk, Hkv, Dv), dtype=torch.uint8).view(torch.float8_e4m3fn)
-    vt = permuted_vt(v)
-    assert vt.shape == (B, Hkv, Dv, 48) and vt.is_contiguous()
+    vt = hopper_vt(v)
+    assert vt.shape == (B, Hkv, Dv, 48)
     u = v.view(torch.uint8)
     for key in range(48):
         slot = 16 * (key // 16) + KEY_OF_SLOT.index(key % 16)
@@ -54,21 +53,18 @@ def test_permuted_vt_places_keys_in_their_slots():
         assert torch.equal(vt[:, :, :, slot].permute(1, 2, 0), want), key
 
 
-VARIANTS = [(rule, rowsum) for rule in attn.ATTENTION_RULES for rowsum in attn.ROWSUMS
-            if rowsum != "hmma" or rule in attn.HMMA_RULES]
-
-
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("rule, rowsum", VARIANTS)
-def test_attention_kernel_assembles_within_budget(rule, causal, rowsum):
-    name, ptx = attn.attention_kernel(rule, causal, rowsum)
+@pytest.mark.parametrize("rule", attn.ATTENTION_RULES)
+def test_attention_kernel_assembles_within_budget(rule, causal):
+    hmma = rule in attn.HMMA_RULES
+    name, ptx = attn.attention_kernel(rule, causal)
     a = assemble(ptx)
     sass = a.sass()
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass)
     assert a.spill_bytes == 0, a.report
     assert a.registers <= attn.REGISTER_BUDGET, f"{a.registers} registers > budget {attn.REGISTER_BUDGET}"
-    assert ops.count("QGMMA") == (12 if rowsum == "mma" else 8), "4 wgmma for Q K^T, 4 for P V^T (+ 4 for P . ones)"
-    assert ops.count("HGMMA") == (8 if rowsum == "hmma" else 0), "8 half-precision P . ones"
+    assert ops.count("QGMMA") == 8, "4 wgmma for Q K^T, 4 for P V^T"
+    assert ops.count("HGMMA") == (8 if hmma else 0), "8 half-precision P . ones"
     assert "UTMALDG" in ops and "SYNCS" in " ".join(ops)
     # the softmax lies between the first QGMMA (Q K^T) and the last (P V^T); the prologue's
     # integer divisions (batch, head, kv head) may use conversions, the loop may not
@@ -79,9 +75,9 @@ def test_attention_kernel_assembles_within_budget(rule, causal, rowsum):
     # exp2 of alpha and beta for the thread's two rows; per element only under the exact rule
     assert sass.count("MUFU.EX2") == 4 + (attn.ACC if rule == "exact" else 0)
     # F2FP in the epilogue's BF16 packing (one per pair of output columns and row); in the
-    # loop one per two scores: F2FP.F16 for a half-precision rule, to E4M3 (and back to
-    # half for rowsum="hmma") for exact
-    loop_packs = {"lean_cubic_f16": 32, "exact": 64 if rowsum == "hmma" else 32}.get(rule, 0)
+    # loop one per two scores: F2FP.F16 for a half-precision rule, to E4M3 and back to half
+    # (the row sums' A operand) for exact
+    loop_packs = {"lean_cubic_f16": 32, "exact": 64}.get(rule, 0)
     assert loop.count("F2FP") == loop_packs
     assert sass.count("F2FP.F16.F32.PACK_AB") == (32 if rule in HALF_RULES else 0)
     assert ops.count("F2FP") - loop_packs == ptx.count("cvt.rn.bf16x2.f32") == 32
@@ -89,33 +85,19 @@ def test_attention_kernel_assembles_within_budget(rule, causal, rowsum):
         assert loop.count("HFMA2") == 4 * 32 and "FFMA" in loop     # 4 a pair; float32 FFMA for y and the row sums
 
 
-@pytest.mark.parametrize("rule", ["exact", "lean_cubic_f16"])
-def test_pipelined_kernel_keeps_its_wgmmas_asynchronous(rule):
-    """v8: S(j + 1) in flight during block j's softmax. ptxas serializes every wgmma (C7515)
-    if a non-wgmma instruction writes accumulator registers meanwhile: the masked block
-    writes its scores into new registers for that reason. Two CTAs an SM need <= 255
-    registers; it spills a few dozen bytes there (bench/PTX_NOTES.md v8)."""
-    a = assemble(attn.attention_kernel(rule, True, "hmma", schedule="pipelined")[1])
-    assert "C7515" not in a.report and "serialized" not in a.report, a.report
-    assert a.registers <= 255 and a.spill_bytes <= 128, a.report
-    # S(0); per unrolled copy S(j + 1), then P V^T as 2 halves x 4 k-steps in the masked and
-    # the unmasked code
-    assert a.sass().count("QGMMA") == 4 + 2 * (4 + 2 * 2 * 4)
-
-
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("rule, rowsum", [("exact", "hmma"), ("lean_cubic_f16", "hmma"), ("lean_cubic", "alu")])
-def test_pingpong_kernel_hands_registers_to_its_consumers(rule, rowsum, causal):
-    """v11: the launch allots 168 registers a thread; the producer warpgroup gives all but 24
-    back and the consumers take 240 (setmaxnreg). The default rule's block loop (between the
-    first and the last wgmma) neither spills nor reloads; the tile loop around it spills a
-    few words once a tile, and the causal half-precision and lean rules a few in the loop
-    too (up to 80 bytes in all, measured)."""
-    from zyfa.asm.ptx import pingpong
-    a = assemble(attn.attention_kernel(rule, causal, rowsum, schedule="pingpong")[1])
+@pytest.mark.parametrize("rule", attn.ATTENTION_RULES)
+def test_mla_kernel_hands_registers_to_its_consumers(rule, causal):
+    """Dqk 192, the warp-specialized kernel (v11): the launch allots 168 registers a thread;
+    the producer warpgroup gives all but 24 back and the consumers take 240 (setmaxnreg).
+    Q K^T takes 4 + 2 steps (the tail tile's 64-byte rows, 64-byte swizzle). The exact
+    rule's block loop (between the first and the last wgmma) neither spills nor reloads;
+    the others spill a few words, up to 108 bytes in all (measured)."""
+    from zyfa.asm.ptx import specialized
+    a = assemble(attn.attention_kernel(rule, causal, dqk=192)[1])
     sass = a.sass()
     assert "C7515" not in a.report and "serialized" not in a.report, a.report
-    assert a.registers == pingpong.MAX_REGISTERS and a.spill_bytes <= 128, a.report
+    assert a.registers == specialized.MAX_REGISTERS and a.spill_bytes <= 128, a.report
     assert "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass and "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass
     used = max(int(r) for r in re.findall(r"\bR(\d+)\b", sass))
     assert 168 <= used < 240, f"the consumers use up to R{used}"
@@ -124,36 +106,16 @@ def test_pingpong_kernel_hands_registers_to_its_consumers(rule, rowsum, causal):
     if rule == "exact":
         assert not any("LDL" in line or "STL" in line for line in lines[gmma[0]:gmma[-1]])
     # Q K^T of block 0; in the loop Q K^T and P V^T; P V^T of the last block
-    assert sass.count("QGMMA") == 4 + 8 + 4
-    assert sass.count("BAR.ARV") >= 3 and "SYNCS.ARRIVE.TRANS64.A1T0" in sass   # turns; a stage freed
-
-
-@pytest.mark.parametrize("schedule", ["serial", "specialized"])
-def test_mla_kernel_assembles(schedule):
-    """Dqk 192: 4 + 2 Q K^T steps (the tail tile's 64-byte rows), descriptors with the 64-byte
-    swizzle; the serial kernel keeps two CTAs an SM in shared memory."""
-    a = assemble(attn.attention_kernel("exact", True, "hmma", schedule=schedule, dqk=192)[1])
-    sass = a.sass()
-    per_block = 4 + 2 + 4
-    assert sass.count("QGMMA") == (per_block if schedule == "serial" else 2 * per_block), sass.count("QGMMA")
-    assert a.registers <= (attn.REGISTER_BUDGET if schedule == "serial" else 168)
-    if schedule == "serial":
-        assert a.spill_bytes == 0 and 2 * (attn.shared_bytes("serial", 192) + 1024) <= 228 * 1024
+    assert sass.count("QGMMA") == 6 + (6 + 4) + 4
+    assert sass.count("HGMMA") == (16 if rule in attn.HMMA_RULES else 0)
+    assert "SYNCS.ARRIVE.TRANS64.A1T0" in sass                             # a stage freed
 
 
 def test_attention_kernel_refuses_what_it_does_not_implement():
     with pytest.raises(ValueError, match="P rules"):
         attn.attention_kernel("exp")
-    with pytest.raises(ValueError, match="hmma"):
-        attn.attention_kernel("lean_cubic", rowsum="hmma")
-    with pytest.raises(ValueError, match="rowsum"):
-        attn.attention_kernel("lean", rowsum="fast")
-    with pytest.raises(ValueError, match="schedule"):
-        attn.attention_kernel("exact", rowsum="hmma", schedule="warp")
     with pytest.raises(ValueError, match="head dims"):
-        attn.attention_kernel("exact", rowsum="hmma", dqk=256)
-    with pytest.raises(ValueError, match="ping-pong"):
-        attn.attention_kernel("exact", rowsum="mma", schedule="pingpong")
+        attn.attention_kernel("exact", dqk=256)
 
 
 # ---------------------------------------------------------------------------- on an H200
@@ -221,46 +183,13 @@ def test_ptx_exact_rule_equals_spec_but_near_rounding_midpoints(shape):
 
 
 @hopper
+@pytest.mark.parametrize("head_dim", [128, 192])
 @pytest.mark.parametrize("shape", SHAPES[4:6])
-def test_ptx_kernel_equals_spec_with_a_negative_descale(shape):
-    kw, causal = _exact_s_case(shape, seed=shape[1], negative=True)
+def test_ptx_kernel_equals_spec_with_a_negative_descale(shape, head_dim):
+    """A negative descale: Q's signs flipped in shared memory (for Dqk 192 by each consumer
+    warpgroup for its own tile)."""
+    kw, causal = _exact_s_case(shape, seed=shape[1], negative=True, head_dim=head_dim)
     _assert_equals_spec(kw, causal, "lean_cubic")
-
-
-@hopper
-@pytest.mark.parametrize("schedule", ["pipelined", "pingpong", "persistent", "specialized"])
-@pytest.mark.parametrize("rule", attn.HMMA_RULES)
-@pytest.mark.parametrize("shape", SHAPES)
-def test_scheduled_kernels_equal_the_serial_one(shape, rule, schedule):
-    """pipelined: Q K^T of the next block in flight during this block's softmax, P V^T in two
-    halves; pingpong (persistent: one CTA an SM; specialized: without turns): producer and
-    consumer warpgroups, each block's P V^T issued with the next block's Q K^T. The same P,
-    sums and order of the total's updates: the same output (bit for bit but the pipelined
-    kernel's split P V^T)."""
-    from zyfa.asm.ptx.kernels import attention_fp8
-    kw, causal = _exact_s_case(shape, seed=shape[1] + 7)
-    a, lse_a = attention_fp8(**kw, causal=causal, p_rule=rule, schedule="serial")
-    b, lse_b = attention_fp8(**kw, causal=causal, p_rule=rule, schedule=schedule)
-    print(f"{shape} {rule}: {schedule} vs serial out {rel_err(b, a):.2e}, lse {(lse_b - lse_a).abs().max():.2e}")
-    assert torch.isfinite(b).all() and rel_err(b, a) <= 2.0 ** -9 and (lse_b - lse_a).abs().max() <= 1e-5
-    if schedule != "pipelined":
-        assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
-
-
-@hopper
-@pytest.mark.parametrize("schedule", ["pingpong", "persistent"])
-def test_pingpong_kernel_on_realistic_inputs_and_negative_descales(schedule):
-    """Many tiles a CTA (persistent: the stage ring and the Q barriers run on across tiles),
-    realistic activations, and a negative descale (Q's signs flipped once a tile)."""
-    from zyfa.asm.ptx.kernels import attention_fp8
-    x, causal = _case((2, 3000, 3000, 32, 8, True))
-    a, lse_a = attention_fp8(**x.kwargs(), causal=causal, schedule="serial")
-    b, lse_b = attention_fp8(**x.kwargs(), causal=causal, schedule=schedule)
-    assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
-    kw, causal = _exact_s_case((2, 300, 1000, 4, 4, True), seed=11, negative=True)
-    a, lse_a = attention_fp8(**kw, causal=causal, schedule="serial")
-    b, lse_b = attention_fp8(**kw, causal=causal, schedule=schedule)
-    assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b)
 
 
 def _assert_equals_spec(kw, causal, rule):
@@ -272,35 +201,6 @@ def _assert_equals_spec(kw, causal, rule):
     assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
     # float32 row sums of the same P: the LSE differs by float32 ordering only
     assert (lse.double() - lse_spec).abs().max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
-
-
-@hopper
-@pytest.mark.parametrize("rule", attn.HMMA_RULES)
-@pytest.mark.parametrize("shape", SHAPES)
-def test_half_precision_row_sums_equal_the_float32_ones(shape, rule):
-    """rowsum="hmma": the P of each pair as a half2 A operand (P * 2^-8 against halves of 256
-    for the half rule, P against ones for exact), float32 accumulation on the tensor cores:
-    the same sums as the ALUs' up to float32 ordering."""
-    from zyfa.asm.ptx.kernels import attention_fp8
-    kw, causal = _exact_s_case(shape, seed=shape[1] + 1)
-    a, lse_a = attention_fp8(**kw, causal=causal, p_rule=rule, rowsum="alu")
-    b, lse_b = attention_fp8(**kw, causal=causal, p_rule=rule, rowsum="hmma")
-    spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule)
-    print(f"{shape}: out {rel_err(b, a):.2e}, lse {(lse_b - lse_a).abs().max():.2e}")
-    assert rel_err(b, a) <= 0.5 * rel_err(spec.bfloat16(), spec) and (lse_b - lse_a).abs().max() < 1e-5
-
-
-@hopper
-@pytest.mark.parametrize("shape", SHAPES[4:])
-def test_tensor_core_row_sums_stay_near_the_float32_ones(shape):
-    """rowsum="mma" (a research option): measured here, bounded by the BF16 output rounding."""
-    from zyfa.asm.ptx.kernels import attention_fp8
-    kw, causal = _exact_s_case(shape, seed=shape[1])
-    a, lse_a = attention_fp8(**kw, causal=causal, rowsum="alu")
-    b, lse_b = attention_fp8(**kw, causal=causal, rowsum="mma")
-    print(f"{shape}: out {rel_err(b, a):.2e}, lse {(lse_b - lse_a).abs().max():.2e}")
-    # within a BF16 step of the output (2^-8 relative), and as much in the LSE
-    assert rel_err(b, a) <= 2.0 ** -8 and (lse_b - lse_a).abs().max() <= 2.0 ** -8
 
 
 @hopper
@@ -350,17 +250,12 @@ def test_ptx_kernel_agrees_with_triton(shape, rule):
 
 @hopper
 @pytest.mark.parametrize("shape", SHAPES)
-def test_mla_head_dims_equal_spec_and_every_schedule(shape):
+def test_mla_head_dims_equal_spec(shape):
     """Dqk 192 / Dv 128: Q K^T over a 128-byte and a 64-byte column tile (64-byte swizzle).
     Exact S: the spec's P codes (lean_cubic, bit-exact rule), so the spec's output within
-    the BF16 rounding; the warp-specialized schedules bit for bit as the serial kernel."""
-    from zyfa.asm.ptx.kernels import attention_fp8
+    the BF16 rounding."""
     kw, causal = _exact_s_case(shape, seed=shape[1] + 19, head_dim=192)
     _assert_equals_spec(kw, causal, "lean_cubic")
-    a, lse_a = attention_fp8(**kw, causal=causal, schedule="serial")
-    for schedule in ("pingpong", "specialized"):
-        b, lse_b = attention_fp8(**kw, causal=causal, schedule=schedule)
-        assert torch.equal(a.view(torch.int16), b.view(torch.int16)) and torch.equal(lse_a, lse_b), schedule
 
 
 @hopper

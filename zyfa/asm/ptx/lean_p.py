@@ -15,6 +15,9 @@ from ..program import Program, Reg
 from .target import f32, module, program
 
 PTX_RULES = LEAN_RULES + HALF_RULES      # the rules whose P bits the generated PTX matches exactly
+# the rules whose P pairs become half2 A operands: the attention kernel takes their row sums
+# from half-precision wgmmas (float32 accumulation, the ALUs' sums); the others' on the ALUs
+HMMA_RULES = HALF_RULES + ("exact",)
 PACK_HALF_PAIRS = "0x6420"               # prmt: bytes 0 and 2 of two half2 words: four codes
 # a step's op in PTX, by precision
 F32_OPS = {"max": "max.f32", "add": "add.f32", "sub": "sub.f32", "fma": "fma.f32"}

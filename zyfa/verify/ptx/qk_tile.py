@@ -3,12 +3,20 @@
 Q and K tiles (64 rows x 128 E4M3 values = 128 bytes) arrive by TMA into 128-byte-swizzled
 shared memory, signalled by an mbarrier; one warpgroup multiplies them with four
 ``wgmma m64n64k32 e4m3`` steps (both operands from shared-memory descriptors) and writes the
-float32 accumulator fragment to global memory. Checked on the GPU against float64.
+float32 accumulator fragment to global memory. ``qk_tile`` runs it; tests/test_asm.py
+checks it against float64.
 """
 from __future__ import annotations
 
-from .smem import emit_descriptor, emit_wait
-from .target import module, program
+import ctypes
+import functools
+
+import torch
+
+from ...asm.ptx.assemble import assemble
+from ...asm.ptx.loader import Kernel, tensor_map
+from ...asm.ptx.smem import emit_descriptor, emit_wait
+from ...asm.ptx.target import module, program
 
 ROWS = 64                 # query rows and key rows per tile
 HEAD_DIM = 128            # E4M3 values = bytes per row: one 128-byte swizzle row
@@ -89,3 +97,23 @@ def qk_tile_kernel(arch: str = "sm_90a") -> tuple[str, str]:
     params = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".u64", "s_ptr"),
               (".u32", "q_row"), (".u32", "k_row")]
     return name, module(name, params, prog, arch, shared)
+
+
+@functools.cache
+def _qk_tile(arch: str, device: int) -> Kernel:
+    name, ptx = qk_tile_kernel(arch)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device))
+
+
+def qk_tile(q: torch.Tensor, k: torch.Tensor, q_row: int = 0, k_row: int = 0) -> torch.Tensor:
+    """S (64 x 64 float32) = q[q_row:+64] . k[k_row:+64]^T for E4M3 q, k of shape (rows, 128),
+    by the generated TMA + wgmma kernel."""
+    for name, t in (("q", q), ("k", k)):
+        if t.dtype != torch.float8_e4m3fn or t.dim() != 2 or t.shape[1] != 128 or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous (rows, 128) float8_e4m3fn tensor")
+    s = torch.empty(ROWS, ROWS, dtype=torch.float32, device=q.device)
+    qm = tensor_map(q.view(torch.uint8), (ROWS, 128))
+    km = tensor_map(k.view(torch.uint8), (ROWS, 128))
+    _qk_tile("sm_90a", q.device.index or 0)((1,), (128,), [qm, km, ctypes.c_uint64(s.data_ptr()),
+                                                          ctypes.c_uint32(q_row), ctypes.c_uint32(k_row)])
+    return s

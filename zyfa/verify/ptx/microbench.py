@@ -8,7 +8,7 @@ code cannot be hoisted); the ``fadd`` kernel alone is that baseline.
 """
 from __future__ import annotations
 
-from .target import f32, module, program
+from ...asm.ptx.target import f32, module, program
 
 # op -> one instruction per chain and round: {x} the advancing f32 input, {y} an f32 chain,
 # {b} a b32 chain, {h} a 16-bit result

@@ -1,0 +1,64 @@
+"""The epilogue of the generated Hopper kernel: out = total / l * v_descale in BF16 and
+LSE = ln2 (A + log2 l - 8), for the thread's two rows."""
+from __future__ import annotations
+
+from ...spec.constants import LN2, P_OFFSET_LOG2
+from ..program import Program, Reg
+from .cta import Cta, Rows
+from .layout import ACC, HEAD_DIM
+from .target import f32
+
+
+def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
+    """out = total / l * v_descale (BF16), LSE = ln2 (A + log2 l - 8); rows past seqlen_q skipped."""
+    emit = prog.emit
+    p, t, q = c.params, c.tile, c.thread.q
+    inv, lg = prog.regs("f32", 2), prog.regs("f32", 2)
+    ok = prog.regs("pred", 2)
+    row_base = prog.regs("u64", 2)
+    idx, bsq = prog.regs("u32", 2)
+    emit("mul.lo.u32", bsq, t.b, p.seqlen_q)
+    for half in (0, 1):
+        emit("rcp.f32", inv[half], l[half])
+        emit("setp.lt.u32", ok[half], rows.rows[half], p.seqlen_q)
+        emit("add.u32", idx, bsq, rows.rows[half])
+        emit("mad.lo.u32", idx, idx, p.heads, t.h)           # (b * Sq + row) * Hq + h
+        emit("mul.lo.u32", idx, idx, HEAD_DIM)
+        emit("add.u32", idx, idx, q)
+        emit("add.u32", idx, idx, q)                         # + 2q
+        off = prog.reg("u64")
+        emit("mul.wide.u32", off, idx, 2)
+        emit("add.u64", row_base[half], p.out, off)
+    for jb in range(ACC // 4):
+        vd = prog.regs("f32", 2)
+        addr = prog.reg("u64")
+        emit("add.u64", addr, rows.vd_base, 4 * 8 * jb)
+        emit("ld.global.v2.f32", vd[0], vd[1], addr)
+        for half in (0, 1):
+            vals = prog.regs("f32", 2)
+            for e in (0, 1):
+                emit("mul.f32", vals[e], total[4 * jb + 2 * half + e], inv[half])
+                emit("mul.f32", vals[e], vals[e], vd[e])
+            packed = prog.reg("b32")
+            emit("cvt.bf16x2.f32", packed, vals[1], vals[0])  # high half: the odd column
+            dst = prog.reg("u64")
+            emit("add.u64", dst, row_base[half], 2 * 8 * jb)
+            emit("st.global.b32", dst, packed, guard=ok[half])
+
+    prog.comment("LSE from the first thread of each quad")
+    first = prog.reg("pred")
+    emit("setp.eq.u32", first, q, 0)
+    bh = prog.reg("u32")
+    emit("mad.lo.u32", bh, t.b, p.heads, t.h)
+    for half in (0, 1):
+        store = prog.reg("pred")
+        emit("and.pred", store, ok[half], first)
+        emit("lg2.f32", lg[half], l[half])
+        emit("add.f32", lg[half], lg[half], A[half])
+        emit("sub.f32", lg[half], lg[half], f32(float(P_OFFSET_LOG2)))
+        emit("mul.f32", lg[half], lg[half], f32(LN2))
+        emit("mad.lo.u32", idx, bh, p.seqlen_q, rows.rows[half])
+        off, addr = prog.regs("u64", 2)
+        emit("mul.wide.u32", off, idx, 4)
+        emit("add.u64", addr, p.lse, off)
+        emit("st.global.f32", addr, lg[half], guard=store)
