@@ -440,24 +440,25 @@ def test_permuted_vt_puts_every_key_once_per_block():
 
 # ---------------------------------------------------------------- dispatch and runtime on a faked MI355X
 def test_dispatch_selects_gfx950_on_a_faked_mi355x(monkeypatch):
-    from zyfa import backends, dispatch
+    from zyfa import dispatch
+    from zyfa.asm.gfx950 import backend
     problem = dispatch.Problem(device=torch.device("cuda", 0), arch="gfx950", is_fp8=True, head_dims=(128, 128),
                                causal=True, seqlen_q=4096, seqlen_k=4096, p_rule="lean_cubic", ref_rule="block")
     monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
-    monkeypatch.setattr(backends, "_HIP_RUNTIME", True)
+    monkeypatch.setattr(backend, "HAS_HIP_RUNTIME", True)
     assert dispatch.select(problem).name == "gfx950"
     assert dispatch.select(dataclasses.replace(problem, ref_rule="block_pow2")).name == "gfx950"
     for other, why in ((dict(arch="gfx942"), "targets gfx950"), (dict(is_fp8=False), "FP8 only"),
                        (dict(ref_rule="running"), "ref_rule"), (dict(p_rule="lean_cubic_f16"), "p_rule"),
                        (dict(p_rule="exact"), "p_rule"), (dict(per_token_descales=True), "per-token"),
                        (dict(head_dims=(96, 128)), "head dims"), (dict(head_dims=(256, 256)), "head dims")):
-        ok, reason = backends._gfx950_ok(dataclasses.replace(problem, **other))
+        ok, reason = backend.supports(dataclasses.replace(problem, **other))
         assert not ok and why in reason, reason
-    monkeypatch.setattr(backends, "_HIP_RUNTIME", False)
-    ok, reason = backends._gfx950_ok(problem)
+    monkeypatch.setattr(backend, "HAS_HIP_RUNTIME", False)
+    ok, reason = backend.supports(problem)
     assert not ok and "HIP runtime" in reason
     monkeypatch.setattr(torch.version, "hip", None, raising=False)
-    assert not backends._gfx950_ok(problem)[0]
+    assert not backend.supports(problem)[0]
 
 
 class _EmulatedHip(_FakeHip):
