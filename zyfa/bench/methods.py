@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 import zyfa
-from zyfa.spec.rules import P_RULES
+from zyfa.spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, P_RULES
 from zyfa.quantize import FP8Inputs, quantize_fp8
 from zyfa.spec.reference import attention_fp64
 
@@ -77,6 +77,7 @@ class Method:
 
 # ------------------------------------------------------------------ zyfa
 def _zyfa_missing(backend):
+    """Whether zyfa's kernels have a device here: a GPU, or Triton's interpreter on the CPU."""
     def missing():
         if not torch.cuda.is_available():
             from zyfa.device import interpreter_active
@@ -86,21 +87,18 @@ def _zyfa_missing(backend):
     return missing
 
 
-def _ptx_missing():
-    if not torch.cuda.is_available():
-        return "no CUDA GPU"
-    if torch.version.hip is not None or torch.cuda.get_device_capability() != (9, 0):
-        return "the generated PTX kernel needs sm_90a (Hopper)"
-    try:
-        import cuda.bindings.driver  # noqa: F401
-    except ImportError:
-        return "cuda-python is not installed"
-    return None
-
-
-def _ptx_unsupported(case: Case):
-    from zyfa.asm.ptx.layout import HEAD_DIMS
-    return None if (case.D, case.Dv) in HEAD_DIMS else f"the generated kernel takes head dims {HEAD_DIMS}, not {(case.D, case.Dv)}"
+def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None):
+    """Why the backend cannot run a case on this machine: the backend's own supports()."""
+    def unsupported(case: Case):
+        from zyfa import dispatch
+        from zyfa.device import device_arch
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        problem = dispatch.Problem(device=device, arch=device_arch(device), is_fp8=is_fp8,
+                                   head_dims=(case.D, case.Dv), causal=case.causal, seqlen_q=case.Sq,
+                                   seqlen_k=case.Sk, p_rule=p_rule or DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE)
+        ok, why = dispatch.by_name(backend).can_implement(problem)
+        return None if ok else why
+    return unsupported
 
 
 def _zyfa_fp8(rule, backend):
@@ -241,10 +239,12 @@ def _gpu_missing():
 
 def all_methods(backend: str = "triton") -> list[Method]:
     zm = _zyfa_missing(backend)
-    out = [Method("zyfa", backend, "fp8", "head", _zyfa_fp8(r, backend), zm, p_rule=r) for r in P_RULES]
-    out.append(Method("zyfa", backend, "bf16", None, _zyfa_bf16(backend), zm))
-    out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _ptx_missing, p_rule=r,
-                   unsupported=_ptx_unsupported) for r in P_RULES]
+    out = [Method("zyfa", backend, "fp8", "head", _zyfa_fp8(r, backend), zm, p_rule=r,
+                  unsupported=_zyfa_unsupported(backend, True, r)) for r in P_RULES]
+    out.append(Method("zyfa", backend, "bf16", None, _zyfa_bf16(backend), zm,
+                      unsupported=_zyfa_unsupported(backend, False, None)))
+    out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _gpu_missing, p_rule=r,
+                   unsupported=_zyfa_unsupported("ptx", True, r)) for r in P_RULES]
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),
