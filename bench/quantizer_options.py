@@ -30,7 +30,7 @@ def main():
         for o in opts:
             x = quantize_fp8(q, k, v, **o)
             deq = attention_fp64(*x.dequantized())
-            spec = fp8_attention_spec(**x.kwargs())
+            spec = fp8_attention_spec(**x.kwargs(rotated_v=True))
             name = ", ".join(f"{k}={v}" for k, v in o.items()) or "head (FA3 layout)"
             print(f"| {kind} | {name} | {rel(x.restore_output(deq.float()), ref):.3e} | "
                   f"{rel(x.restore_output(spec.float()), ref):.3e} |", flush=True)

@@ -17,9 +17,20 @@ def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale) ->
                             per_token_descales=is_per_token(q_descale) or is_per_token(k_descale))
 
 
+def _rules(is_fp8, p_rule, ref_rule, dtype) -> tuple[str, str]:
+    """The FP8 rules (defaults for None); BF16/FP16 inputs take none: naming one is an error."""
+    if not is_fp8:
+        given = [n for n, r in (("p_rule", p_rule), ("ref_rule", ref_rule)) if r is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} apply to FP8 inputs only; got {dtype} inputs")
+    p_rule = DEFAULT_P_RULE if p_rule is None else p_rule
+    ref_rule = DEFAULT_REF_RULE if ref_rule is None else ref_rule
+    check_rules(p_rule, ref_rule)
+    return p_rule, ref_rule
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
-                    v_descale=None, return_lse=False, backend="auto",
-                    p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE):
+                    v_descale=None, return_lse=False, backend="auto", p_rule=None, ref_rule=None):
     """Prefill attention, FlashAttention layout.
 
     q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, kv_heads, head_dim[_v]).
@@ -37,10 +48,13 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_
 
     Returns out (batch, seqlen_q, heads, head_dim_v) in bfloat16 (float16 for float16
     inputs) and, with return_lse, the float32 natural-log LSE (batch, heads, seqlen_q).
-    p_rule / ref_rule select the FP8 probability and reference rules (zyfa.spec.rules).
+    p_rule / ref_rule select the FP8 probability and reference rules (zyfa.spec.rules; None:
+    "exact" and "block"); they apply to FP8 inputs only.
+
+    Forward only: a backward pass raises NotImplementedError.
     """
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
-    check_rules(p_rule, ref_rule)
+    p_rule, ref_rule = _rules(is_fp8, p_rule, ref_rule, q.dtype)
     b = dispatch.select(_problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale), backend)
     scale = None if softmax_scale is None else float(softmax_scale)
     out, lse = flash_attn_op(q, k, v, scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, b.name)
@@ -48,10 +62,10 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_
 
 
 def explain(q, k, v, causal=True, q_descale=None, k_descale=None, v_descale=None,
-            backend="auto", p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE, softmax_scale=None) -> str:
+            backend="auto", p_rule=None, ref_rule=None, softmax_scale=None) -> str:
     """Which backend flash_attn_func would use for these inputs, and why each other would not."""
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
-    check_rules(p_rule, ref_rule)
+    p_rule, ref_rule = _rules(is_fp8, p_rule, ref_rule, q.dtype)
     problem = _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale)
     lines = []
     try:

@@ -6,13 +6,24 @@ import argparse
 import sys
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of tokens, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def main(argv=None) -> int:
     from . import __version__
     ap = argparse.ArgumentParser(prog="zyfa", description="FP8/BF16 prefill attention")
     ap.add_argument("--version", action="version", version=f"zyfa {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run zyfa on realistic activations: error vs float64, speed on a GPU")
-    d.add_argument("--seqlen", type=int, default=None)
+    d.add_argument("--seqlen", type=_positive_int, default=None,
+                   help="tokens (default: 16384 on a GPU, 256 on the CPU)")
     sub.add_parser("bench", help="benchmark zyfa beside FA3, cuDNN and SDPA on a GPU (zyfa bench --help)",
                    add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)

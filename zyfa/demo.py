@@ -23,9 +23,12 @@ def run(seqlen: int | None = None) -> None:
     from zyfa.spec.reference import attention_fp64
 
     dev = "cuda" if gpu else "cpu"
+    if seqlen is not None and seqlen < 1:
+        raise ValueError(f"seqlen must be at least 1, got {seqlen}")
     B, S, Hq, Hkv, D = (1, seqlen or 16384, 32, 8, 128) if gpu else (1, seqlen or 256, 4, 2, 128)
-    where = torch.cuda.get_device_name() if gpu else "CPU, Triton interpreter (no GPU found): small shapes, no timing"
-    print(f"zyfa demo on {where}")
+    where = torch.cuda.get_device_name() if gpu else ("CPU, Triton interpreter (no GPU found): small shapes; "
+                                                      "times are the interpreter's, not a kernel's")
+    print(f"zyfa demo on {where}", flush=True)
     print(f"shape: batch {B}, seqlen {S}, heads {Hq}/{Hkv} (GQA), head_dim {D}, causal, realistic activations")
     q, k, v = realistic(B, S, Hq, Hkv, D, seed=0, device=dev)
     rows = slice(S - 512, S) if gpu else slice(0, S)      # float64 reference on the last rows on GPU
@@ -50,8 +53,9 @@ def run(seqlen: int | None = None) -> None:
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
         runs.append(("torch sdpa bf16", lambda: torch.nn.functional.scaled_dot_product_attention(
             qt, kt, vt, is_causal=True, enable_gqa=True).transpose(1, 2)))
-    print(f"{'method':38s} {'err vs fp64':>12s} {'TFLOP/s':>9s} {'time':>9s}")
+    print(f"{'method':38s} {'err vs fp64':>12s} {'TFLOP/s':>9s} {'time':>9s}", flush=True)
     for name, fn in runs:
+        print(f"{name:38s} running ...", end="\r", flush=True)
         out, tflops, sec = timed(fn)
         err = rel_err(out[:, rows], ref)
         tf = f"{tflops:9.0f}" if tflops else f"{'-':>9s}"

@@ -34,7 +34,13 @@ class FP8Inputs:
     v_descale: torch.Tensor
     v_rotation: torch.Tensor | None = None     # (Dv, Dv) float32, when v was rotated
 
-    def kwargs(self) -> dict:
+    def kwargs(self, rotated_v: bool = False) -> dict:
+        """q, k, v and their descales for flash_attn_func. When v was rotated (hadamard=True)
+        the attention output is rotated too: pass ``rotated_v=True`` to say you will apply
+        ``restore_output`` to it (without it, the output would be silently wrong)."""
+        if self.v_rotation is not None and not rotated_v:
+            raise ValueError("v was rotated (quantize_fp8(hadamard=True)): the attention output must be rotated "
+                             "back with x.restore_output(out); call x.kwargs(rotated_v=True) to confirm")
         return dict(q=self.q, k=self.k, v=self.v, q_descale=self.q_descale,
                     k_descale=self.k_descale, v_descale=self.v_descale)
 
@@ -50,6 +56,12 @@ class FP8Inputs:
         """Undo v's rotation on an attention output (identity when v was not rotated)."""
         if self.v_rotation is None:
             return out
+        dv = self.v_rotation.shape[0]
+        if not isinstance(out, torch.Tensor) or out.dim() != 4 or out.shape[-1] != dv \
+                or tuple(out.shape[:2]) != tuple(self.q.shape[:2]):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"restore_output takes the attention output (batch {self.q.shape[0]}, seqlen_q "
+                             f"{self.q.shape[1]}, heads, {dv}), got {got}")
         return (out.float() @ self.v_rotation.T.to(out.device)).to(out.dtype)
 
 

@@ -77,6 +77,7 @@ def plots(doc: dict, prefix: str) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        print("plots not written: matplotlib is not installed (pip install -e '.[bench]')")
         return []
     recs = [r for r in doc["records"] if r["status"] == "ok"]
     written = []
