@@ -12,6 +12,8 @@ MAGIC_BITS = 0x4B400000      # float32 bits of MAGIC
 F16_MAGIC = 1536.0           # 1.5 * 2^10: the magic number of half precision (ulp 1 on [1024, 2048))
 F16_MAGIC_BITS = 0x6600      # half bits of F16_MAGIC
 
+KEY_BLOCK = 128             # keys a block of the FP8 spec: a reference and a P.V accumulator each
+                             # (the gfx950 kernel, ZYFA's design, takes 64: it says so where it runs)
 NEG_FLOOR = -1.0e30          # finite stand-in for -inf in references, so 2^(a - b) never sees inf - inf
 RESCALE_THRESHOLD = 8.0      # log2 units a block max may pass the accumulator reference before it moves
 

@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from .constants import LOG2E, NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
+from .constants import KEY_BLOCK, LOG2E, NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from .descales import is_per_token, normalize_descales
 from .e4m3 import e4m3_decode, fma32
 from .rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules, p_bits
@@ -46,6 +46,14 @@ def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
     """(B, S, Hkv, D) -> (B, Hq, S, D) by consecutive grouping."""
     group = heads // x.shape[2]
     return x.permute(0, 2, 1, 3).repeat_interleave(group, dim=1)
+
+
+def confined_values(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(v with its non-finite elements zeroed, whether each key (row of v) had one). A key's
+    NaN or Inf reaches the query rows that see the key and no other: a masked key's weight is
+    0, and 0 * NaN must not carry it to rows that cannot see it."""
+    finite = torch.isfinite(v)
+    return torch.where(finite, v, torch.zeros((), dtype=v.dtype, device=v.device)), ~finite.all(-1)
 
 
 def causal_limit(seqlen_q: int, seqlen_k: int, device=None) -> torch.Tensor:
@@ -65,7 +73,7 @@ def attention_fp64(q, k, v, causal: bool = True, softmax_scale: float | None = N
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     qh = q.permute(0, 2, 1, 3).double()
     kh = _expand_kv(k, Hq).double()
-    vh = _expand_kv(v, Hq).double()
+    vh, bad_keys = confined_values(_expand_kv(v, Hq).double())
     out = torch.empty(B, Hq, Sq, v.shape[-1], dtype=torch.float64, device=q.device)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float64, device=q.device)
     limit = causal_limit(Sq, Sk, q.device)
@@ -73,12 +81,14 @@ def attention_fp64(q, k, v, causal: bool = True, softmax_scale: float | None = N
     for i0 in range(0, Sq, chunk):
         i1 = min(i0 + chunk, Sq)
         s = torch.einsum("bhid,bhjd->bhij", qh[:, :, i0:i1], kh) * scale
-        if causal:
-            s = s.masked_fill(keys[None, :] > limit[i0:i1, None], float("-inf"))
+        visible = keys[None, :] <= limit[i0:i1, None] if causal else torch.ones_like(s[0, 0], dtype=torch.bool)
+        s = s.masked_fill(~visible, float("-inf"))
         m = s.amax(-1, keepdim=True)
         p = torch.exp(s - m)
         denom = p.sum(-1, keepdim=True)
-        out[:, :, i0:i1] = torch.einsum("bhij,bhjd->bhid", p, vh) / denom
+        o = torch.einsum("bhij,bhjd->bhid", p, vh) / denom
+        sees_bad = (visible & bad_keys[:, :, None, :]).any(-1, keepdim=True)
+        out[:, :, i0:i1] = o.masked_fill(sees_bad, float("nan"))
         lse[:, :, i0:i1] = (m + torch.log(denom)).squeeze(-1)
     out = out.permute(0, 2, 1, 3)
     return (out, lse) if return_lse else out
@@ -95,7 +105,7 @@ def dequantize(x8: torch.Tensor, descale: torch.Tensor, kind: str) -> torch.Tens
 def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
                        causal: bool = True, softmax_scale: float | None = None,
                        p_rule: str = DEFAULT_P_RULE, ref_rule: str = DEFAULT_REF_RULE,
-                       block_n: int = 128, rescale_threshold: float = RESCALE_THRESHOLD,
+                       block_n: int = KEY_BLOCK, rescale_threshold: float = RESCALE_THRESHOLD,
                        fused_fma: bool = True, return_lse: bool = False):
     """The blockwise FP8 algorithm (module docstring), bit for bit in the P bits.
 
@@ -112,7 +122,7 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
 
     qv = e4m3_decode(q8.view(torch.uint8)).permute(0, 2, 1, 3)            # (B, Hq, Sq, D)
     kv = _expand_kv(e4m3_decode(k8.contiguous().view(torch.uint8)), Hq)   # (B, Hq, Sk, D)
-    vv = _expand_kv(e4m3_decode(v8.contiguous().view(torch.uint8)), Hq)
+    vv, bad_keys = confined_values(_expand_kv(e4m3_decode(v8.contiguous().view(torch.uint8)), Hq))
     group = Hq // Hkv
     # c, the factor from raw dot products to the log2 domain, in float32 as the kernels form it
     col_fac = ks.repeat_interleave(group, dim=1).float()                   # (B, Hq, Sk)
@@ -132,6 +142,7 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     A = torch.full((B, Hq, Sq), NEG_FLOOR, dtype=torch.float32, device=q8.device)
     total = torch.zeros(B, Hq, Sq, Dv, dtype=torch.float64, device=q8.device)
     l = torch.zeros(B, Hq, Sq, dtype=torch.float64, device=q8.device)
+    sees_bad = torch.zeros(B, Hq, Sq, dtype=torch.bool, device=q8.device)
     n_blocks = (Sk + block_n - 1) // block_n
     for j in range(n_blocks):
         k0, k1 = j * block_n, min((j + 1) * block_n, Sk)
@@ -156,8 +167,10 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
         p = e4m3_decode(p_bits(y, p_rule, fused_fma)).masked_fill(~valid, 0.0)
         total = total * alpha[..., None] + torch.einsum("bhij,bhjd->bhid", p, vv[:, :, k0:k1]) * beta[..., None]
         l = l * alpha + p.sum(-1) * beta
+        sees_bad |= (valid & bad_keys[:, :, None, k0:k1]).any(-1)
         A = A_new
-    out = (total * v_fac[:, :, None, :] / l[..., None]).permute(0, 2, 1, 3)
+    out = (total * v_fac[:, :, None, :] / l[..., None]).masked_fill(sees_bad[..., None], float("nan"))
+    out = out.permute(0, 2, 1, 3)
     if not return_lse:
         return out
     lse = math.log(2.0) * (A.double() + torch.log2(l) - P_OFFSET_LOG2)

@@ -14,6 +14,7 @@ import os
 import torch
 
 from ..device import interpreter_active
+from ..spec.constants import KEY_BLOCK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,8 @@ def tuning_key(arch: str, is_fp8: bool, dqk: int, dv: int, causal: bool, seqlen_
 
 def keep(cfg: TileConfig, dqk: int, dv: int, is_fp8: bool) -> bool:
     """Drop configs that cannot fit or make no sense for these head dims."""
+    if is_fp8 and cfg.block_n != KEY_BLOCK:
+        return False                       # FP8 keeps the spec's key blocks: every GPU path gives one answer
     elem = 1 if is_fp8 else 2
     smem = (cfg.block_m * dqk + cfg.num_stages * cfg.block_n * (dqk + dv)) * elem
     if smem > 200 * 1024:
@@ -110,7 +113,7 @@ def choose(key: str, dqk: int, dv: int, is_fp8: bool, bench_fn=None) -> tuple[Ti
     if near is not None:
         return _TABLE[near], f"table ({near})"
     if bench_fn is None:
-        return TileConfig(128, 64, 8, 2), "default"
+        return (TileConfig(64, KEY_BLOCK, 4, 3) if is_fp8 else TileConfig(128, 64, 8, 2)), "default"
     best, best_ms = None, float("inf")
     for cfg in (c for c in CANDIDATES if keep(c, dqk, dv, is_fp8)):
         try:
