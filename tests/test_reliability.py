@@ -27,11 +27,19 @@ def _call(q, k, v, fp8, backend):
     return zyfa.flash_attn_func(q, k, v, backend=backend)
 
 
+_KERNEL_V_GAP = pytest.mark.xfail(strict=True, reason=(
+    "the kernels multiply V by P = 0 for keys a row cannot see in the masked diagonal band, and "
+    "0 * NaN = NaN: confining it in the kernel cost 216 -> 255 registers and spills (measured "
+    "with zyfa.verify.triton_compile), so it is not done yet"))
+
+
 @pytest.mark.parametrize("backend", ["reference", "triton"])
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("where, bad_value", [("q", float("nan")), ("k", float("nan")), ("v", float("nan")),
                                                ("v", float("inf"))])
-def test_a_nonfinite_element_reaches_only_the_rows_that_see_it(where, bad_value, fp8, backend):
+def test_a_nonfinite_element_reaches_only_the_rows_that_see_it(where, bad_value, fp8, backend, request):
+    if backend == "triton" and where == "v" and (HAS_GPU or not fp8):      # the interpreter reads E4M3 NaN as 480
+        request.applymarker(_KERNEL_V_GAP)
     """A NaN (or an Inf in v) at token 60 of kv head 1 (query heads 2, 3): with Sq 48 over Sk 80
     (bottom-right), query row i sees keys <= i + 32, so rows 28.. see key 60 and rows 0..27 do
     not. Every other output must equal a run with that element set to 0 (bit for bit: the

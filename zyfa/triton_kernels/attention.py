@@ -58,30 +58,6 @@ def wgmma_key_order(p):
 
 
 @triton.jit
-def nonfinite_16(v):
-    """NaN or Inf elements of a bfloat16 / float16 tensor, from the bits (all exponent bits set;
-    comparisons would need float semantics that Triton's interpreter lacks for bf16)."""
-    bits = v.to(tl.uint16, bitcast=True)
-    mask: tl.constexpr = 0x7F80 if v.dtype == tl.bfloat16 else 0x7C00
-    return (bits & mask) == mask
-
-
-@triton.jit
-def confine_nonfinite_v(v, bad, valid, KEY_ORDER: tl.constexpr):
-    """(v with its non-finite rows zeroed, the rows of the tile that see such a key). In the
-    masked band a row's P is 0 for keys it cannot see, and 0 * NaN would still reach it: the
-    keys' non-finite values go into the rows that see them only, as exact attention has it.
-    ``bad`` marks v's non-finite elements; ``valid`` is the mask in natural key order, v's
-    rows may be in the wgmma key order."""
-    key_bad = tl.max(bad.to(tl.int32), 1)                              # (BLOCK_N,)
-    seen = valid.to(tl.int32)
-    if KEY_ORDER:
-        seen = wgmma_key_order(seen)
-    row_bad = tl.max(seen * key_bad[None, :], 1) > 0
-    return tl.where(bad, tl.zeros_like(v), v), row_bad
-
-
-@triton.jit
 def block_bounds(start_m, Sq, Sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """(band_start, band_end): keys [0, band_start) need no mask, [band_start, band_end) do.
 
@@ -143,10 +119,6 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
     if IS_FP8:
         # V is stored transposed (Dv x Sk): FP8 wgmma wants both operands K-major
         v = v_desc.load([b, kvh, 0, start_n]).reshape(DV, BLOCK_N).T
-        if MASKED:                              # E4M3fn has NaN (0x7F / 0xFF) and no infinity
-            v_bits = v.to(tl.uint8, bitcast=True)
-            v_bits, row_bad = confine_nonfinite_v(v_bits, (v_bits & 0x7F) == 0x7F, valid, WGMMA_KEY_ORDER)
-            v = v_bits.to(v.dtype, bitcast=True)
         if REF_RULE == REF_RUNNING:
             A_new = _max_nan(A, m)
             r = A_new
@@ -183,19 +155,13 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
             l_sum = l_sum * alpha
         total = total + pv * beta[:, None]
         l_sum = l_sum + l_blk * beta
-        if MASKED:
-            total = tl.where(row_bad[:, None], float("nan"), total)
     else:
         v = v_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, DV)
-        if MASKED:
-            v, row_bad = confine_nonfinite_v(v, nonfinite_16(v), valid, False)
         A_new = _max_nan(A, m)
         alpha = tl.exp2(A - A_new)
         p = tl.exp2(t - A_new[:, None])
         l_sum = l_sum * alpha + tl.sum(p, 1)
         total = _dot(p.to(v.dtype), v, total * alpha[:, None], UPCAST_DOT)
-        if MASKED:
-            total = tl.where(row_bad[:, None], float("nan"), total)
     return total, l_sum, A_new
 
 
