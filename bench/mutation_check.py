@@ -76,6 +76,10 @@ MUTATIONS = [
     M("hopper key order: slots not permuted", "zyfa/spec/key_order.py",
       "KEY_OF_SLOT = tuple(8 * ((s % 4) // 2) + 2 * (s // 4) + s % 2 for s in range(HOPPER_GROUP))",
       "KEY_OF_SLOT = tuple(s for s in range(HOPPER_GROUP))",
+      ("tests/test_ptx_attention.py::test_p_sources_put_each_code_where_the_a_operand_reads_it",
+       "tests/test_ptx_attention.py::test_hopper_vt_places_keys_in_their_slots")),
+    M("hopper V^T: keys not permuted within groups", "zyfa/spec/key_order.py",
+      "permute(0, 5, 6, 1, 3, 2, 4)", "permute(0, 5, 6, 1, 2, 3, 4)",
       (T + "::test_wgmma_key_order_changes_only_summation_order",)),
     # ------------------------------------------------------------ Triton kernel
     M("triton: causal band start off by one", "zyfa/triton_kernels/attention.py",
@@ -141,7 +145,7 @@ MUTATIONS = [
     M("quantizer: scale maps amax to 240", "zyfa/quantize.py", "descale = torch.clamp(amax, min=_TINY) / E4M3_MAX",
       "descale = torch.clamp(amax, min=_TINY) / 240.0", ("tests/test_quantize.py::test_amax_maps_to_e4m3_max",)),
     M("quantizer: q descale of the wrong head", "zyfa/quantize.py", "qd = qd[:, 0, ::group, 0].contiguous()",
-      "qd = qd[:, 0, -Hkv:, 0].contiguous()", ("tests/test_quantize.py::test_round_trip_within_e4m3_precision",)),
+      "qd = qd[:, 0, -Hkv:, 0].contiguous()", ("tests/test_quantize.py::test_amax_maps_to_e4m3_max",)),
     # ------------------------------------------------------------ validation
     M("validation: batch check removed", "zyfa/validation.py", "if Bk != B:", "if False:",
       ("tests/test_validation.py::test_batch_and_kv_shapes",)),
@@ -152,11 +156,11 @@ MUTATIONS = [
     M("validation: NaN descale check removed", "zyfa/validation.py", "and not bool(torch.isfinite(d).all()):",
       "and False:", ("tests/test_validation.py::test_descale_device_and_values",)),
     M("validation: softmax_scale inf accepted", "zyfa/validation.py", "0 < softmax_scale < math.inf", "0 < softmax_scale",
-      ("tests/test_validation.py::test_empty_and_bad_scalars",)),
+      ("tests/test_validation.py::test_softmax_scale_must_be_positive_finite",)),
     M("validation: v stride check removed", "zyfa/validation.py", "if v.stride(-1) != 1 and v.stride(1) != 1:",
       "if False:", ("tests/test_validation.py::test_v_layout_and_types",)),
     M("descale shape check: 3-D shape not compared", "zyfa/spec/descales.py",
-      "if tuple(d.shape) != tuple(fine_shape):", "if False:", ("tests/test_validation.py::test_descales",)),
+      "if tuple(d.shape) != tuple(fine_shape):", "if False:", ("tests/test_validation.py::test_descale_device_and_values",)),
     # ------------------------------------------------------------ integrations
     M("transformers: zyfa_fp8 always falls back to SDPA", "zyfa/integrations/transformers.py",
       "    reason = _fallback_reason(module, query, key, value, attention_mask, dropout, kwargs)\n    if reason:\n"

@@ -80,9 +80,12 @@ def test_amax_maps_to_e4m3_max(granularity):
     for name, t in (("q", x.q), ("k", x.k), ("v", x.v)):
         a = t.float().abs()
         assert a.max() == 448.0, (granularity, name, a.max())
-    if granularity == "head":      # every (batch, kv head) group reaches 448
+    if granularity == "head":      # every (batch, kv head) group reaches 448, its descale is its amax / 448
         assert torch.all(x.k.float().abs().amax(dim=(1, 3)) == 448.0)
         assert torch.all(x.q.float().abs().reshape(2, 100, 2, 2, 64).amax(dim=(1, 3, 4)) == 448.0)
+        for t, d in ((q.reshape(2, 100, 2, 2, 64).abs().amax(dim=(1, 3, 4)), x.q_descale),
+                     (k.abs().amax(dim=(1, 3)), x.k_descale), (v.abs().amax(dim=(1, 3)), x.v_descale)):
+            assert torch.equal(d, (t / 448.0).float()), (d, t / 448.0)
 
 
 def test_smooth_k_keeps_attention():
