@@ -528,3 +528,19 @@ def test_cycle_model_reproduces_zyfas_arithmetic_and_counts_the_generated_loop()
     assert C.busy_phased([first, second]) == 64 / max(64 + 8, 0 + 20, 64 + 0, 8 + 20)
     report = C.report()
     assert "86%" in report and "zyfa gfx950 lean_cubic, block_pow2" in report
+
+
+@pytest.mark.parametrize("d", [0, 1, 31, 62, 63])
+def test_generated_gfx950_causal_residues(d):
+    """Causal bounds at a few residues of seqlen_k - seqlen_q modulo the 64-key block (the
+    last ones next to a block multiple), with a non-default softmax_scale: the spec's output."""
+    from zyfa.verify.gfx950.attention import emulate_attention
+    from zyfa.spec.reference import fp8_attention_spec
+    shape = (1, 40, 40 + d, 1, 1, 64, 64, True)
+    kw = _small_int_case(shape, seed=100 + d)
+    for scale in (None, 0.05):
+        out, lse = emulate_attention(**kw, causal=True, softmax_scale=scale)
+        spec, lse_spec = fp8_attention_spec(**kw, causal=True, softmax_scale=scale, p_rule="lean_cubic", block_n=64,
+                                            return_lse=True)
+        assert ((out.double() - spec).norm() / spec.norm()).item() < 1e-6, (d, scale)
+        assert (lse.double() - lse_spec).abs().max().item() < 1e-5, (d, scale)

@@ -153,4 +153,26 @@ def test_padding_and_decode_fall_back_to_sdpa(tiny_model, caplog):
     with caplog.at_level(logging.WARNING, logger="zyfa"):
         out = tiny_model.generate(ids[:1], max_new_tokens=2, do_sample=False)
     assert out.shape[1] == ids.shape[1] + 2
-    assert any("decode step" in r.message for r in caplog.records)
+    assert sum("decode step" in r.message for r in caplog.records) == 1
+    assert all(r.name == "zyfa" and r.levelno == logging.WARNING for r in caplog.records if "falling back" in r.message)
+
+
+def test_backends_run_zyfa(tiny_model, monkeypatch):
+    """Both backends really call zyfa (one call a layer, FP8 inputs for zyfa_fp8, the model's
+    scaling passed on) on a plain causal prefill; a spy counts the calls."""
+    calls = []
+    real = zyfa.flash_attn_func
+
+    def spy(*args, **kw):
+        q = kw.get("q", args[0] if args else None)
+        calls.append((q.dtype, kw.get("softmax_scale"), kw.get("causal")))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(zyfa, "flash_attn_func", spy)
+    ids = torch.randint(0, 256, (1, 48), generator=torch.Generator().manual_seed(8)).to(DEVICE)
+    layers = tiny_model.config.num_hidden_layers
+    scaling = tiny_model.config.head_dim ** -0.5
+    for impl, dtype in (("zyfa", torch.bfloat16), ("zyfa_fp8", torch.float8_e4m3fn)):
+        calls.clear()
+        _logits(tiny_model, impl, ids)
+        assert calls == [(dtype, scaling, True)] * layers, (impl, calls)

@@ -69,3 +69,32 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="block_size"):
         quantize_fp8(q, k, v, granularity="fine", block_size=0)
 
+
+
+@pytest.mark.parametrize("granularity", ["head", "tensor", "fine"])
+def test_amax_maps_to_e4m3_max(granularity):
+    """Each scale group's largest |value| lands on E4M3's largest finite value, 448: the
+    scale is amax / 448, not something that wastes the format's top binades."""
+    q, k, v = make("realistic", 2, 100, 4, 2, 64, seed=2, dtype=torch.float32)
+    x = quantize_fp8(q, k, v, granularity=granularity, block_size=32)
+    for name, t in (("q", x.q), ("k", x.k), ("v", x.v)):
+        a = t.float().abs()
+        assert a.max() == 448.0, (granularity, name, a.max())
+    if granularity == "head":      # every (batch, kv head) group reaches 448, its descale is its amax / 448
+        assert torch.all(x.k.float().abs().amax(dim=(1, 3)) == 448.0)
+        assert torch.all(x.q.float().abs().reshape(2, 100, 2, 2, 64).amax(dim=(1, 3, 4)) == 448.0)
+        for t, d in ((q.reshape(2, 100, 2, 2, 64).abs().amax(dim=(1, 3, 4)), x.q_descale),
+                     (k.abs().amax(dim=(1, 3)), x.k_descale), (v.abs().amax(dim=(1, 3)), x.v_descale)):
+            assert torch.equal(d, (t / 448.0).float()), (d, t / 448.0)
+
+
+def test_smooth_k_keeps_attention():
+    """K smoothing through the quantizer: the dequantized smoothed K gives the same attention
+    within FP8's error (the mean over tokens shifts each row's scores by a constant), and on
+    inputs with a shared K offset it is more accurate than without smoothing."""
+    q, k, v = make("realistic", 1, 128, 4, 2, 128, seed=8, dtype=torch.float32)
+    k = k + 3.0 * torch.randn(1, 1, 2, 128, generator=torch.Generator().manual_seed(1))   # a per-channel K bias
+    ref = attention_fp64(q, k, v)
+    plain = rel_err(attention_fp64(*_deq(quantize_fp8(q, k, v))), ref)
+    smooth = rel_err(attention_fp64(*_deq(quantize_fp8(q, k, v, smooth_k=True))), ref)
+    assert smooth < 0.8 * plain, (smooth, plain)

@@ -176,3 +176,32 @@ def test_triton_codes_equal_the_spec_in_the_interpreter(rule):
     # the interpreter rounds a*b+c twice, and float32 y + 8 is exact here
     assert torch.equal(out, p_bits(y, rule, fused=False)), rule
     assert float(P_OFFSET_LOG2) == 8.0
+
+
+def test_lean_rule_constants_pinned():
+    """The lean rules' coefficients and codes pinned independently of their definitions: the
+    float32 bit patterns of the polynomial coefficients, the E4M3 codes of a few y worked out
+    by hand, and a digest of every code on the grid (a coefficient moved by 0.1% changes them)."""
+    import hashlib
+    from zyfa.spec import rules as R
+    from zyfa.spec import constants as C
+    bits = {n: struct.unpack("<I", struct.pack("<f", getattr(R, n)))[0] for n in ("LEAN_CUBIC_A", "LEAN_CUBIC_B", "LEAN_QUAD_K")}
+    assert bits == {"LEAN_CUBIC_A": 0x3E9C1190, "LEAN_CUBIC_B": 0x3D9EF9F6, "LEAN_QUAD_K": 0x3EB0A3D7}, {k: hex(v) for k, v in bits.items()}
+    assert (C.P_OFFSET_LOG2, C.P_ONE_BITS, C.Y_FLOOR, C.MAGIC, C.RESCALE_THRESHOLD) == (8, 120, -15.0, 1.5 * 2 ** 23, 8.0)
+    # 2^(y + 8) by hand: y = -0.3: 2^7.7 = 207.9 -> 208 = 2^7 (1 + 5/8): code 8 * 14 + 5 = 117;
+    # y = -1.7: 2^6.3 = 78.8 -> 80 = 2^6 (1 + 2/8): 106; y = -2.5: 2^5.5 = 45.25 -> 44 (spacing 4): 99
+    # (lean, round(8 y + 120) = 100); y = -5.123: 2^2.877 = 7.35 -> 7.5 = 2^2 (1 + 7/8): 79;
+    # y = -9.9: 2^-1.9 = 0.268 -> 0.25 (1 + 1/8): 41; y = -13.25: 2^-5.25 = 0.0263 -> 0.02734 =
+    # 2^-6 (1 + 6/8): 13 (lean 14); y = -14.6: 2^-6.6 = 0.0103, subnormal, 0.0103 * 2^9 = 5.3: 5
+    # (the floor-based rules: 2^-7 (1 + 0.7 * 3/4..) -> 3, below the floor's normal range)
+    hand = {-0.3: [117, 118, 117, 117, 117], -1.7: [106] * 5, -2.5: [99, 100, 99, 99, 99],
+            -5.123: [79] * 5, -9.9: [41] * 5, -13.25: [13, 14, 13, 13, 13], -14.6: [5, 3, 3, 3, 3]}
+    for y, want in hand.items():
+        got = [int(p_bits(torch.tensor([y]), r)) for r in P_RULES]
+        assert got == want, (y, dict(zip(P_RULES, got)))
+    y = torch.linspace(-17.0, 0.0, 20001, dtype=torch.float64)
+    y = torch.cat([y, torch.arange(-17.0, 0.5, 0.5, dtype=torch.float64)]).float()
+    digests = {r: hashlib.sha256(p_bits(y, r).numpy().astype("int32").tobytes()).hexdigest()[:16]
+               for r in LEAN_RULES + HALF_RULES}
+    assert digests == {"lean": "4c3d101ee8b5796f", "lean_quad": "8358199fd576ddb0",
+                       "lean_cubic": "13d3c8426b6c9c80", "lean_cubic_f16": "4c0316bd84d6bf58"}, digests

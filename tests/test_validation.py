@@ -119,3 +119,47 @@ def test_fp8_nan_inputs_give_nan_rows():
     for rule in ("lean_cubic", "exact", "lean"):
         out = zyfa.flash_attn_func(**x.kwargs(), p_rule=rule)
         assert out[0, 9, 0].isnan().all(), rule
+
+
+def test_batch_and_kv_shapes():
+    q, k, v = _qkv(B=2)
+    _, k1, v1 = _qkv(B=1)
+    with pytest.raises(ValueError, match="same batch size, got q 2, k 1"):
+        zyfa.flash_attn_func(q, k1, v1)
+    with pytest.raises(ValueError, match=r"k and v must agree in \(batch, seqlen_k, kv_heads\)"):
+        zyfa.flash_attn_func(q, k, v[:, :-1])
+    with pytest.raises(ValueError, match=r"k and v must agree"):
+        zyfa.flash_attn_func(q, k, torch.cat([v, v], 2))
+
+
+def test_v_layout_and_types():
+    q, k, v = _qkv()
+    with pytest.raises(TypeError, match="q must be a torch.Tensor, got ndarray"):
+        zyfa.flash_attn_func(q.float().numpy(), k, v)
+    vt = torch.empty(1, 8, 1, 64 * 2, dtype=v.dtype)[..., ::2].copy_(v)   # neither last dim nor seqlen contiguous
+    with pytest.raises(ValueError, match="v must have a contiguous last dimension"):
+        zyfa.flash_attn_func(q, k, vt)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        zyfa.flash_attn_func(q, k, v, softmax_scale=True)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0.0])
+def test_softmax_scale_must_be_positive_finite(bad):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="softmax_scale must be a positive finite number"):
+        zyfa.flash_attn_func(q, k, v, softmax_scale=bad)
+
+
+def test_descale_device_and_values():
+    x = _fp8()
+    with pytest.raises(ValueError, match="v_descale is on meta but q is on cpu"):
+        zyfa.flash_attn_func(**{**x.kwargs(), "v_descale": x.v_descale.to("meta")})
+    for name in ("q_descale", "k_descale", "v_descale"):
+        bad = x.kwargs()[name].clone()
+        bad.view(-1)[0] = float("nan")
+        with pytest.raises(ValueError, match=f"{name} holds NaN or Inf"):
+            zyfa.flash_attn_func(**{**x.kwargs(), name: bad})
+    with pytest.raises(TypeError, match="v_descale must be a torch.Tensor"):
+        zyfa.flash_attn_func(**{**x.kwargs(), "v_descale": 1.0})
+    with pytest.raises(ValueError, match=r"q_descale has shape \(1, 2, 9\)"):
+        zyfa.flash_attn_func(**{**x.kwargs(), "q_descale": torch.ones(1, 2, 9)})
