@@ -96,7 +96,7 @@ def test_draws_are_deterministic_and_cover_the_axes():
             seen["B"].add(c.B)
             seen["gqa"].add("mqa" if c.Hkv == 1 and c.Hq > 1 else c.Hq // c.Hkv)
             seen["causal"].add(c.causal)
-            seen["kind"].add(c.kind)
+            seen["kind"].add(c.input)
             seen["scale"].add(c.scale_mult is not None)
             seen["sq1"].add(c.Sq == 1)
             seen["sk>sq"].add(c.Sk > c.Sq)
