@@ -11,8 +11,8 @@ Each case either raises a ValueError/TypeError that names the argument (a delibe
 or a combination the path does not take) or returns an output and LSE within their bounds
 against float64 attention, finite, contiguous, of the right shape and dtype.
 
-Known library bugs found by the fuzzing are not fixed here: their cases run in
-``test_known_bug`` as strict xfails (KNOWN_BUGS says what and how to reproduce).
+The fuzzing found one bug (the gfx950 kernel wrote zeros to output channels 64..95 for value
+dim 96); the generator now refuses value dim 96, and these cases expect the refusal.
 """
 import collections
 
@@ -22,21 +22,6 @@ from zyfa.verify.fuzz import PATHS, draw_case, expected_refusal, run_case
 
 CHUNK = 50
 SEEDS = {"reference": 250, "triton": 200, "gfx950_emulator": 44}
-
-
-def _known_bug(case):
-    """Why a case is expected to fail (a library bug, reported, not fixed here), or None."""
-    if case.path == "gfx950_emulator" and case.Dv == 96 and case.invalid is None:
-        if expected_refusal(case) is None:
-            # The generated gfx950 kernel with value_dim 96 (three 32-column O tiles) leaves
-            # output channels 64..95 at zero; LSE and channels 0..63 are right. Its backend
-            # documents value dims "in 32s up to 128". flash_attn_func's head-dim check keeps
-            # (qk, 96) from reaching it, so only direct kernel use sees this. Reproducer:
-            #   q,k = randint(-3,4,(1,32,1,64)) as E4M3, v = (randn(1,64,1,96)*32) as E4M3,
-            #   descales ones((1,1)); emulate_attention(..., causal=False, p_rule="lean")[0][..., 64:]
-            #   is all zero while fp8_attention_spec(..., block_n=64) is not.
-            return "gfx950 kernel with value_dim 96 writes zeros to output channels 64..95"
-    return None
 
 
 def _seeds(path):
@@ -49,7 +34,6 @@ def _chunks(path):
 
 
 CHUNKS = [c for p in SEEDS for c in _chunks(p)]
-KNOWN = [(p, s) for p in SEEDS for s in _seeds(p) if _known_bug(draw_case(p, s, "cpu"))]
 
 
 @pytest.mark.parametrize("path,lo,hi", CHUNKS, ids=[f"{p}-{lo}-{hi}" for p, lo, hi in CHUNKS])
@@ -57,8 +41,6 @@ def test_fuzz_chunk(path, lo, hi):
     failures, statuses = [], collections.Counter()
     for seed in range(lo, hi):
         case = draw_case(path, seed, "cpu")
-        if _known_bug(case):
-            continue
         outcome = run_case(case)
         statuses[outcome.status] += 1
         if outcome.status == "fail":
@@ -67,18 +49,10 @@ def test_fuzz_chunk(path, lo, hi):
     assert statuses["ok"] >= (hi - lo) // 3, f"too few cases ran to a checked output: {dict(statuses)}"
 
 
-@pytest.mark.parametrize("path,seed", [pytest.param(p, s, marks=pytest.mark.xfail(
-    reason=_known_bug(draw_case(p, s, "cpu")), strict=True)) for p, s in KNOWN] or
-    [pytest.param(None, None, marks=pytest.mark.skip(reason="no known bugs"))])
-def test_known_bug(path, seed):
-    outcome = run_case(draw_case(path, seed, "cpu"))
-    assert outcome.status != "fail", str(outcome)
-
-
 def test_emulator_runs_enough_cases():
-    """At least 20 emulator cases reach the kernel and are checked (not refused, not known bugs)."""
+    """At least 20 emulator cases reach the kernel and are checked (not refused)."""
     cases = [draw_case("gfx950_emulator", s, "cpu") for s in _seeds("gfx950_emulator")]
-    runnable = [c.seed for c in cases if not _known_bug(c) and expected_refusal(c) is None]
+    runnable = [c.seed for c in cases if expected_refusal(c) is None]
     assert len(runnable) >= 20, runnable
 
 

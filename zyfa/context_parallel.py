@@ -163,7 +163,7 @@ def _rows(d, rows: slice):
 
 def context_parallel_attention(q_local, k_local, v_local, group=None, softmax_scale=None, causal=True,
                                q_descale=None, k_descale=None, v_descale=None, return_lse=False,
-                               backend="auto", p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE):
+                               backend="auto", p_rule=None, ref_rule=None):
     """zyfa.flash_attn_func over a sequence sharded across the ranks of ``group``.
 
     q_local (B, S/W, Hq, D), k_local/v_local (B, S/W, Hkv, D[v]): this rank's shards from
@@ -186,7 +186,7 @@ def context_parallel_attention(q_local, k_local, v_local, group=None, softmax_sc
                          f"self-attention prefill), got local seqlen_q {n}, seqlen_k {k_local.shape[1]}: with a "
                          f"cached prefix the query and key chunks no longer pair up; use flash_attn_func per rank")
     validate(q_local, k_local, v_local, causal, softmax_scale, q_descale, k_descale, v_descale)
-    check_rules(p_rule, ref_rule)
+    check_rules(p_rule or DEFAULT_P_RULE, ref_rule or DEFAULT_REF_RULE)    # the rest on the first call
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     _check_divisible(n * world, world, f"sequence length ({world} ranks x {n} local tokens) =")
     c = n // 2

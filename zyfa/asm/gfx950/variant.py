@@ -12,6 +12,7 @@ QUERIES, BLOCK_N = 32, 64            # queries a wave (an MFMA's 32 columns); ke
 GROUP_WAVES, GROUPS = 4, 2
 WAVES = GROUP_WAVES * GROUPS         # 256 queries a workgroup share each K/V block in LDS
 HEAD_DIMS = (64, 128, 192, 256)      # in slices of 64 (192: MLA's query/key dim)
+VALUE_DIMS = (32, 64, 128)           # one, two or four 32-column O tiles
 REF_RULES = ("block", "block_pow2")
 
 HAZARD_NOPS = (15, 1)       # after an MFMA 32x32 before its result is read (as LLVM writes it)
@@ -34,8 +35,10 @@ class Variant:
             raise ValueError(f"generated P rules are {LEAN_RULES}, got {self.rule!r}")
         if self.ref_rule not in REF_RULES:
             raise ValueError(f"generated reference rules are {REF_RULES}, got {self.ref_rule!r}")
-        if self.head_dim not in HEAD_DIMS or self.value_dim % 32 or not 32 <= self.value_dim <= 128:
-            raise ValueError(f"head_dim must be one of {HEAD_DIMS} and value_dim a multiple of 32 up to 128, "
+        # value dim 96 (three 32-column O tiles) left output channels 64..95 at zero (found by
+        # tests/test_fuzz.py): refused until the O tiling handles an odd tile count
+        if self.head_dim not in HEAD_DIMS or self.value_dim not in VALUE_DIMS:
+            raise ValueError(f"head_dim must be one of {HEAD_DIMS} and value_dim one of {VALUE_DIMS}, "
                              f"got {self.head_dim}, {self.value_dim}")
 
     @property
