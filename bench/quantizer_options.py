@@ -22,7 +22,7 @@ def main():
     a = ap.parse_args()
     opts = [dict(), dict(granularity="fine"), dict(smooth_k=True), dict(hadamard=True),
             dict(smooth_k=True, hadamard=True), dict(granularity="fine", smooth_k=True, hadamard=True)]
-    print(f"| input | option | quantization alone | with the FP8 spec (lean_cubic, block) |")
+    print("| input | option | quantization alone | with the FP8 spec (lean_cubic, block) |")
     print("|---|---|---|---|")
     for kind in ("gaussian", "realistic"):
         q, k, v = make(kind, 1, a.seqlen, 8, 2, 128, seed=1)
