@@ -270,3 +270,22 @@ def test_shard_roundtrip_and_errors():
     kw = _inputs(CASES[0])
     assert torch.equal(_cp(kw),
                        zyfa.flash_attn_func(backend="reference", **kw))
+
+
+def test_scaling_script_runs_on_the_cpu(tmp_path):
+    """bench/context_parallel_scaling.py's plumbing (gloo, 2 processes, tiny shapes): it times
+    every variant and its gathered output matches the single call."""
+    import json
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "cp.json"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+                        os.path.join(root, "bench", "context_parallel_scaling.py"), "--cpu", "--out", str(out)],
+                       capture_output=True, text=True, cwd=root, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert rec["world"] == 2 and set(rec["seconds"]) == {"single", "cp", "compute", "comm"}
+    assert all(t > 0 for t in rec["seconds"].values())
+    assert rec["rel_err_vs_single"] < 2 ** -7          # bf16 outputs, merged in float32

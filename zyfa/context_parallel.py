@@ -110,7 +110,7 @@ def _check_same_everywhere(tensors, causal, group, device) -> None:
                          f"  rank {differ[0]}: {_show(every[differ[0]].tolist())}")
 
 
-class _Ring:
+class Ring:
     """The K/V shard (and its descales) in hand, and its transfer to the next rank. Tensors
     travel as bytes (gloo and NCCL both move uint8), each with its dtype and shape kept here."""
 
@@ -191,7 +191,7 @@ def context_parallel_attention(q_local, k_local, v_local, group=None, softmax_sc
     _check_divisible(n * world, world, f"sequence length ({world} ranks x {n} local tokens) =")
     c = n // 2
 
-    ring = _Ring([k_local, v_local, k_descale, v_descale], group)
+    ring = Ring([k_local, v_local, k_descale, v_descale], group)
     acc = lse = None
     for step in range(world):
         if step + 1 < world:
