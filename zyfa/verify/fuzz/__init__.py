@@ -32,19 +32,19 @@ FP8 values, so the bound is on the kernel's error, not the quantizer's):
              K_FP8 = 1.5: the spec runs the kernels' own algorithm with key blocks of 128; a
              kernel with other blocks (32 in the interpreter, 64 on gfx950) takes other block
              references, so its P codes round differently but alike in size (measured: <= 1.3x
-             on the CPU paths, <= 1.02x on the H200). Floor 2^-9 + 2^-11: 2^-9 is the BF16
+             on the CPU paths). Floor 2^-9 + 2^-11: 2^-9 is the BF16
              output's rounding (half a unit in the last place, relative), which the float64
              spec does not have; 2^-11 the H200's FP8 tensor cores, which keep ~14 bits of
-             their sums (a single-key case measured 2.13e-3 > 2^-9).
+             their sums (a single-key case on the H200 went past 2^-9).
   LSE        max|lse - lse64| <= K_LSE * baseline + (1 + max|lse64|) * 2^-16 + LSE_ACC * smax,
              smax = max_ij sum_d |q_id k_jd| * softmax_scale (the scores' scale before
              cancellation). Baseline: float32 logsumexp of the float32 scores for BF16/FP16
              (K_LSE 2); the spec's own LSE error for FP8, K_LSE 6: the lean rules' rounding
              bias in the row sum depends on each block's reference, which moves with the
              kernel's block size and its accumulation, so the spec's value is one sample of
-             it, not a ceiling (measured up to 4.9x on the H200). LSE_ACC: 2^-12 for FP8 (the
+             it, not a ceiling (on the H200 kernels went well past 1x). LSE_ACC: 2^-12 for FP8 (the
              tensor cores' ~14-bit sums, with a factor 2 to spare: single-key cases, where the
-             spec is exact, measured up to 4e-3), 2^-20 for BF16/FP16 (float32 sums).
+             spec is exact, still show the tensor cores' rounding), 2^-20 for BF16/FP16 (float32 sums).
 """
 
 from .cases import PATHS, Case, draw_case, expected_refusal, make_inputs  # noqa: F401
