@@ -93,9 +93,8 @@ def _paged(k, v, lens_k, page_size, seed):
     pages = [math.ceil(n / page_size) for n in lens_k]
     pool = sum(pages) + 3
     perm = torch.randperm(pool, generator=torch.Generator().manual_seed(seed)).tolist()
-    kp = torch.zeros(pool, page_size, *k.shape[1:], dtype=torch.bfloat16, device=DEVICE)
-    vp = torch.zeros(pool, page_size, *v.shape[1:], dtype=torch.bfloat16, device=DEVICE)
-    kp, vp = kp.to(k.dtype), vp.to(v.dtype)
+    kp = torch.zeros(pool, page_size, *k.shape[1:], dtype=k.dtype, device=DEVICE)
+    vp = torch.zeros(pool, page_size, *v.shape[1:], dtype=v.dtype, device=DEVICE)
     table = torch.zeros(len(lens_k), max(pages) + 1, dtype=torch.int32)
     start, used = 0, 0
     for i, (n, p) in enumerate(zip(lens_k, pages)):
@@ -104,6 +103,9 @@ def _paged(k, v, lens_k, page_size, seed):
             kp[page, :len(rows)], vp[page, :len(rows)] = k[rows.start:rows.stop], v[rows.start:rows.stop]
             table[i, j], used = page, used + 1
         start += n
+    if vp.dtype == torch.float8_e4m3fn:                # each page's V transposed, as quantize_fp8 writes V
+        vp = vp.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+        assert vp.stride(1) == 1
     return kp, vp, table.to(DEVICE), _t(lens_k)
 
 
@@ -116,6 +118,15 @@ def test_paged_equals_contiguous(backend, fp8, page_size):
     kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=page_size)
     out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, backend, cu_seqlens_k=None, block_table=table, seqused_k=used)
     ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, backend)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+def test_seqused_k_with_packed_keys_uses_each_sequence_prefix():
+    lens_q, lens_k, used = [2, 3], [6, 9], [4, 9]
+    q, k, v, _ = _inputs(lens_q, lens_k, False, seed=9)
+    out, lse = _varlen(q, k, v, {}, lens_q, lens_k, "reference", seqused_k=_t(used))
+    keep = torch.cat([torch.arange(0, 4), torch.arange(6, 15)]).to(DEVICE)
+    ref_out, ref_lse = _varlen(q, k[keep], v[keep], {}, lens_q, used, "reference")
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
 
 
