@@ -139,17 +139,57 @@ def test_fp8_kl_bounded_by_quantization(tiny_model):
     assert kl_zyfa <= 2 * kl_quant + 1e-6, f"KL zyfa_fp8 {kl_zyfa:.3e}, FP8 inputs alone {kl_quant:.3e}"
 
 
-def test_padding_and_decode_fall_back_to_sdpa(tiny_model, caplog):
-    ids = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(7)).to(DEVICE)
-    mask = torch.ones_like(ids)
-    mask[0, :5] = 0
+def _padded_batch(side):
+    """Two prompts (40 and 27 tokens) padded to one batch on ``side``: ids, mask, position_ids, prompts."""
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(0, 256, (n,), generator=g) for n in (40, 27)]
+    ids, mask = torch.zeros(2, 40, dtype=torch.long), torch.zeros(2, 40, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        sl = slice(40 - len(p), 40) if side == "left" else slice(0, len(p))
+        ids[b, sl], mask[b, sl] = p, 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(DEVICE), mask.to(DEVICE), pos.to(DEVICE), [p.to(DEVICE) for p in prompts]
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_batch_runs_varlen_per_sequence(tiny_model, caplog, side):
+    """A padded batch runs through flash_attn_varlen_func (no SDPA fallback): each prompt's logits
+    are as close to float64 attention on that prompt alone as SDPA's own (BF16), or as the FP8
+    quantization alone allows (zyfa_fp8), and as close to zyfa on the prompt alone."""
+    ids, mask, pos, prompts = _padded_batch(side)
     zt._logged.clear()
     with caplog.at_level(logging.WARNING, logger="zyfa"):
-        sdpa = _logits(tiny_model, "sdpa", ids, attention_mask=mask)
-        for _ in range(2):
-            got = _logits(tiny_model, "zyfa", ids, attention_mask=mask)
-    assert torch.equal(got, sdpa)
-    assert sum("explicit attention mask" in r.message for r in caplog.records) == 1
+        padded = {impl: _logits(tiny_model, impl, ids, attention_mask=mask, position_ids=pos)
+                  for impl in zt.NAMES}
+    assert not [r.message for r in caplog.records if "falling back" in r.message]
+    for b, p in enumerate(prompts):
+        rows = mask[b].bool()
+        ref = _logits(tiny_model, "fp64_ref", p[None])[0]
+        err_sdpa = rel_err(_logits(tiny_model, "sdpa", p[None])[0], ref)
+        for got in (padded["zyfa"][b, rows], _logits(tiny_model, "zyfa", p[None])[0]):
+            assert rel_err(got, ref) <= 2 * err_sdpa + 1e-3, (b, rel_err(got, ref), err_sdpa)
+        assert rel_err(padded["zyfa"][b, rows], _logits(tiny_model, "zyfa", p[None])[0]) <= 2 * err_sdpa + 1e-3
+        kl_quant = _kl(ref, _logits(tiny_model, "fakequant_fp8", p[None])[0])
+        kl_zyfa = _kl(ref, padded["zyfa_fp8"][b, rows])
+        assert kl_zyfa <= 2 * kl_quant + 1e-6, (b, kl_zyfa, kl_quant)
+
+
+def test_sliding_window_and_decode_fall_back_to_sdpa(tiny_model, caplog):
+    from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
+    ids, mask, _, _ = _padded_batch("right")
+    padding = sdpa_mask(2, 40, 40, attention_mask=mask.bool(), device=DEVICE)
+    window = sdpa_mask(2, 40, 40, mask_function=sliding_window_causal_mask_function(8), attention_mask=mask.bool(),
+                       device=DEVICE)
+    assert zt._padding(padding, 40) is not None and zt._padding(window, 40) is None
+    zt._logged.clear()
+    q = torch.randn(2, 4, 40, 64, dtype=torch.bfloat16, device=DEVICE)
+    kv = torch.randn(2, 2, 40, 64, dtype=torch.bfloat16, device=DEVICE)
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 2
+    with caplog.at_level(logging.WARNING, logger="zyfa"):
+        zt.attention_forward(module, q, kv, kv, window, scaling=0.125)
+    assert sum("other than causal over padding" in r.message for r in caplog.records) == 1
+    tiny_model.set_attn_implementation("zyfa")
     with caplog.at_level(logging.WARNING, logger="zyfa"):
         out = tiny_model.generate(ids[:1], max_new_tokens=2, do_sample=False)
     assert out.shape[1] == ids.shape[1] + 2

@@ -8,14 +8,18 @@
 Both names are registered with AttentionInterface (the attention call) and with
 AttentionMaskInterface (the mask builder; without it transformers would hand a custom
 backend no causal information). The mask builder is SDPA's: it returns None when the
-mask is plain causal, which is what zyfa runs. Anything else -- a padding or sliding-window
-mask, a decode step (one query), dropout, soft-capping, attention sinks, a head size or
-dtype zyfa does not take -- goes to SDPA, with one log line per reason.
+mask is plain causal, which zyfa runs with flash_attn_func. A boolean mask that is causal
+over padded sequences (checked element by element) runs with flash_attn_varlen_func: the
+batch is unpadded by the mask, attended, and padded back (zeros at padded query positions).
+Anything else -- a sliding-window or other custom mask, a decode step (one query), dropout,
+soft-capping, attention sinks, a head size or dtype zyfa does not take -- goes to SDPA, with
+one log line per reason.
 """
 from __future__ import annotations
 
 import logging
 
+import torch
 
 import zyfa
 
@@ -28,9 +32,7 @@ NAMES = ("zyfa", "zyfa_fp8")
 _logged: set[str] = set()
 
 
-def _fallback_reason(module, query, key, value, attention_mask, dropout, kwargs) -> str | None:
-    if attention_mask is not None:
-        return "an explicit attention mask (padding or sliding window)"
+def _fallback_reason(module, query, key, value, dropout, kwargs) -> str | None:
     if query.shape[2] == 1:
         return "a decode step (one query token)"
     if dropout:
@@ -67,24 +69,71 @@ def _zyfa_layout(module, query, key, value, kwargs):
     return query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal
 
 
-def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """zyfa in BF16/FP16; returns (out (B, S, H, Dv), None) as transformers expects."""
-    reason = _fallback_reason(module, query, key, value, attention_mask, dropout, kwargs)
+def _padding(mask, q_len):
+    """(valid_q (B, Q), valid_k (B, KV)) when ``mask`` (bool, (B, 1, Q, KV)) is exactly causal over
+    padded sequences -- query i (key position i + KV - Q) sees the valid keys at positions <= its
+    own -- else None. Padded query rows are not checked: their outputs are zeros and no valid
+    token attends to them."""
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[-1] < q_len:
+        return None
+    m = mask[:, 0]
+    kv_len = m.shape[-1]
+    valid_k = m.any(1)
+    valid_q = valid_k[:, kv_len - q_len:]
+    pos = torch.arange(kv_len, device=m.device)
+    seen = pos[None, :] <= pos[kv_len - q_len:, None]                       # (Q, KV) causal
+    expected = valid_q[:, :, None] & valid_k[:, None, :] & seen
+    return (valid_q, valid_k) if torch.equal(m & valid_q[:, :, None], expected) else None
+
+
+def _cu(valid):
+    return torch.nn.functional.pad(valid.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+
+
+def _varlen(query, key, value, valid_q, valid_k, scaling, fp8):
+    """Unpad by the mask, flash_attn_varlen_func, pad back: (B, Q, H, Dv) in the query's dtype.
+    FP8 scales are per (sequence, kv head), taken over the valid tokens only."""
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    kw = {}
+    if fp8:
+        x = quantize_fp8(*(torch.where(m[:, :, None, None], t, 0) for t, m in ((q, valid_q), (k, valid_k), (v, valid_k))))
+        q, k, v = x.q, x.k, x.v
+        kw = dict(q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
+    lens_q, lens_k = valid_q.sum(1), valid_k.sum(1)
+    packed = zyfa.flash_attn_varlen_func(q[valid_q], k[valid_k], v[valid_k], _cu(valid_q), _cu(valid_k),
+                                         int(lens_q.max()), int(lens_k.max()), softmax_scale=scaling, causal=True, **kw)
+    out = packed.new_zeros(*q.shape[:3], value.shape[-1])
+    out[valid_q] = packed
+    return out.to(query.dtype)
+
+
+def _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, fp8):
+    reason = _fallback_reason(module, query, key, value, dropout, kwargs)
+    padding = None
+    if reason is None and attention_mask is not None:
+        padding = _padding(attention_mask, query.shape[2])
+        if padding is None:
+            reason = "an attention mask other than causal over padding (sliding window or custom)"
     if reason:
         return _sdpa(module, query, key, value, attention_mask, reason, dropout=dropout, scaling=scaling, **kwargs)
+    if padding is not None:
+        return _varlen(query, key, value, *padding, scaling, fp8), None
     q, k, v, causal = _zyfa_layout(module, query, key, value, kwargs)
-    return zyfa.flash_attn_func(q, k, v, softmax_scale=scaling, causal=causal), None
+    if not fp8:
+        return zyfa.flash_attn_func(q, k, v, softmax_scale=scaling, causal=causal), None
+    x = quantize_fp8(q, k, v)
+    out = zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=causal)
+    return out.to(query.dtype), None
+
+
+def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """zyfa in BF16/FP16; returns (out (B, S, H, Dv), None) as transformers expects."""
+    return _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, fp8=False)
 
 
 def fp8_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """zyfa on E4M3 inputs quantized per (batch, kv head) on the fly; output in the query's dtype."""
-    reason = _fallback_reason(module, query, key, value, attention_mask, dropout, kwargs)
-    if reason:
-        return _sdpa(module, query, key, value, attention_mask, reason, dropout=dropout, scaling=scaling, **kwargs)
-    q, k, v, causal = _zyfa_layout(module, query, key, value, kwargs)
-    x = quantize_fp8(q, k, v)
-    out = zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=causal)
-    return out.to(query.dtype), None
+    return _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, fp8=True)
 
 
 def register_backend(name: str, attention_fn, mask_fn=None) -> None:

@@ -1,0 +1,208 @@
+"""flash_attn_varlen_func: packed and paged batches against dense flash_attn_func calls."""
+import math
+
+import pytest
+import torch
+
+import zyfa
+
+from conftest import DEVICE
+
+BACKENDS = ["reference", "triton"]
+D = 64
+
+
+def _t(vals):
+    return torch.tensor(vals, dtype=torch.int32, device=DEVICE)
+
+
+def _cu(lens):
+    return _t([0] + torch.tensor(lens).cumsum(0).tolist())
+
+
+def _rand(n, h, seed, d=D):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, h, d, generator=g).to(torch.bfloat16).to(DEVICE)
+
+
+def _inputs(lens_q, lens_k, fp8, hq=2, hkv=1, seed=0):
+    """Packed q, k, v and kwargs (descales for FP8: per (sequence, kv head), V transposed as
+    quantize_fp8 writes it)."""
+    q, k, v = _rand(sum(lens_q), hq, seed), _rand(sum(lens_k), hkv, seed + 1), _rand(sum(lens_k), hkv, seed + 2)
+    if not fp8:
+        return q, k, v, {}
+    x = zyfa.quantize_fp8(q[None], k[None], v[None])
+    assert x.v[0].stride(0) == 1                        # the transposed layout
+    f = torch.linspace(0.5, 2.0, len(lens_q), device=DEVICE)[:, None]
+    ds = {n: (d * f).float() for n, d in (("q_descale", x.q_descale), ("k_descale", x.k_descale),
+                                         ("v_descale", x.v_descale))}
+    return x.q[0], x.k[0], x.v[0], ds
+
+
+def _seq_descales(ds, i):
+    return {n: d[i:i + 1] for n, d in ds.items()}
+
+
+def _dense(q, k, v, ds, lens_q, lens_k, backend, causal):
+    """One flash_attn_func call per sequence: (out rows, lse columns) concatenated."""
+    outs, lses, a, c = [], [], 0, 0
+    for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):
+        if sq:
+            o, lse = zyfa.flash_attn_func(q[a:a + sq][None], k[c:c + sk][None], v[c:c + sk][None], causal=causal,
+                                          return_lse=True, backend=backend, **_seq_descales(ds, i))
+            outs.append(o[0])
+            lses.append(lse[0])
+        a, c = a + sq, c + sk
+    return torch.cat(outs), torch.cat(lses, 1)
+
+
+def _varlen(q, k, v, ds, lens_q, lens_k, backend, causal=True, **kw):
+    return zyfa.flash_attn_varlen_func(q, k, v, _cu(lens_q), kw.pop("cu_seqlens_k", _cu(lens_k)), max(lens_q),
+                                       max(lens_k), causal=causal, return_lse=True, backend=backend, **ds, **kw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_varlen_equals_dense_per_sequence(backend, fp8, causal):
+    lens_q = [1, 7, 0, 37]                              # 1, odd, an empty sequence, > the 32-key tile
+    lens_k = lens_q if causal else [3, 7, 2, 33]
+    q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2)          # GQA
+    out, lse = _varlen(q, k, v, ds, lens_q, lens_k, backend, causal)
+    ref_out, ref_lse = _dense(q, k, v, ds, lens_q, lens_k, backend, causal)
+    assert out.shape == (sum(lens_q), 4, D) and lse.shape == (4, sum(lens_q)) and lse.dtype == torch.float32
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_chunked_prefill_is_the_last_rows_of_a_full_call(backend, fp8):
+    """A chunk of new queries over a cached prefix (seqlen_q < seqlen_k) gives the last rows
+    of one causal call over the whole sequence."""
+    lens_k, lens_q = [9, 40], [3, 5]
+    full_q, k, v, ds = _inputs(lens_k, lens_k, fp8, seed=3)
+    ends = torch.tensor(lens_k).cumsum(0).tolist()
+    rows = torch.cat([torch.arange(e - n, e) for e, n in zip(ends, lens_q)]).to(DEVICE)
+    out, lse = _varlen(full_q[rows], k, v, ds, lens_q, lens_k, backend)
+    full_out, full_lse = _dense(full_q, k, v, ds, lens_k, lens_k, backend, True)
+    assert torch.equal(out, full_out[rows]) and torch.equal(lse, full_lse[:, rows])
+
+
+def _paged(k, v, lens_k, page_size, seed):
+    """k, v scattered into a shuffled pool of pages larger than needed; block_table, seqused_k."""
+    pages = [math.ceil(n / page_size) for n in lens_k]
+    pool = sum(pages) + 3
+    perm = torch.randperm(pool, generator=torch.Generator().manual_seed(seed)).tolist()
+    kp = torch.zeros(pool, page_size, *k.shape[1:], dtype=k.dtype, device=DEVICE)
+    vp = torch.zeros(pool, page_size, *v.shape[1:], dtype=v.dtype, device=DEVICE)
+    table = torch.zeros(len(lens_k), max(pages) + 1, dtype=torch.int32)
+    start, used = 0, 0
+    for i, (n, p) in enumerate(zip(lens_k, pages)):
+        for j in range(p):
+            page, rows = perm[used], range(start + j * page_size, min(start + n, start + (j + 1) * page_size))
+            kp[page, :len(rows)], vp[page, :len(rows)] = k[rows.start:rows.stop], v[rows.start:rows.stop]
+            table[i, j], used = page, used + 1
+        start += n
+    if vp.dtype == torch.float8_e4m3fn:                # each page's V transposed, as quantize_fp8 writes V
+        vp = vp.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+        assert vp.stride(1) == 1
+    return kp, vp, table.to(DEVICE), _t(lens_k)
+
+
+@pytest.mark.parametrize("backend,fp8,page_size", [
+    ("reference", False, 16), ("reference", True, 64), ("reference", False, 256),
+    ("triton", False, 16), ("triton", True, 16), ("triton", False, 256)])
+def test_paged_equals_contiguous(backend, fp8, page_size):
+    lens_q, lens_k = [1, 6, 4], [1, 40, 21]
+    q, k, v, ds = _inputs(lens_q, lens_k, fp8, seed=5)
+    kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=page_size)
+    out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, backend, cu_seqlens_k=None, block_table=table, seqused_k=used)
+    ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, backend)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+def test_seqused_k_with_packed_keys_uses_each_sequence_prefix():
+    lens_q, lens_k, used = [2, 3], [6, 9], [4, 9]
+    q, k, v, _ = _inputs(lens_q, lens_k, False, seed=9)
+    out, lse = _varlen(q, k, v, {}, lens_q, lens_k, "reference", seqused_k=_t(used))
+    keep = torch.cat([torch.arange(0, 4), torch.arange(6, 15)]).to(DEVICE)
+    ref_out, ref_lse = _varlen(q, k[keep], v[keep], {}, lens_q, used, "reference")
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+def test_lse_values_and_no_lse_by_default():
+    lens = [5, 12]
+    q, k, v, _ = _inputs(lens, lens, False, seed=7)
+    out, lse = _varlen(q, k, v, {}, lens, lens, "reference")
+    assert torch.equal(zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 12, 12, backend="reference"), out)
+    a = 0
+    for n in lens:
+        s = torch.einsum("qhd,khd->hqk", q[a:a + n].double(), k[a:a + n].double().expand(-1, 2, -1)) / D ** 0.5
+        want = torch.logsumexp(s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=DEVICE).triu(1), -math.inf), -1)
+        torch.testing.assert_close(lse[:, a:a + n].double(), want, rtol=0, atol=2e-2)
+        a += n
+
+
+def _bad_cases():
+    """(what to change, a word the error must contain)."""
+    i32 = torch.int32
+    return [
+        (dict(cu_seqlens_q=torch.tensor([0, 3, 8], dtype=torch.int64)), "cu_seqlens_q"),
+        (dict(cu_seqlens_q=_t([[0, 3, 8]])), "cu_seqlens_q"),
+        (dict(cu_seqlens_q=_t([1, 3, 8])), "cu_seqlens_q"),
+        (dict(cu_seqlens_q=_t([0, 5, 3, 8])), "cu_seqlens_q"),
+        (dict(cu_seqlens_q=_t([0, 3, 7])), "cu_seqlens_q"),
+        (dict(cu_seqlens_k=_t([0, 3, 5, 8])), "cu_seqlens_k"),             # batch mismatch
+        (dict(cu_seqlens_k=_t([0, 3, 9])), "cu_seqlens_k"),
+        (dict(max_seqlen_q=4), "max_seqlen_q"),
+        (dict(max_seqlen_k=4), "max_seqlen_k"),
+        (dict(max_seqlen_k=5.0), "max_seqlen_k"),
+        (dict(cu_seqlens_q=_t([0, 6, 8]), max_seqlen_q=6), "sequence 0"),                 # seqlen_q 6 > seqlen_k 3
+        (dict(seqused_k=_t([-1, 2])), "seqused_k"),
+        (dict(seqused_k=_t([4, 5])), "seqused_k"),
+        (dict(q=_rand(8, 3, 0), k=_rand(8, 2, 1), v=_rand(8, 2, 2)), "kv_heads"),
+        (dict(q=_rand(8, 2, 0, d=128)), "head"),
+        (dict(q=_rand(8, 2, 0).half()), "dtype"),
+        (dict(q=_rand(8, 2, 0)[None]), "q"),
+        (dict(k=_rand(8, 1, 1)[None]), "k"),
+        (dict(q_descale=torch.ones(())), "q_descale"),
+        (dict(block_table=_t([[0], [1]]), seqused_k=_t([3, 5])), "cu_seqlens_k"),
+        (dict(block_table=_t([[0], [1]]), cu_seqlens_k=None), "seqused_k"),
+        (dict(block_table=torch.zeros(2, 1, dtype=torch.int64), **_pool()), "block_table"),
+        (dict(block_table=_t([0, 1]), **_pool()), "block_table"),
+        (dict(block_table=_t([[0], [4]]), **_pool()), "block_table"),
+        (dict(block_table=_t([[0], [-1]]), **_pool()), "block_table"),
+        (dict(block_table=_t([[0], [1]]), **_pool(used=[3, 17])), "block_table"),
+        (dict(block_table=_t([[0], [1]]), **_pool(used=[3])), "seqused_k"),
+        (dict(block_table=_t([[0], [1]]), **_pool(page_size=8)), "page_size"),
+        (dict(block_table=_t([[0], [1]]), **_pool(page_size=272)), "page_size"),
+        (dict(block_table=_t([[0], [1]]), **_pool(page_size=24)), "page_size"),
+        (dict(block_table=_t([[0, 1]]), **_pool()), "block_table"),        # batch mismatch
+    ]
+
+
+def _pool(page_size=16, pages=3, used=(3, 5)):
+    kp = torch.zeros(pages, page_size, 1, D, dtype=torch.bfloat16, device=DEVICE)
+    return dict(k=kp, v=kp.clone(), cu_seqlens_k=None, seqused_k=_t(list(used)))
+
+
+@pytest.mark.parametrize("change,word", _bad_cases())
+def test_bad_arguments_name_the_argument(change, word):
+    lens_q, lens_k = [3, 5], [3, 5]
+    q, k, v, _ = _inputs(lens_q, lens_k, False)
+    args = dict(q=q, k=k, v=v, cu_seqlens_q=_cu(lens_q), cu_seqlens_k=_cu(lens_k), max_seqlen_q=5, max_seqlen_k=5,
+                backend="reference")
+    args.update(change)
+    with pytest.raises((ValueError, TypeError), match=word):
+        zyfa.flash_attn_varlen_func(**args)
+
+
+def test_fp8_descales_per_sequence_shape_checked():
+    lens = [3, 5]
+    q, k, v, ds = _inputs(lens, lens, True)
+    for bad, word in ((ds["k_descale"][:1].expand(3, -1).contiguous(), "k_descale"),
+                      (torch.ones(2, 1, 5), "k_descale"), (ds["k_descale"].double(), "k_descale")):
+        with pytest.raises((ValueError, TypeError), match=word):
+            _varlen(q, k, v, {**ds, "k_descale": bad}, lens, lens, "reference")
+    with pytest.raises(ValueError, match="v_descale"):
+        _varlen(q, k, v, {**ds, "v_descale": None}, lens, lens, "reference")

@@ -1,0 +1,196 @@
+"""Variable-length (packed) batches and a paged KV cache, FlashAttention's varlen layout.
+
+This first implementation runs one ``zyfa.flash_attn_func`` call per sequence and
+concatenates the results: correct on every backend, but not yet a fused kernel (one launch
+per sequence, and the sequence lengths are read on the host).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import api
+from .spec.descales import check_descale
+from .validation import validate
+
+PAGE_SIZES = range(16, 257, 16)
+
+
+def _check_tensor_dim(name: str, x, dims: int, layout: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D {layout}, got shape {tuple(x.shape)}")
+
+
+def _int32_list(name: str, x, dims: int) -> list:
+    """An int32 index tensor's values on the host."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype torch.int32, got {x.dtype}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
+    return x.tolist()
+
+
+def _lengths(name: str, cu, total: int, total_name: str) -> list[int]:
+    """Sequence lengths from cu_seqlens (int32 (batch + 1,) prefix sums ending at total)."""
+    c = _int32_list(name, cu, 1)
+    if len(c) < 2:
+        raise ValueError(f"{name} must have batch + 1 >= 2 entries, got shape {tuple(cu.shape)}")
+    if c[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {c[0]}")
+    bad = [i for i in range(1, len(c)) if c[i] < c[i - 1]]
+    if bad:
+        raise ValueError(f"{name} must be non-decreasing, got {c[bad[0] - 1]} then {c[bad[0]]} at index {bad[0]}")
+    if c[-1] != total:
+        raise ValueError(f"{name}'s last entry ({c[-1]}) must equal the {total_name} ({total})")
+    return [b - a for a, b in zip(c, c[1:])]
+
+
+def _check_max(name: str, given, lengths: list[int], what: str) -> None:
+    if not isinstance(given, int) or isinstance(given, bool):
+        raise TypeError(f"{name} must be an int, got {type(given).__name__}")
+    longest = max(lengths, default=0)
+    if given < longest:
+        raise ValueError(f"{name} ({given}) is smaller than the longest sequence's {what} ({longest})")
+
+
+def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
+    """Keys per sequence, and each sequence's pages (paged cache) or start offset (packed)."""
+    if block_table is None:
+        if cu_seqlens_k is None:
+            raise ValueError("cu_seqlens_k is None: pass cu_seqlens_k for packed k/v, or block_table and "
+                             "seqused_k for a paged KV cache")
+        _check_tensor_dim("k", k, 3, "(total_k, kv_heads, head_dim)")
+        lens = _lengths("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total tokens of k (k.shape[0])")
+        if len(lens) != batch:
+            raise ValueError(f"cu_seqlens_k has {len(lens) + 1} entries but cu_seqlens_q has {batch + 1}: "
+                             "q and k must have the same batch size")
+        starts = cu_seqlens_k.tolist()[:-1]
+        if seqused_k is not None:
+            used = _seqused(seqused_k, batch)
+            over = [i for i, (u, n) in enumerate(zip(used, lens)) if u > n]
+            if over:
+                i = over[0]
+                raise ValueError(f"seqused_k[{i}] ({used[i]}) exceeds sequence {i}'s keys in cu_seqlens_k ({lens[i]})")
+            lens = used
+        return lens, starts
+    if cu_seqlens_k is not None:
+        raise ValueError("block_table was given with cu_seqlens_k: a paged KV cache takes seqused_k "
+                         "for its lengths and cu_seqlens_k=None")
+    if seqused_k is None:
+        raise ValueError("block_table was given without seqused_k: a paged KV cache needs seqused_k "
+                         "(batch,) int32, the keys each sequence uses")
+    _check_tensor_dim("k", k, 4, "(num_pages, page_size, kv_heads, head_dim) with block_table")
+    num_pages, page_size = k.shape[:2]
+    if page_size not in PAGE_SIZES:
+        raise ValueError(f"page_size (k.shape[1]) must be a multiple of 16 in 16..256, got {page_size}")
+    table = _int32_list("block_table", block_table, 2)
+    if len(table) != batch:
+        raise ValueError(f"block_table has {len(table)} rows but cu_seqlens_q has batch {batch}")
+    used = _seqused(seqused_k, batch)
+    pages = []
+    for i, u in enumerate(used):
+        n = -(-u // page_size)
+        if n > block_table.shape[1]:
+            raise ValueError(f"block_table has {block_table.shape[1]} pages a sequence but seqused_k[{i}] ({u}) "
+                             f"needs {n} pages of {page_size}")
+        bad = [p for p in table[i][:n] if not 0 <= p < num_pages]
+        if bad:
+            raise ValueError(f"block_table row {i} uses page {bad[0]}, outside [0, num_pages={num_pages})")
+        pages.append(block_table[i, :n].to(device=k.device, dtype=torch.long))
+    return used, pages
+
+
+def _seqused(seqused_k, batch) -> list[int]:
+    used = _int32_list("seqused_k", seqused_k, 1)
+    if len(used) != batch:
+        raise ValueError(f"seqused_k must have shape ({batch},) (the batch of cu_seqlens_q), got {tuple(seqused_k.shape)}")
+    neg = [i for i, u in enumerate(used) if u < 0]
+    if neg:
+        raise ValueError(f"seqused_k must be >= 0, got {used[neg[0]]} at index {neg[0]}")
+    return used
+
+
+def _descale_for(d, i):
+    """Sequence i's descale: (batch, kv_heads) is per sequence, scalar and (kv_heads,) shared."""
+    return d[i:i + 1] if d is not None and d.dim() == 2 else d
+
+
+def _check_descales(descales, batch, hkv) -> None:
+    for name, d in descales.items():
+        if d is None:
+            continue
+        if isinstance(d, torch.Tensor) and d.dim() == 3:
+            raise ValueError(f"{name} has shape {tuple(d.shape)}: flash_attn_varlen_func takes descales per "
+                             f"(sequence, kv head), shape (), ({hkv},) or ({batch}, {hkv}), not per token/channel")
+        check_descale(name, d, batch, hkv, ())
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
+                           causal=True, q_descale=None, k_descale=None, v_descale=None, block_table=None,
+                           seqused_k=None, return_lse=False, backend="auto", p_rule=None, ref_rule=None):
+    """Attention over a packed batch of sequences of different lengths, FlashAttention's varlen API.
+
+    q: (total_q, heads, head_dim) with cu_seqlens_q int32 (batch + 1,) prefix sums of the query
+    lengths. Keys either packed -- k, v (total_k, kv_heads, head_dim[_v]) with cu_seqlens_k
+    (optionally seqused_k (batch,) int32: sequence i uses only its first seqused_k[i] keys) --
+    or a paged KV cache: k, v (num_pages, page_size, kv_heads, head_dim[_v]) (page_size a
+    multiple of 16 in 16..256), block_table (batch, max_pages) int32 naming each sequence's
+    pages in order, seqused_k (batch,) int32 its key count, and cu_seqlens_k=None.
+    max_seqlen_q/k: ints at least the longest sequence's query/key count.
+
+    causal=True aligns the mask bottom-right per sequence (query i of a sequence sees keys
+    j <= i + seqlen_k - seqlen_q), so a chunk of new queries over a longer cached prefix is one
+    call; seqlen_q > seqlen_k is then an error. Sequences with 0 queries are skipped.
+    FP8 descales are per (sequence, kv head): (batch, kv_heads), or () / (kv_heads,) shared.
+    V may be contiguous or in zyfa.quantize_fp8's transposed layout (seqlen contiguous).
+
+    Returns out (total_q, heads, head_dim_v) and, with return_lse, the float32 natural-log
+    LSE (heads, total_q), as FlashAttention's varlen function does.
+
+    Implemented as one zyfa.flash_attn_func call per sequence on ``backend`` (with "auto"
+    each call chooses its own), concatenated: correct on every backend, not yet a fused kernel.
+    """
+    _check_tensor_dim("q", q, 3, "(total_q, heads, head_dim)")
+    q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
+    batch = len(q_lens)
+    k_lens, where = _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch)
+    _check_tensor_dim("v", v, k.dim(), "with the layout of k")
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"k and v must agree in all but head_dim: k {tuple(k.shape)}, v {tuple(v.shape)}")
+    _check_max("max_seqlen_q", max_seqlen_q, q_lens, "queries")
+    _check_max("max_seqlen_k", max_seqlen_k, k_lens, "keys")
+    descales = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    _check_descales(descales, batch, k.shape[-2])
+    # dtypes, devices, head dims, heads % kv_heads, strides, softmax_scale and the descales'
+    # presence: flash_attn_func's checks on a batch-1 view of the whole input
+    kv_view = (lambda x: x[:1]) if block_table is not None else (lambda x: x.unsqueeze(0))
+    validate(q.unsqueeze(0), kv_view(k), kv_view(v), False, softmax_scale,
+             *(_descale_for(d, 0) for d in descales.values()))
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
+        if sq and (sk == 0 or (causal and sq > sk)):
+            raise ValueError(f"sequence {i} has seqlen_q {sq} and seqlen_k {sk}: " +
+                             ("causal attention needs seqlen_q <= seqlen_k" if sk else "queries need at least one key"))
+    if q.shape[0] == 0:
+        raise ValueError("q is empty (total_q 0); at least one sequence needs queries")
+
+    outs, lses, q_start = [], [], 0
+    for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
+        q_start += sq
+        if sq == 0:
+            continue
+        if block_table is None:
+            ks, vs = (x[where[i]:where[i] + sk].unsqueeze(0) for x in (k, v))
+        else:
+            ks, vs = (x.index_select(0, where[i]).flatten(0, 1)[:sk].unsqueeze(0) for x in (k, v))
+        out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=softmax_scale,
+                                       causal=causal, return_lse=True, backend=backend, p_rule=p_rule,
+                                       ref_rule=ref_rule, **{n: _descale_for(d, i) for n, d in descales.items()})
+        outs.append(out[0])
+        lses.append(lse[0])
+    out = torch.cat(outs, 0)
+    return (out, torch.cat(lses, 1)) if return_lse else out
