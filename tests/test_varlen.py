@@ -145,7 +145,6 @@ def test_lse_values_and_no_lse_by_default():
 
 def _bad_cases():
     """(what to change, a word the error must contain)."""
-    i32 = torch.int32
     return [
         (dict(cu_seqlens_q=torch.tensor([0, 3, 8], dtype=torch.int64)), "cu_seqlens_q"),
         (dict(cu_seqlens_q=_t([[0, 3, 8]])), "cu_seqlens_q"),
