@@ -108,6 +108,7 @@ def main(argv=None) -> int:
         if a.out:
             with open(a.out, "w") as f:
                 json.dump(rec, f, indent=1)
+    dist.barrier()                # rank 0's last single call done before any rank tears down gloo
     dist.destroy_process_group()
     return 0
 
