@@ -174,13 +174,41 @@ def check_inputs(q, k, v, granularity: str, block_size: int, seed: int):
     return B, Sq, Hq, D, Hkv, Dv
 
 
+def _use_fused(fused, q, k, v, granularity: str) -> bool:
+    """fused=None: the Triton kernel on CUDA tensors where it supports the options; True: the
+    kernel, or an error saying why not (on the CPU only under TRITON_INTERPRET=1); False: PyTorch."""
+    if fused is not None and not isinstance(fused, bool):
+        raise TypeError(f"fused must be None, True or False, got {fused!r}")
+    if fused is False:
+        return False
+    supported = granularity in ("head", "tensor")
+    on_cuda = all(x.is_cuda for x in (q, k, v))
+    if fused is None:
+        return supported and on_cuda
+    if not supported:
+        raise ValueError(f"fused=True: the fused quantizer supports granularity 'head' and 'tensor', "
+                         f"not {granularity!r}; use fused=False or None")
+    import os
+    if not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("fused=True needs CUDA tensors (or TRITON_INTERPRET=1 to run the kernel in Triton's "
+                         "interpreter on the CPU); use fused=False or None")
+    return True
+
+
 def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
-                 smooth_k: bool = False, hadamard: bool = False, seed: int = 0) -> FP8Inputs:
+                 smooth_k: bool = False, hadamard: bool = False, seed: int = 0,
+                 fused: bool | None = None) -> FP8Inputs:
     """Quantize q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) to E4M3.
 
     Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
+    ``fused``: None runs the fused Triton kernel (zyfa.triton_kernels.quantize, the same bits)
+    on CUDA tensors for granularity "head"/"tensor" and this PyTorch code otherwise; True
+    insists on the kernel; False insists on PyTorch.
     """
     B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, granularity, block_size, seed)
+    if _use_fused(fused, q, k, v, granularity):
+        from .triton_kernels.quantize import quantize_fp8_fused
+        return quantize_fp8_fused(q, k, v, granularity, smooth_k=smooth_k, hadamard=hadamard, seed=seed)
     qf, kf, vf = q.float(), k.float(), v.float()
     if smooth_k:                        # the mean over the finite values (non-finite ones stay put)
         kf = kf - smooth_mean(kf)
