@@ -2,12 +2,12 @@
 bytes, V's transposed padded buffer, descales. On the CPU it runs in Triton's interpreter."""
 import pytest
 import torch
-
 from conftest import DEVICE
+
 from zyfa.quantize import quantize_fp8
 from zyfa.triton_kernels.quantize import quantize_fp8_fused
 
-OPTIONS = [{}, dict(smooth_k=True), dict(hadamard=True), dict(smooth_k=True, hadamard=True)]
+OPTIONS = [{}, {"smooth_k": True}, {"hadamard": True}, {"smooth_k": True, "hadamard": True}]
 # (D, Dv, Hq, Hkv, Sq, Sk): GQA, odd lengths, 192-128
 SHAPES = [(64, 64, 4, 2, 37, 41), (128, 128, 2, 1, 50, 19), (192, 128, 2, 2, 33, 17)]
 
@@ -41,14 +41,14 @@ def _inputs(shape, dtype=torch.bfloat16, seed=0):
     return (x.to(dtype).to(DEVICE) for x in (q, k, v))
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d%d-%d_h%d-%d_s%d-%d" % s)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}-{}_h{}-{}_s{}-{}".format(*s))
 @pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "+".join(o) or "plain")
 def test_fused_equals_pytorch_head(shape, opts):
     q, k, v = _inputs(shape)
     assert_same(quantize_fp8(q, k, v, fused=False, **opts), quantize_fp8_fused(q, k, v, **opts))
 
 
-@pytest.mark.parametrize("opts", [{}, dict(smooth_k=True, hadamard=True)], ids=["plain", "smooth_k+hadamard"])
+@pytest.mark.parametrize("opts", [{}, {"smooth_k": True, "hadamard": True}], ids=["plain", "smooth_k+hadamard"])
 def test_fused_equals_pytorch_tensor(opts):
     q, k, v = _inputs(SHAPES[0], dtype=torch.float32, seed=3)
     assert_same(quantize_fp8(q, k, v, "tensor", fused=False, **opts),
@@ -69,10 +69,9 @@ def test_rounding_ties_subnormals_saturation():
     assert_same(a, b)
 
 
-@pytest.mark.parametrize("opts", [{}, dict(hadamard=True), dict(smooth_k=True)], ids=["plain", "hadamard", "smooth_k"])
+@pytest.mark.parametrize("opts", [{}, {"hadamard": True}, {"smooth_k": True}], ids=["plain", "hadamard", "smooth_k"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_nonfinite_element_confined(opts, bad):
-    D, Dv, Hq, Hkv, Sq, Sk = SHAPES[0]
     q, k, v = _inputs(SHAPES[0], dtype=torch.float32, seed=5)
     spot = {"q": (1, 7, 3, 5), "k": (0, 11, 1, 2), "v": (1, 4, 0, 9)}
     zq, zk, zv = q.clone(), k.clone(), v.clone()
@@ -106,7 +105,7 @@ def test_fused_option_errors(monkeypatch):
     with pytest.raises(ValueError, match="'head' and 'tensor'"):
         quantize_fp8_fused(q, k, v, granularity="fine")
     # the same argument checks as quantize_fp8
-    for bad in (dict(granularity="channel"), dict(seed=1.5)):
+    for bad in ({"granularity": "channel"}, {"seed": 1.5}):
         with pytest.raises((ValueError, TypeError)) as e1:
             quantize_fp8(q, k, v, fused=False, **bad)
         with pytest.raises(type(e1.value), match=str(e1.value).replace("(", r"\(").replace(")", r"\)")):
@@ -119,3 +118,11 @@ def test_fused_option_errors(monkeypatch):
         monkeypatch.setattr("zyfa.triton_kernels.quantize.quantize_fp8_fused", None)
         quantize_fp8(q, k, v, granularity="fine")
         quantize_fp8(q, k, v)
+
+
+def test_fused_strided_inputs():
+    """q, k, v as views of one packed (B, S, 3, H, D) tensor, float16: strides are honoured."""
+    qkv = torch.randn(2, 29, 3, 2, 64, generator=torch.Generator().manual_seed(7)).half().to(DEVICE)
+    q, k, v = qkv.unbind(2)
+    opts = {"smooth_k": True, "hadamard": True}
+    assert_same(quantize_fp8(q, k, v, fused=False, **opts), quantize_fp8(q, k, v, fused=True, **opts))

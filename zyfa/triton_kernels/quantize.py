@@ -21,7 +21,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ..quantize import FP8Inputs, check_inputs, descale_of, hadamard_matrix, hadamard_parts
+from ..quantize import (
+    FP8Inputs,
+    check_inputs,
+    descale_of,
+    hadamard_matrix,
+    hadamard_parts,
+)
 from ..spec.constants import E4M3_MAX, MAGIC, MAGIC_BITS
 
 _MODE_SUM: tl.constexpr = tl.constexpr(0)       # per-channel float64 sums and counts of finite k
@@ -55,7 +61,7 @@ def e4m3_code(x):
     mag = a.to(tl.float32, bitcast=True)
     sub = (mag * 512.0 + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS   # round-half-even(|x| * 2^9)
     code = sign | tl.where(a < 0x3C800000, sub, normal)               # below 2^-6: subnormal
-    return tl.where((x == x) & (tl.abs(x) < float("inf")), code, 0x7F)
+    return tl.where(tl.abs(x) < float("inf"), code, 0x7F)          # NaN < inf is false
 
 
 @triton.jit
@@ -84,7 +90,7 @@ def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, scal_ptr, part_p
         x = tl.load(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0)
         x = x.to(tl.float32)
         if MODE == _MODE_SUM:
-            fin = m & (x == x) & (tl.abs(x) < float("inf"))
+            fin = m & (tl.abs(x) < float("inf"))
             xs = tl.where(fin, x.to(tl.float64), 0.0)
             tl.store(part_ptr + (pid * NT + tile) * BD + d, tl.sum(xs, axis=0))
             tl.store(cnt_ptr + (pid * NT + tile) * BD + d, tl.sum(fin.to(tl.int32), axis=0))
@@ -94,7 +100,7 @@ def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, scal_ptr, part_p
             if HAD:
                 x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
             if MODE == _MODE_AMAX:
-                fin = m & (x == x) & (tl.abs(x) < float("inf"))
+                fin = m & (tl.abs(x) < float("inf"))
                 amax = tl.maximum(amax, tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1))
             else:
                 code = e4m3_code(tl.math.div_rn(x, descale)).to(tl.uint8)
@@ -158,7 +164,7 @@ def _one(x, group, granularity, bufs, had=None, smooth=None, trans=False):
 def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = False, hadamard: bool = False,
                        seed: int = 0) -> FP8Inputs:
     """quantize_fp8 in Triton kernels, bit for bit (granularity "head" or "tensor")."""
-    B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, granularity, 64, seed)
+    _, _, Hq, D, Hkv, Dv = check_inputs(q, k, v, granularity, 64, seed)
     if granularity not in ("head", "tensor"):
         raise ValueError(f"the fused quantizer supports granularity 'head' and 'tensor', not {granularity!r}; "
                          "use fused=False")
