@@ -71,15 +71,52 @@ def hadamard_matrix(n: int, seed: int = 0, device="cpu") -> torch.Tensor:
     Sylvester Hadamard blocks of the largest power of two dividing n (so 192 uses
     three 64-blocks), with random signs on the rows.
     """
-    block = n & -n
+    signs, block, scale = hadamard_parts(n, seed)
     h = torch.ones(1, 1, dtype=torch.float64)
     while h.shape[0] < block:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    h = h / h.shape[0] ** 0.5
-    full = torch.block_diag(*([h] * (n // block)))
+    full = torch.block_diag(*([h * scale] * (n // block)))
+    return (signs[:, None] * full).to(device)
+
+
+def hadamard_parts(n: int, seed: int = 0):
+    """(row signs (n,) float64 of +-1, block size, scale 1/sqrt(block) as a float64 number):
+    hadamard_matrix(n, seed) is diag(signs) @ blockdiag(Sylvester(block)) * scale."""
+    block = n & -n
     g = torch.Generator().manual_seed(seed)
     signs = torch.randint(0, 2, (n,), generator=g).double() * 2 - 1
-    return (signs[:, None] * full).to(device)
+    return signs, block, 1.0 / block ** 0.5
+
+
+def rotate(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """float32 x @ hadamard_matrix(D, seed) computed in one fixed order: x times the row signs
+    (exact), Sylvester butterflies (a + b, a - b) from the widest stride down, each rounded
+    to float32, then times the scale rounded to float32. The fused Triton kernel does the
+    same operations, so both give the same bits (a float32 matmul's summation order is the
+    BLAS's or the tensor core's own)."""
+    D = x.shape[-1]
+    signs, block, scale = hadamard_parts(D, seed)
+    y = x * signs.to(device=x.device, dtype=torch.float32)
+    shape = y.shape
+    h = block // 2
+    while h >= 1:
+        y = y.reshape(*shape[:-1], D // (2 * h), 2, h)
+        y = torch.stack((y[..., 0, :] + y[..., 1, :], y[..., 0, :] - y[..., 1, :]), dim=-2)
+        h //= 2
+    return y.reshape(shape) * torch.tensor(scale, dtype=torch.float32, device=x.device)
+
+
+def smooth_mean(kf: torch.Tensor) -> torch.Tensor:
+    """k's mean over tokens of the finite values, (B, 1, Hkv, D) float32: summed in float64
+    (exact for bf16/fp16 inputs, so the summation order does not matter), rounded once."""
+    finite = torch.isfinite(kf)
+    total = torch.where(finite, kf.double(), 0.0).sum(dim=1, keepdim=True)
+    return (total / finite.sum(dim=1, keepdim=True).clamp(min=1)).float()
+
+
+def descale_of(amax: torch.Tensor) -> torch.Tensor:
+    """The descale of a finite amax: amax / 448, at least 1e-12 / 448."""
+    return torch.clamp(amax, min=_TINY) / E4M3_MAX
 
 
 def _finite_abs(x: torch.Tensor) -> torch.Tensor:
@@ -91,7 +128,7 @@ def _finite_abs(x: torch.Tensor) -> torch.Tensor:
 def _to_e4m3(x: torch.Tensor, amax: torch.Tensor):
     """x / scale rounded to E4M3 with scale = amax / 448; returns (fp8, descale). Non-finite
     elements stay non-finite: NaN (E4M3 has no infinity), confined to their own element."""
-    descale = torch.clamp(amax, min=_TINY) / E4M3_MAX
+    descale = descale_of(amax)
     scaled = (x / descale).clamp(-E4M3_MAX, E4M3_MAX)
     scaled = torch.where(torch.isfinite(x), scaled, torch.full((), float("nan"), device=x.device))
     return scaled.to(torch.float8_e4m3fn), descale.float()
@@ -116,12 +153,8 @@ def _transpose_v(v8: torch.Tensor) -> torch.Tensor:
     return buf.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
 
 
-def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
-                 smooth_k: bool = False, hadamard: bool = False, seed: int = 0) -> FP8Inputs:
-    """Quantize q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) to E4M3.
-
-    Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
-    """
+def check_inputs(q, k, v, granularity: str, block_size: int, seed: int):
+    """The argument checks quantize_fp8 and the fused kernel share; returns B, Sq, Hq, D, Hkv, Dv."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype == torch.float8_e4m3fn:
             got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
@@ -138,17 +171,52 @@ def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
     Hkv, Dv = k.shape[2], v.shape[-1]
     if Hq % Hkv:
         raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv})")
+    return B, Sq, Hq, D, Hkv, Dv
+
+
+def _use_fused(fused, q, k, v, granularity: str) -> bool:
+    """fused=None: the Triton kernel on CUDA tensors where it supports the options; True: the
+    kernel, or an error saying why not (on the CPU only under TRITON_INTERPRET=1); False: PyTorch."""
+    if fused is not None and not isinstance(fused, bool):
+        raise TypeError(f"fused must be None, True or False, got {fused!r}")
+    if fused is False:
+        return False
+    supported = granularity in ("head", "tensor")
+    on_cuda = all(x.is_cuda for x in (q, k, v))
+    if fused is None:
+        return supported and on_cuda
+    if not supported:
+        raise ValueError(f"fused=True: the fused quantizer supports granularity 'head' and 'tensor', "
+                         f"not {granularity!r}; use fused=False or None")
+    import os
+    if not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("fused=True needs CUDA tensors (or TRITON_INTERPRET=1 to run the kernel in Triton's "
+                         "interpreter on the CPU); use fused=False or None")
+    return True
+
+
+def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
+                 smooth_k: bool = False, hadamard: bool = False, seed: int = 0,
+                 fused: bool | None = None) -> FP8Inputs:
+    """Quantize q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) to E4M3.
+
+    Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
+    ``fused``: None runs the fused Triton kernel (zyfa.triton_kernels.quantize, the same bits)
+    on CUDA tensors for granularity "head"/"tensor" and this PyTorch code otherwise; True
+    insists on the kernel; False insists on PyTorch.
+    """
+    B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, granularity, block_size, seed)
+    if _use_fused(fused, q, k, v, granularity):
+        from .triton_kernels.quantize import quantize_fp8_fused
+        return quantize_fp8_fused(q, k, v, granularity, smooth_k=smooth_k, hadamard=hadamard, seed=seed)
     qf, kf, vf = q.float(), k.float(), v.float()
     if smooth_k:                        # the mean over the finite values (non-finite ones stay put)
-        finite = torch.isfinite(kf)
-        mean = torch.where(finite, kf, 0.0).sum(dim=1, keepdim=True) / finite.sum(dim=1, keepdim=True).clamp(min=1)
-        kf = kf - mean
+        kf = kf - smooth_mean(kf)
     v_rot = None
     if hadamard:
-        rq = hadamard_matrix(D, seed, q.device).float()
-        qf, kf = qf @ rq, kf @ rq
+        qf, kf = rotate(qf, seed), rotate(kf, seed)
+        vf = rotate(vf, seed + 1)
         v_rot = hadamard_matrix(Dv, seed + 1, q.device).float()
-        vf = vf @ v_rot
 
     group = Hq // Hkv
     if granularity == "head":

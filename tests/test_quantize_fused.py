@@ -1,0 +1,128 @@
+"""The fused Triton quantizer (zyfa.triton_kernels.quantize) gives quantize_fp8's bits: q, k, v
+bytes, V's transposed padded buffer, descales. On the CPU it runs in Triton's interpreter."""
+import pytest
+import torch
+from conftest import DEVICE
+
+from zyfa.quantize import quantize_fp8
+from zyfa.triton_kernels.quantize import quantize_fp8_fused
+
+OPTIONS = [{}, {"smooth_k": True}, {"hadamard": True}, {"smooth_k": True, "hadamard": True}]
+# (D, Dv, Hq, Hkv, Sq, Sk): GQA, odd lengths, 192-128
+SHAPES = [(64, 64, 4, 2, 37, 41), (128, 128, 2, 1, 50, 19), (192, 128, 2, 2, 33, 17)]
+
+
+def _bytes(t):
+    return t.view(torch.uint8)
+
+
+def assert_same(a, b):
+    for name in "qkv":
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype == torch.float8_e4m3fn and x.shape == y.shape and x.stride() == y.stride(), name
+        assert torch.equal(_bytes(x), _bytes(y)), f"{name}: {int((_bytes(x) != _bytes(y)).sum())} bytes differ"
+        dx, dy = getattr(a, name + "_descale"), getattr(b, name + "_descale")
+        assert dx.shape == dy.shape and torch.equal(dx, dy), f"{name}_descale differs"
+    # V's whole buffer, (B, Hkv, Dv, Sk padded to 16) with the pad as zeros
+    assert a.v.untyped_storage().nbytes() == b.v.untyped_storage().nbytes()
+    assert bytes(a.v.untyped_storage().cpu()) == bytes(b.v.untyped_storage().cpu())
+    assert (a.v_rotation is None) == (b.v_rotation is None)
+    if a.v_rotation is not None:
+        assert torch.equal(a.v_rotation, b.v_rotation)
+
+
+def _inputs(shape, dtype=torch.bfloat16, seed=0):
+    D, Dv, Hq, Hkv, Sq, Sk = shape
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, Sq, Hq, D, generator=g)
+    k = torch.randn(2, Sk, Hkv, D, generator=g) + 1.5          # an offset for smooth_k to remove
+    k[..., 3] *= 8                                              # an outlier channel
+    v = torch.randn(2, Sk, Hkv, Dv, generator=g)
+    return (x.to(dtype).to(DEVICE) for x in (q, k, v))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}-{}_h{}-{}_s{}-{}".format(*s))
+@pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "+".join(o) or "plain")
+def test_fused_equals_pytorch_head(shape, opts):
+    q, k, v = _inputs(shape)
+    assert_same(quantize_fp8(q, k, v, fused=False, **opts), quantize_fp8_fused(q, k, v, **opts))
+
+
+@pytest.mark.parametrize("opts", [{}, {"smooth_k": True, "hadamard": True}], ids=["plain", "smooth_k+hadamard"])
+def test_fused_equals_pytorch_tensor(opts):
+    q, k, v = _inputs(SHAPES[0], dtype=torch.float32, seed=3)
+    assert_same(quantize_fp8(q, k, v, "tensor", fused=False, **opts),
+                quantize_fp8(q, k, v, "tensor", fused=True, **opts))
+
+
+def test_rounding_ties_subnormals_saturation():
+    """float32 inputs whose scaled values are E4M3 ties, subnormals (and their ties), -0,
+    values just under 448: amax 448 makes the descale exactly 1."""
+    vals = torch.tensor([448.0, 447.9, 1.0625, 1.1875, -1.0625, -0.0, 0.0, 3 * 2.0 ** -10, 2.0 ** -10,
+                         5 * 2.0 ** -10, 2.0 ** -6 - 2.0 ** -12, 2.0 ** -6 - 2.0 ** -11, 2.0 ** -7, 1e-30,
+                         -3 * 2.0 ** -10, 15.5, 17.0, 240.0 + 8.0, -(2.0 ** -30), 0.0009765625])
+    base = torch.zeros(1, 5, 2, 64)
+    base.view(-1)[:vals.numel()] = vals
+    q, k, v = (base.clone().to(DEVICE) for _ in range(3))
+    a, b = quantize_fp8(q, k, v, fused=False), quantize_fp8(q, k, v, fused=True)
+    assert float(a.q_descale[0, 0]) == 1.0
+    assert_same(a, b)
+
+
+@pytest.mark.parametrize("opts", [{}, {"hadamard": True}, {"smooth_k": True}], ids=["plain", "hadamard", "smooth_k"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nonfinite_element_confined(opts, bad):
+    q, k, v = _inputs(SHAPES[0], dtype=torch.float32, seed=5)
+    spot = {"q": (1, 7, 3, 5), "k": (0, 11, 1, 2), "v": (1, 4, 0, 9)}
+    zq, zk, zv = q.clone(), k.clone(), v.clone()
+    for t, z, name in ((q, zq, "q"), (k, zk, "k"), (v, zv, "v")):
+        t[spot[name]] = bad
+        # the rotation spreads the element over its row (all NaN then): the reference zeroes that row
+        z[spot[name][:3] if opts.get("hadamard") else spot[name]] = 0.0
+    got = quantize_fp8(q, k, v, fused=True, **opts)
+    assert_same(quantize_fp8(q, k, v, fused=False, **opts), got)
+    ref = quantize_fp8(zq, zk, zv, fused=True, **opts)
+    for name in "qkv":
+        d = getattr(got, name + "_descale")
+        assert torch.isfinite(d).all(), name
+        x = getattr(got, name).float()                         # (B, S, H, D)
+        b, s, h, c = spot[name]
+        row = torch.zeros(x.shape[:3], dtype=torch.bool)
+        row[b, s, h] = True
+        assert torch.isfinite(x[~row]).all(), name
+        assert torch.isnan(x[b, s, h, c]), name
+        if not opts.get("smooth_k"):        # smoothing's mean counts the zero, not the NaN
+            assert torch.equal(d, getattr(ref, name + "_descale")), name
+            assert torch.equal(_bytes(getattr(got, name))[~row], _bytes(getattr(ref, name))[~row]), name
+
+
+def test_fused_option_errors(monkeypatch):
+    q, k, v = _inputs(SHAPES[0])
+    with pytest.raises(ValueError, match="fused=True.*'head' and 'tensor'.*'fine'"):
+        quantize_fp8(q, k, v, granularity="fine", fused=True)
+    with pytest.raises(TypeError, match="fused must be"):
+        quantize_fp8(q, k, v, fused="yes")
+    with pytest.raises(ValueError, match="'head' and 'tensor'"):
+        quantize_fp8_fused(q, k, v, granularity="fine")
+    # the same argument checks as quantize_fp8
+    for bad in ({"granularity": "channel"}, {"seed": 1.5}):
+        with pytest.raises((ValueError, TypeError)) as e1:
+            quantize_fp8(q, k, v, fused=False, **bad)
+        with pytest.raises(type(e1.value), match=str(e1.value).replace("(", r"\(").replace(")", r"\)")):
+            quantize_fp8_fused(q, k, v, **bad)
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+        with pytest.raises(ValueError, match="needs CUDA tensors"):
+            quantize_fp8(q, k, v, fused=True)
+        # None on the CPU: the PyTorch path, no kernel
+        monkeypatch.setattr("zyfa.triton_kernels.quantize.quantize_fp8_fused", None)
+        quantize_fp8(q, k, v, granularity="fine")
+        quantize_fp8(q, k, v)
+
+
+def test_fused_strided_inputs():
+    """q, k, v as views of one packed (B, S, 3, H, D) tensor, float16: strides are honoured."""
+    qkv = torch.randn(2, 29, 3, 2, 64, generator=torch.Generator().manual_seed(7)).half().to(DEVICE)
+    q, k, v = qkv.unbind(2)
+    opts = {"smooth_k": True, "hadamard": True}
+    assert_same(quantize_fp8(q, k, v, fused=False, **opts), quantize_fp8(q, k, v, fused=True, **opts))
