@@ -114,10 +114,12 @@ def test_fused_option_errors(monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "0")
         with pytest.raises(ValueError, match="needs CUDA tensors"):
             quantize_fp8(q, k, v, fused=True)
-        # None on the CPU: the PyTorch path, no kernel
-        monkeypatch.setattr("zyfa.triton_kernels.quantize.quantize_fp8_fused", None)
-        quantize_fp8(q, k, v, granularity="fine")
-        quantize_fp8(q, k, v)
+    # the default is the PyTorch path: no kernel
+    monkeypatch.setattr("zyfa.triton_kernels.quantize.quantize_fp8_fused", None)
+    quantize_fp8(q, k, v, granularity="fine")
+    quantize_fp8(q, k, v)
+    with pytest.raises(TypeError, match="fused must be True or False"):
+        quantize_fp8(q, k, v, fused=None)
 
 
 def test_fused_strided_inputs():

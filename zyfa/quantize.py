@@ -175,35 +175,32 @@ def check_inputs(q, k, v, granularity: str, block_size: int, seed: int):
 
 
 def _use_fused(fused, q, k, v, granularity: str) -> bool:
-    """fused=None: the Triton kernel on CUDA tensors where it supports the options; True: the
-    kernel, or an error saying why not (on the CPU only under TRITON_INTERPRET=1); False: PyTorch."""
-    if fused is not None and not isinstance(fused, bool):
-        raise TypeError(f"fused must be None, True or False, got {fused!r}")
-    if fused is False:
+    """fused=True: the Triton kernel, or an error saying why not (on the CPU only under
+    TRITON_INTERPRET=1); False: PyTorch."""
+    if not isinstance(fused, bool):
+        raise TypeError(f"fused must be True or False, got {fused!r}")
+    if not fused:
         return False
-    supported = granularity in ("head", "tensor")
     on_cuda = all(x.is_cuda for x in (q, k, v))
-    if fused is None:
-        return supported and on_cuda
-    if not supported:
+    if granularity not in ("head", "tensor"):
         raise ValueError(f"fused=True: the fused quantizer supports granularity 'head' and 'tensor', "
-                         f"not {granularity!r}; use fused=False or None")
+                         f"not {granularity!r}; use fused=False")
     import os
     if not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError("fused=True needs CUDA tensors (or TRITON_INTERPRET=1 to run the kernel in Triton's "
-                         "interpreter on the CPU); use fused=False or None")
+                         "interpreter on the CPU); use fused=False")
     return True
 
 
 def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
                  smooth_k: bool = False, hadamard: bool = False, seed: int = 0,
-                 fused: bool | None = None) -> FP8Inputs:
+                 fused: bool = False) -> FP8Inputs:
     """Quantize q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) to E4M3.
 
     Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
-    ``fused``: None runs the fused Triton kernel (zyfa.triton_kernels.quantize, the same bits)
-    on CUDA tensors for granularity "head"/"tensor" and this PyTorch code otherwise; True
-    insists on the kernel; False insists on PyTorch.
+    ``fused=True`` runs the fused Triton kernel (zyfa.triton_kernels.quantize: the same bits in
+    Triton's interpreter, granularity "head"/"tensor"); it has not yet run on a GPU, so the
+    default is this PyTorch code.
     """
     B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, granularity, block_size, seed)
     if _use_fused(fused, q, k, v, granularity):
