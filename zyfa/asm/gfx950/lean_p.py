@@ -35,14 +35,20 @@ def constant_values(rule: str) -> list:
     value subtracted is an FMA by -1; max takes its constant as a literal."""
     needed = []
     for step in P_RULE_TABLE[rule].steps:
-        if step.op == "max":
-            continue
-        for a in step.args:
-            if step.op == "sub":
-                a = -a if not isinstance(a, str) else (-1.0 if a == step.args[1] else None)
-            if a is not None and not isinstance(a, str) and a not in needed:
-                needed.append(a)
+        for c in _pair_constants(step):
+            if c not in needed:
+                needed.append(c)
     return [c for c in SHARED_CONSTANTS if c in needed] + [c for c in needed if c not in SHARED_CONSTANTS]
+
+
+def _pair_constants(step) -> list:
+    """The constants a step reads from VGPR pairs in its gfx950 spelling (emit_p_codes)."""
+    if step.op == "max":
+        return []                                   # a literal operand
+    if step.op == "sub":
+        x, y = step.args
+        return [-1.0] if isinstance(y, str) else [-y]   # fma(y, -1, x), or x + (-y)
+    return [a for a in step.args if not isinstance(a, str)]
 
 
 def load_constants(prog: Program, rule: str) -> Constants:
