@@ -31,8 +31,7 @@ FP8 values, so the bound is on the kernel's error, not the quantizer's):
   FP8        rel_err(out) <= K_FP8 * rel_err(fp8_attention_spec, same rules) + 2^-9;
              K_FP8 = 1.5: the spec runs the kernels' own algorithm with key blocks of 128; a
              kernel with other blocks (32 in the interpreter, 64 on gfx950) takes other block
-             references, so its P codes round differently but alike in size (measured: <= 1.3x
-             on the CPU paths). Floor 2^-9 + 2^-11: 2^-9 is the BF16
+             references, so its P codes round differently but alike in size. Floor 2^-9 + 2^-11: 2^-9 is the BF16
              output's rounding (half a unit in the last place, relative), which the float64
              spec does not have; 2^-11 the H200's FP8 tensor cores, which keep ~14 bits of
              their sums (a single-key case on the H200 went past 2^-9).
