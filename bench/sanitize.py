@@ -1,7 +1,8 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
-synccheck): the generated Hopper kernel (serial d128 and specialized MLA, exact rule, causal and
-not) and the Triton kernels (FP8 exact, BF16; d64 / d128 / MLA / d256). Each output is checked
-against float64 so a run that "passes" the sanitizer also computed the right thing.
+synccheck): the generated Hopper kernel (serial d128 and specialized MLA, every P rule, causal
+and not: all 20 it builds), the Triton attention kernels (FP8 exact, BF16; d64 / d128 / MLA /
+d256) and the fused quantizer. Each output is checked against float64 (the quantizer against
+the PyTorch quantizer's bits) so a run that "passes" the sanitizer also computed the right thing.
 
     /usr/local/cuda/bin/compute-sanitizer --tool memcheck python3 bench/sanitize.py
 """
@@ -15,12 +16,12 @@ import zyfa
 from zyfa.activations import make
 from zyfa.bench.measure import rel_err
 from zyfa.spec.reference import attention_fp64
+from zyfa.spec.rules import DEFAULT_P_RULE, P_RULES
 
-CASES = [  # backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal
-    ("ptx", "fp8", (1, 200, 300, 2, 1, 128, 128), True),
-    ("ptx", "fp8", (1, 130, 130, 2, 2, 128, 128), False),
-    ("ptx", "fp8", (1, 200, 300, 2, 1, 192, 128), True),
-    ("ptx", "fp8", (1, 130, 130, 2, 2, 192, 128), False),
+PTX_SHAPES = [((1, 200, 300, 2, 1, 128, 128), True), ((1, 130, 130, 2, 2, 128, 128), False),
+              ((1, 200, 300, 2, 1, 192, 128), True), ((1, 130, 130, 2, 2, 192, 128), False)]
+CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, causal in PTX_SHAPES] + [
+    # backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal, P rule
     ("triton", "fp8", (1, 200, 300, 2, 1, 128, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 192, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 64, 64), False),
@@ -32,11 +33,12 @@ CASES = [  # backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal
 
 def main() -> int:
     failed = 0
-    for backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal in CASES:
+    for backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal, *rule in CASES:
+        p_rule = rule[0] if rule else DEFAULT_P_RULE
         q, k, v = make("realistic", B, Sq, Hq, Hkv, D, Dv, seqlen_k=Sk, seed=1, device="cuda")
         if dtype == "fp8":
             x = zyfa.quantize_fp8(q, k, v)
-            out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend=backend)
+            out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend=backend, p_rule=p_rule)
             ref = attention_fp64(*x.dequantized(), causal=causal)
             bound = 3e-2
         else:
@@ -47,8 +49,17 @@ def main() -> int:
         err = rel_err(out, ref)
         ok = err <= bound and bool(torch.isfinite(out).all())
         failed += not ok
-        print(f"{backend:7s} {dtype:5s} B{B} Sq{Sq} Sk{Sk} H{Hq}/{Hkv} d{D}/{Dv} causal={causal}: err {err:.2e} "
+        print(f"{backend:7s} {dtype:5s} {p_rule if dtype == 'fp8' else '':14s} B{B} Sq{Sq} Sk{Sk} H{Hq}/{Hkv} d{D}/{Dv} causal={causal}: err {err:.2e} "
               f"{'ok' if ok else 'WRONG'}", flush=True)
+    for opts in ({}, {"smooth_k": True, "hadamard": True}):
+        q, k, v = make("realistic", 1, 150, 4, 2, 128, seqlen_k=150, seed=2, device="cuda")
+        a, b = zyfa.quantize_fp8(q, k, v, **opts), zyfa.quantize_fp8(q, k, v, fused=True, **opts)
+        torch.cuda.synchronize()
+        same = all(torch.equal(getattr(a, n).view(torch.uint8), getattr(b, n).view(torch.uint8)) and
+                   torch.equal(getattr(a, n + "_descale"), getattr(b, n + "_descale")) for n in "qkv")
+        failed += not same
+        print(f"quantizer fused {'+'.join(opts) or 'plain':18s}: {'bits equal the PyTorch path' if same else 'WRONG'}",
+              flush=True)
     return 1 if failed else 0
 
 
