@@ -99,7 +99,9 @@ def nearest_table_entry(key: str) -> str | None:
 
 
 def choose(key: str, dqk: int, dv: int, is_fp8: bool, bench_fn=None) -> tuple[TileConfig, str]:
-    """Pick a tile config and say where it came from ('pinned', 'env', 'table', 'cache', 'tuned')."""
+    """Pick a tile config and say where it came from ('pinned', 'env', 'table', 'cache', 'tuned',
+    'default'). ZYFA_TRITON_AUTOTUNE=0 never tunes: a key the table does not cover takes the
+    default tile (no first-call stall of seconds; the same tile in every process)."""
     env = os.environ.get("ZYFA_TRITON_CONFIG")
     if env:
         return TileConfig.parse(env), "env"
@@ -112,7 +114,7 @@ def choose(key: str, dqk: int, dv: int, is_fp8: bool, bench_fn=None) -> tuple[Ti
     near = nearest_table_entry(key)
     if near is not None:
         return _TABLE[near], f"table ({near})"
-    if bench_fn is None:
+    if bench_fn is None or os.environ.get("ZYFA_TRITON_AUTOTUNE") == "0":
         return (TileConfig(64, KEY_BLOCK, 4, 3) if is_fp8 else TileConfig(128, 64, 8, 2)), "default"
     best, best_ms = None, float("inf")
     for cfg in (c for c in CANDIDATES if keep(c, dqk, dv, is_fp8)):

@@ -47,4 +47,4 @@ FP8 values, so the bound is on the kernel's error, not the quantizer's):
 """
 
 from .cases import PATHS, Case, draw_case, expected_refusal, make_inputs  # noqa: F401
-from .checks import compile_key, run_case, summarize, warm  # noqa: F401
+from .checks import compile_key, run_case, summarize  # noqa: F401

@@ -1,5 +1,5 @@
 """Running a fuzz case and judging it against float64 (the bounds are explained in
-zyfa.verify.fuzz), summaries, and the GPU compile warm-up."""
+zyfa.verify.fuzz), summaries, and which cases share a compiled kernel."""
 from __future__ import annotations
 
 import dataclasses
@@ -248,7 +248,7 @@ def summarize(outcomes: list[Outcome]) -> dict:
                        "K_LSE": K_LSE, "LSE_REL_FLOOR": LSE_REL_FLOOR, "LSE_ACC": LSE_ACC}}
 
 
-# ------------------------------------------------------------------------------ compile warm-up
+# ---------------------------------------------------------------------------- compile keys
 def _ptx_bound(case: Case) -> bool:
     """Whether the case's kernel is the generated PTX one (path ptx, or auto on an H200)."""
     return (case.invalid is None and case.dtype == "fp8" and case.path in ("ptx", "auto")
@@ -269,18 +269,3 @@ def compile_key(case: Case):
     return ("triton", case.dtype, case.D, case.Dv, case.causal, case.p_rule if fp8 else None,
             case.ref_rule if fp8 else None, fp8 and "token" in case.layouts[:2], max(1024, 1 << (case.Sk - 1).bit_length()),
             spec)
-
-
-def warm(cases: list[Case], device="cuda") -> int:
-    """Run each case's kernel once, results unchecked and errors ignored (run_case judges them
-    later): the compilations land in Triton's on-disk cache (shared between processes) or, for
-    the generated PTX kernel, in this process's cache. Returns how many raised."""
-    raised = 0
-    for case in cases:
-        try:
-            _call(case, make_inputs(case, device))
-        except Exception:  # noqa: BLE001
-            raised += 1
-    if device != "cpu":
-        torch.cuda.synchronize()
-    return raised
