@@ -41,9 +41,13 @@ FP8 values, so the bound is on the kernel's error, not the quantizer's):
              (K_LSE 2); the spec's own LSE error for FP8, K_LSE 6: the lean rules' rounding
              bias in the row sum depends on each block's reference, which moves with the
              kernel's block size and its accumulation, so the spec's value is one sample of
-             it, not a ceiling (on the H200 kernels went well past 1x). LSE_ACC: 2^-12 for FP8 (the
-             tensor cores' ~14-bit sums, with a factor 2 to spare: single-key cases, where the
-             spec is exact, still show the tensor cores' rounding), 2^-20 for BF16/FP16 (float32 sums).
+             it, not a ceiling (on the H200 kernels went well past 1x). The accumulation term
+             is 2^-20 for BF16/FP16 (float32 sums) and, for FP8, 2^-13 per 32-wide step of the
+             head dim (``lse_acc``): the H200's FP8 tensor cores keep ~13 fraction bits of each
+             step's sum, and the truncations add up over the D/32 steps. Single-key cases
+             (the spec exact, the score passed straight to the LSE) show it: on the H200
+             (2026-12-01) they reached 2^-11.1 smax at d192 and 2^-11.6 at d256, past an
+             earlier flat 2^-12, inside 6 * 2^-13 and 8 * 2^-13.
 """
 
 from .cases import PATHS, Case, draw_case, expected_refusal, make_inputs  # noqa: F401

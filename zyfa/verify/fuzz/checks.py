@@ -18,7 +18,14 @@ K_FP8 = 1.5
 FP8_FLOOR = 2.0 ** -9 + 2.0 ** -11
 K_LSE = {"bf16": 2.0, "fp16": 2.0, "fp8": 6.0}
 LSE_REL_FLOOR = 2.0 ** -16
-LSE_ACC = {"bf16": 2.0 ** -20, "fp16": 2.0 ** -20, "fp8": 2.0 ** -12}
+LSE_ACC = {"bf16": 2.0 ** -20, "fp16": 2.0 ** -20}
+FP8_MMA_STEP = 2.0 ** -13            # an FP8 tensor-core step (k = 32) keeps ~13 fraction bits
+
+
+def lse_acc(dtype: str, head_dim: int) -> float:
+    """The scores' accumulation error per unit of smax: float32 sums for BF16/FP16; for FP8
+    one truncation of 2^-13 per 32-wide step of the head dim (module docstring)."""
+    return FP8_MMA_STEP * -(-head_dim // 32) if dtype == "fp8" else LSE_ACC[dtype]
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -122,7 +129,7 @@ def bounds(case: Case, base_err: float, base_lse_err: float, lse_ref, smax: floa
     else:
         out_bound = K_HALF * base_err + HALF_FLOOR[case.dtype]
     lse_bound = (K_LSE[case.dtype] * base_lse_err + (1.0 + lse_ref.abs().max().item()) * LSE_REL_FLOOR
-                 + LSE_ACC[case.dtype] * smax)
+                 + lse_acc(case.dtype, case.D) * smax)
     return out_bound, lse_bound
 
 
@@ -245,7 +252,7 @@ def summarize(outcomes: list[Outcome]) -> dict:
             p["backends"][o.backend] = p["backends"].get(o.backend, 0) + 1
     return {"paths": paths, "failures": [o.as_dict() for o in outcomes if o.status == "fail"],
             "bounds": {"K_HALF": K_HALF, "HALF_FLOOR": HALF_FLOOR, "K_FP8": K_FP8, "FP8_FLOOR": FP8_FLOOR,
-                       "K_LSE": K_LSE, "LSE_REL_FLOOR": LSE_REL_FLOOR, "LSE_ACC": LSE_ACC}}
+                       "K_LSE": K_LSE, "LSE_REL_FLOOR": LSE_REL_FLOOR, "LSE_ACC": LSE_ACC, "FP8_MMA_STEP": FP8_MMA_STEP}}
 
 
 # ---------------------------------------------------------------------------- compile keys
