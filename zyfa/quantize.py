@@ -175,13 +175,16 @@ def check_inputs(q, k, v, granularity: str, block_size: int, seed: int):
 
 
 def _use_fused(fused, q, k, v, granularity: str) -> bool:
-    """fused=True: the Triton kernel, or an error saying why not (on the CPU only under
-    TRITON_INTERPRET=1); False: PyTorch."""
-    if not isinstance(fused, bool):
-        raise TypeError(f"fused must be True or False, got {fused!r}")
+    """fused=None: the Triton kernel where it has run and gives quantize_fp8's bits (NVIDIA
+    GPUs, granularity "head"/"tensor"), else PyTorch; True: the Triton kernel, or an error
+    saying why not (on the CPU only under TRITON_INTERPRET=1); False: PyTorch."""
+    if fused is not None and not isinstance(fused, bool):
+        raise TypeError(f"fused must be None, True or False, got {fused!r}")
+    on_cuda = all(x.is_cuda for x in (q, k, v))
+    if fused is None:
+        return on_cuda and torch.version.hip is None and granularity in ("head", "tensor")
     if not fused:
         return False
-    on_cuda = all(x.is_cuda for x in (q, k, v))
     if granularity not in ("head", "tensor"):
         raise ValueError(f"fused=True: the fused quantizer supports granularity 'head' and 'tensor', "
                          f"not {granularity!r}; use fused=False")
@@ -194,13 +197,14 @@ def _use_fused(fused, q, k, v, granularity: str) -> bool:
 
 def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
                  smooth_k: bool = False, hadamard: bool = False, seed: int = 0,
-                 fused: bool = False) -> FP8Inputs:
+                 fused: bool | None = None) -> FP8Inputs:
     """Quantize q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) to E4M3.
 
     Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
-    ``fused=True`` runs the fused Triton kernel (zyfa.triton_kernels.quantize: the same bits in
-    Triton's interpreter, granularity "head"/"tensor"); it has not yet run on a GPU, so the
-    default is this PyTorch code.
+    The default (``fused=None``) runs the fused Triton kernel (zyfa.triton_kernels.quantize)
+    on NVIDIA GPUs for granularity "head"/"tensor" (the same bits as this PyTorch code, which
+    runs everywhere else); ``fused=True`` asks for the kernel (on the CPU: Triton's
+    interpreter), ``fused=False`` for PyTorch.
     """
     B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, granularity, block_size, seed)
     if _use_fused(fused, q, k, v, granularity):
