@@ -27,13 +27,13 @@ def test_flops_count_causal_pairs_exactly():
 
 @pytest.mark.skipif(HAS_GPU, reason="checks how anchors are reported on a machine without them")
 def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
-    wanted = {"zyfa-fp8-lean_cubic", "zyfa-bf16", "fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"}
+    wanted = {"zyfa-fp8-lean_cubic", "zyfa-bf16", "zyfa-auto-fp8+quantize", "fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"}
     methods = [m for m in all_methods() if m.label in wanted]
     path = str(tmp_path / "r.json")
     doc = run([TINY], methods, path, timer=lambda fn: 1.0)
     recs = {r["label"]: r for r in doc["records"]}
     assert set(recs) == wanted
-    for label in ("zyfa-fp8-lean_cubic", "zyfa-bf16"):
+    for label in ("zyfa-fp8-lean_cubic", "zyfa-bf16", "zyfa-auto-fp8+quantize"):
         r = recs[label]
         assert r["status"] == "ok", r
         assert r["tflops"] == pytest.approx(TINY.flops / 1e9)
@@ -44,6 +44,9 @@ def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
     assert recs["zyfa-bf16"]["lse_err"] < 1e-4
     assert recs["zyfa-fp8-lean_cubic"]["lse_err"] < 0.05
     assert recs["zyfa-fp8-lean_cubic"]["err_e2e"] > recs["zyfa-fp8-lean_cubic"]["err_kernel"]
+    # quantize + attention in the timed call: the same quantization, so the same end-to-end error class
+    plus = recs["zyfa-auto-fp8+quantize"]
+    assert plus["err_e2e"] > plus["err_kernel"] and plus["err_e2e"] < 0.1
     for label in ("fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"):
         assert recs[label]["status"] == "missing" and recs[label]["reason"]
     with open(path) as f:

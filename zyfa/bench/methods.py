@@ -67,12 +67,13 @@ class Method:
     missing: Callable[[], str | None]
     p_rule: str | None = None
     unsupported: Callable[[Case], str | None] = lambda case: None    # why a case is out of its reach
+    with_quantize: bool = False      # the timed call quantizes the BF16 inputs too
 
     @property
     def label(self) -> str:
         rule = f"-{self.p_rule}" if self.p_rule else ""
         path = f"-{self.backend}" if self.method == "zyfa" and self.backend != "triton" else ""
-        return f"{self.method}{path}-{self.dtype}{rule}"
+        return f"{self.method}{path}-{self.dtype}{rule}{'+quantize' if self.with_quantize else ''}"
 
 
 # ------------------------------------------------------------------ zyfa
@@ -96,6 +97,12 @@ def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None):
         problem = dispatch.Problem(device=device, arch=device_arch(device), is_fp8=is_fp8,
                                    head_dims=(case.D, case.Dv), causal=case.causal, seqlen_q=case.Sq,
                                    seqlen_k=case.Sk, p_rule=p_rule or DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE)
+        if backend == "auto":
+            try:
+                dispatch.select(problem)
+            except (RuntimeError, ValueError) as e:
+                return str(e)
+            return None
         ok, why = dispatch.by_name(backend).can_implement(problem)
         return None if ok else why
     return unsupported
@@ -107,6 +114,14 @@ def _zyfa_fp8(rule, backend):
         return lambda: zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal,
                                             p_rule=rule, return_lse=True, backend=backend)
     return build
+
+
+def _zyfa_fp8_quantize(inp: Inputs):
+    """What a user with BF16 activations runs: quantize_fp8's default, then the default path."""
+    def call():
+        x = quantize_fp8(inp.q, inp.k, inp.v)
+        return zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal, return_lse=True)
+    return call
 
 
 def _zyfa_bf16(backend):
@@ -245,6 +260,8 @@ def all_methods(backend: str = "triton") -> list[Method]:
                       unsupported=_zyfa_unsupported(backend, False, None)))
     out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _gpu_missing, p_rule=r,
                    unsupported=_zyfa_unsupported("ptx", True, r)) for r in P_RULES]
+    out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_fp8_quantize, zm, with_quantize=True,
+                      unsupported=_zyfa_unsupported("auto", True, None)))
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),

@@ -47,15 +47,17 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
 
 
 def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True, smooth: bool = False,
-                      transposed: bool = False, group: int = 4, block_d: int = 128):
+                      transposed: bool = False, group: int = 4, block_d: int = 128, per_tensor: bool = False):
     """The fused quantizer's pass (zyfa.triton_kernels.quantize) compiled for a GPU target: mode 0
     the smooth_k sums, 1 the finite amax, 2 rotate / scale / round / write."""
     from ..triton_kernels.quantize import BLOCK_S, _quant_pass
     sig = {"x_ptr": "*bf16", "out_ptr": "*u8", "mean_ptr": "*fp32", "signs_ptr": "*fp32", "scale_ptr": "*fp32",
-           "scal_ptr": "*fp32", "part_ptr": "*fp64" if mode == 0 else "*fp32", "cnt_ptr": "*i32",
+           "amax_ptr": "*i32", "descale_ptr": "*fp32", "part_ptr": "*fp64" if mode == 0 else "*fp32",
+           "cnt_ptr": "*i32",
            **{name: "i32" for name in ("S", "S_OUT", "D", "sb", "ss", "sh", "sd", "HKV", "NT")}}
     consts = dict(MODE=mode, GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=block_d if hadamard else 1,
-                  HSTAGES=block_d.bit_length() - 1 if hadamard else 0, TRANS=transposed, BS=BLOCK_S, BD=block_d)
+                  HSTAGES=block_d.bit_length() - 1 if hadamard else 0, TRANS=transposed, PER_TENSOR=per_tensor,
+                  BS=BLOCK_S, BD=block_d)
     sig.update({name: "constexpr" for name in consts})
     return triton.compile(ASTSource(_quant_pass, sig, consts, {}), target=TARGETS[target], options={"num_warps": 4})
 
