@@ -205,3 +205,33 @@ def test_fp8_descales_per_sequence_shape_checked():
             _varlen(q, k, v, {**ds, "k_descale": bad}, lens, lens, "reference")
     with pytest.raises(ValueError, match="v_descale"):
         _varlen(q, k, v, {**ds, "v_descale": None}, lens, lens, "reference")
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("dims", [(64, 64), (192, 128)], ids=["d64", "d192-128"])
+def test_triton_runs_a_packed_batch_in_one_launch(fp8, dims, monkeypatch):
+    """backend="triton": one kernel launch over the packed batch (no per-sequence call), equal
+    to the per-sequence calls; keys of sequences that start off a multiple of 16 (FP8 V^T is
+    re-packed), seqused_k shorter than a sequence's keys, an empty sequence."""
+    d, dv = dims
+    lens_q, lens_k, used = [5, 0, 19, 1], [9, 3, 40, 17], [9, 3, 33, 17]
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(sum(lens_q), 4, d, generator=g).bfloat16().to(DEVICE)
+    k = torch.randn(sum(lens_k), 2, d, generator=g).bfloat16().to(DEVICE)
+    v = torch.randn(sum(lens_k), 2, dv, generator=g).bfloat16().to(DEVICE)
+    ds = {}
+    if fp8:
+        x = zyfa.quantize_fp8(q[None], k[None], v[None])
+        q, k, v = x.q[0], x.k[0], x.v[0]
+        ds = {n: d_.expand(len(lens_q), 2).contiguous() for n, d_ in
+              (("q_descale", x.q_descale), ("k_descale", x.k_descale), ("v_descale", x.v_descale))}
+    starts = [0] + torch.tensor(lens_k).cumsum(0).tolist()[:-1]
+    keep = torch.cat([torch.arange(s, s + u) for s, u in zip(starts, used)]).to(DEVICE)
+    ref_out, ref_lse = _dense(q, k[keep], v[keep], ds, lens_q, used, "triton", True)
+
+    def per_sequence_call(*a, **kw):
+        raise AssertionError("a per-sequence flash_attn_func call: the packed batch was not one launch")
+    monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
+    out, lse = _varlen(q, k, v, ds, lens_q, lens_k, "triton", seqused_k=_t(used))
+    assert out.shape == (sum(lens_q), 4, dv)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)

@@ -1,14 +1,17 @@
 """Variable-length (packed) batches and a paged KV cache, FlashAttention's varlen layout.
 
-This first implementation runs one ``zyfa.flash_attn_func`` call per sequence and
-concatenates the results: correct on every backend, but not yet a fused kernel (one launch
-per sequence, and the sequence lengths are read on the host).
+A packed batch whose backend is the Triton kernel runs in one launch over all sequences
+(zyfa.triton_kernels.attention's VARLEN). Everything else -- the generated kernels, the
+reference, a paged KV cache -- runs one ``zyfa.flash_attn_func`` call per sequence and
+concatenates the results. Either way the sequence lengths are read on the host (they are
+validated there).
 """
 from __future__ import annotations
 
 import torch
 
-from . import api
+from . import api, dispatch
+from .device import device_arch
 from .spec.descales import check_descale
 from .validation import validate
 
@@ -150,8 +153,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Returns out (total_q, heads, head_dim_v) and, with return_lse, the float32 natural-log
     LSE (heads, total_q), as FlashAttention's varlen function does.
 
-    Implemented as one zyfa.flash_attn_func call per sequence on ``backend`` (with "auto"
-    each call chooses its own), concatenated: correct on every backend, not yet a fused kernel.
+    The backend is chosen as for one sequence of the longest lengths; where that is the
+    Triton kernel, one launch runs the whole packed batch. Otherwise (and for a paged cache)
+    one zyfa.flash_attn_func call a sequence on ``backend``, concatenated.
     """
     _check_tensor_dim("q", q, 3, "(total_q, heads, head_dim)")
     q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
@@ -167,8 +171,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     # dtypes, devices, head dims, heads % kv_heads, strides, softmax_scale and the descales'
     # presence: flash_attn_func's checks on a batch-1 view of the whole input
     kv_view = (lambda x: x[:1]) if block_table is not None else (lambda x: x.unsqueeze(0))
-    validate(q.unsqueeze(0), kv_view(k), kv_view(v), False, softmax_scale,
-             *(_descale_for(d, 0) for d in descales.values()))
+    is_fp8 = validate(q.unsqueeze(0), kv_view(k), kv_view(v), False, softmax_scale,
+                      *(_descale_for(d, 0) for d in descales.values()))
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
@@ -178,6 +182,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if q.shape[0] == 0:
         raise ValueError("q is empty (total_q 0); at least one sequence needs queries")
 
+    p_rule, ref_rule = api._rules(is_fp8, p_rule, ref_rule, q.dtype)
+    if block_table is None:
+        fused = _one_launch(q, k, v, q_lens, k_lens, where, softmax_scale, causal, descales, backend, p_rule,
+                            ref_rule, is_fp8)
+        if fused is not None:
+            return fused if return_lse else fused[0]
     outs, lses, q_start = [], [], 0
     for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
         q_start += sq
@@ -188,9 +198,37 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         else:
             ks, vs = (x.index_select(0, where[i]).flatten(0, 1)[:sk].unsqueeze(0) for x in (k, v))
         out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=softmax_scale,
-                                       causal=causal, return_lse=True, backend=backend, p_rule=p_rule,
-                                       ref_rule=ref_rule, **{n: _descale_for(d, i) for n, d in descales.items()})
+                                       causal=causal, return_lse=True, backend=backend,
+                                       **({"p_rule": p_rule, "ref_rule": ref_rule} if is_fp8 else {}), **{n: _descale_for(d, i) for n, d in descales.items()})
         outs.append(out[0])
         lses.append(lse[0])
     out = torch.cat(outs, 0)
     return (out, torch.cat(lses, 1)) if return_lse else out
+
+
+def _one_launch(q, k, v, q_lens, k_lens, starts, softmax_scale, causal, descales, backend, p_rule, ref_rule,
+                is_fp8):
+    """(out, lse) from one launch of the Triton kernel over the packed batch, or None when the
+    backend chosen for the longest sequence is another one."""
+    problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
+                               head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
+                               seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
+    if dispatch.select(problem, backend).name != "triton":
+        return None
+    from .triton_kernels.launch import Packed, packed_vt, triton_attention
+    cu_q = [0]
+    for n in q_lens:
+        cu_q.append(cu_q[-1] + n)
+
+    def ints(x):
+        return torch.tensor(x, dtype=torch.int32, device=q.device)
+    v_starts = starts
+    if is_fp8:
+        v, v_starts = packed_vt(v, starts, k_lens)
+    else:
+        v = v.unsqueeze(0)
+    packed = Packed(ints(cu_q), ints(starts), ints(v_starts), ints(k_lens), max(q_lens), max(k_lens))
+    scale = None if softmax_scale is None else float(softmax_scale)
+    out, lse = triton_attention(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal,
+                                **descales, p_rule=p_rule, ref_rule=ref_rule, packed=packed)
+    return out[0], lse[0]

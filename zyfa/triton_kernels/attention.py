@@ -76,20 +76,23 @@ def block_bounds(start_m, Sq, Sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, 
 
 @triton.jit
 def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc, kd_ptrs,
-                 b, kvh, start_n, offs_m, offs_n, Sq, Sk,
+                 tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk,
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
                  UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, WGMMA_KEY_ORDER: tl.constexpr):
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
-    Loads go through tensor descriptors (TMA on Hopper): rows past Sk read as zeros.
+    Loads go through tensor descriptors (TMA on Hopper): rows past the tensor read as zeros;
+    ``tb`` is the descriptors' batch coordinate and ``k_off`` / ``v_off`` the sequence's first
+    key in K and V (0 but in packed batches, whose keys past Sk are the next sequence's and
+    masked; FP8 V^T's offsets are multiples of 16 keys, as TMA wants its inner coordinate).
     """
     cols = start_n + offs_n
-    k = k_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, D)
+    k = k_desc.load([tb, k_off + start_n, kvh, 0]).reshape(BLOCK_N, D)
     s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
     if D_TAIL > 0:
-        k_tail = k_tail_desc.load([b, start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
+        k_tail = k_tail_desc.load([tb, k_off + start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
         s = _dot(q_tail, k_tail.T, s, UPCAST_DOT)
     # c: raw dot products to the log2 domain (FP8: the spec's c, per row or per row and key)
     if PER_TOKEN_QK:
@@ -118,7 +121,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
 
     if IS_FP8:
         # V is stored transposed (Dv x Sk): FP8 wgmma wants both operands K-major
-        v = v_desc.load([b, kvh, 0, start_n]).reshape(DV, BLOCK_N).T
+        v = v_desc.load([tb, kvh, 0, v_off + start_n]).reshape(DV, BLOCK_N).T
         if REF_RULE == REF_RUNNING:
             A_new = _max_nan(A, m)
             r = A_new
@@ -156,7 +159,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         total = total + pv * beta[:, None]
         l_sum = l_sum + l_blk * beta
     else:
-        v = v_desc.load([b, start_n, kvh, 0]).reshape(BLOCK_N, DV)
+        v = v_desc.load([tb, v_off + start_n, kvh, 0]).reshape(BLOCK_N, DV)
         A_new = _max_nan(A, m)
         alpha = tl.exp2(A - A_new)
         p = tl.exp2(t - A_new[:, None])
@@ -168,21 +171,41 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
 @triton.jit
 def attention_fwd_kernel(
         q_desc, q_tail_desc, k_desc, k_tail_desc, v_desc, o_desc, LSE, QD, KD, VD,
-        Sq, Sk, Hq, Hkv, qk_scale_log2,
+        Sq, Sk, Hq, Hkv, qk_scale_log2, O, CU_Q, K_START, K_LEN, V_START, o_row_stride, lse_head_stride,
         IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False,
-        WGMMA_KEY_ORDER: tl.constexpr = False):
+        WGMMA_KEY_ORDER: tl.constexpr = False, VARLEN: tl.constexpr = False):
     """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
-    blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8."""
+    blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8.
+
+    VARLEN: a packed batch. The descriptors view the packed tensors as batch 1; sequence b's
+    queries start at CU_Q[b] (CU_Q[b + 1] - CU_Q[b] of them), its keys at K_START[b] (K_LEN[b]
+    of them) in K and at V_START[b] in V; O (total_q, Hq, DV) with row stride o_row_stride and LSE (Hq, total_q) are
+    written through masked pointers (a tile's rows past its sequence belong to the next)."""
     # query tiles vary fastest: the programs running together share one head's K/V in L2
     bh = tl.program_id(1)
-    num_m = tl.cdiv(Sq, BLOCK_M)
-    m_block = num_m - 1 - tl.program_id(0)      # heaviest (last) query tiles first
     b = bh // Hq
     h = bh % Hq
     kvh = h // (Hq // Hkv)
+    if VARLEN:
+        tb = 0
+        q_off = tl.load(CU_Q + b)
+        Sq = tl.load(CU_Q + b + 1) - q_off
+        k_off = tl.load(K_START + b)
+        v_off = tl.load(V_START + b)
+        Sk = tl.load(K_LEN + b)
+    else:
+        tb = b
+        q_off = 0
+        k_off = 0
+        v_off = 0
+    num_m = tl.cdiv(Sq, BLOCK_M)
+    m_block = num_m - 1 - tl.program_id(0)      # heaviest (last) query tiles first
+    if VARLEN:
+        if m_block < 0:                         # a shorter sequence than the grid's longest
+            return
     start_m = m_block * BLOCK_M
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -190,9 +213,9 @@ def attention_fwd_kernel(
     offs_dv = tl.arange(0, DV)
     row_ok = offs_m < Sq
 
-    q = q_desc.load([b, start_m, h, 0]).reshape(BLOCK_M, D)
+    q = q_desc.load([tb, q_off + start_m, h, 0]).reshape(BLOCK_M, D)
     if D_TAIL > 0:
-        q_tail = q_tail_desc.load([b, start_m, h, D]).reshape(BLOCK_M, D_TAIL)
+        q_tail = q_tail_desc.load([tb, q_off + start_m, h, D]).reshape(BLOCK_M, D_TAIL)
     else:
         q_tail = q
 
@@ -220,13 +243,13 @@ def attention_fwd_kernel(
     band_start, band_end = block_bounds(start_m, Sq, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     for start_n in range(0, band_start, BLOCK_N):
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
-                                       kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
+                                       kd_ptrs, tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
                                        D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
                                        WGMMA_KEY_ORDER)
     for start_n in range(band_start, band_end, BLOCK_N):
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
-                                       kd_ptrs, b, kvh, start_n, offs_m, offs_n, Sq, Sk,
+                                       kd_ptrs, tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
                                        D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
                                        WGMMA_KEY_ORDER)
@@ -238,6 +261,12 @@ def attention_fwd_kernel(
         vd = tl.load(VD + (b * Hkv + kvh) * DV + offs_dv)
         out = out * vd[None, :]
         p_offset = _P_OFFSET
-    o_desc.store([b, start_m, h, 0], out.to(o_desc.dtype).reshape(1, BLOCK_M, 1, DV))
     lse = _LN2 * (A + tl.log2(l_sum) - p_offset)
-    tl.store(LSE + (b * Hq + h) * Sq + offs_m, lse, mask=row_ok)
+    if VARLEN:
+        rows = (q_off + offs_m).to(tl.int64)
+        tl.store(O + rows[:, None] * o_row_stride + h * DV + offs_dv[None, :], out.to(O.dtype.element_ty),
+                 mask=row_ok[:, None])
+        tl.store(LSE + h * lse_head_stride + rows, lse, mask=row_ok)
+    else:
+        o_desc.store([b, start_m, h, 0], out.to(o_desc.dtype).reshape(1, BLOCK_M, 1, DV))
+        tl.store(LSE + (b * Hq + h) * Sq + offs_m, lse, mask=row_ok)

@@ -1,6 +1,7 @@
 """Host side of the Triton attention kernel: strides, descales, grid, tile choice."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -19,9 +20,9 @@ from .p_rules import P_RULE_IDS
 from .tuning import TileConfig, choose, tuning_key
 
 
-def _descale_args(q, k, v, q_descale, k_descale, v_descale):
-    """Kernel descale tensors and whether q/k scales are per token."""
-    B, Sq, Hq, _ = q.shape
+def _descale_args(q, k, v, q_descale, k_descale, v_descale, B):
+    """Kernel descale tensors and whether q/k scales are per token (B: the batch, which a
+    packed batch's batch-1 view does not show)."""
     Hkv = k.shape[2]
     if is_per_token(q_descale) or is_per_token(k_descale):
         qs, ks, vs = normalize_descales(q, k, v, q_descale, k_descale, v_descale)
@@ -49,6 +50,24 @@ def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor
     return buf[..., :Sk]
 
 
+def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int]) -> tuple[torch.Tensor, list[int]]:
+    """A packed batch's FP8 V (total_k, Hkv, Dv) as V^T (1, Hkv, Dv, P) whose sequences start
+    at multiples of 16 keys (zeros between them), returned as the (1, P, Hkv, Dv) view the
+    kernel's host code takes, and each sequence's start in it."""
+    starts_out, idx, pos = [], [], 0
+    zero = v.shape[0]                                 # the index of an appended zero key
+    for s, n in zip(starts, lens):
+        starts_out.append(pos)
+        padded = n + (-n) % 16
+        idx += list(range(s, s + n)) + [zero] * (padded - n)
+        pos += padded
+    u = v.view(torch.uint8).permute(1, 2, 0)          # (Hkv, Dv, total_k)
+    u = torch.cat([u, u.new_zeros(*u.shape[:2], 1)], -1)
+    index = torch.tensor(idx or [zero], dtype=torch.long, device=v.device)
+    vt = u.index_select(-1, index).view(v.dtype)[None]  # (1, Hkv, Dv, P), contiguous
+    return vt.permute(0, 3, 1, 2), starts_out
+
+
 def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: int) -> bool:
     """Whether the FP8 kernel reorders keys so that P feeds the P.V wgmma straight from the
     QK^T accumulator's registers (Hopper, not under the interpreter; bench/NOTES.md v8).
@@ -60,29 +79,52 @@ def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: i
             and seqlen_k * group >= 32768)
 
 
+@dataclasses.dataclass(frozen=True)
+class Packed:
+    """A packed batch for the kernel: int32 device tensors of each sequence's first query
+    (cu_seqlens_q, batch + 1 entries), first key in k and in v, and key count, and the
+    longest lengths. (FP8 V^T's sequences start at multiples of 16 keys: ``packed_vt``.)"""
+    cu_q: torch.Tensor
+    k_start: torch.Tensor
+    v_start: torch.Tensor
+    k_len: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+
+    @property
+    def batch(self) -> int:
+        return self.cu_q.numel() - 1
+
+
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
                      v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE,
                      config: TileConfig | None = None, hw_round: bool | None = None,
-                     permute_keys: bool | None = None):
+                     permute_keys: bool | None = None, packed: Packed | None = None):
     """Run the Triton kernel; inputs already validated. Returns (out, lse). ``hw_round``:
     the exact rule's E4M3 rounding by the GPU's conversion instruction (None: wherever it
     exists, hardware_rounding()) instead of integer arithmetic; the codes are the same.
     ``permute_keys``: the FP8 kernel's key reorder (None: wherever it saves shuffles,
-    wgmma_key_order()); it changes only the order of P.V's sums."""
+    wgmma_key_order()); it changes only the order of P.V's sums. ``packed``: q, k, v are a
+    packed batch's tokens as batch 1, (1, total, heads, dim); out (1, total_q, Hq, Dv) and
+    LSE (1, Hq, total_q) as for one sequence of all the tokens, each row from its own one."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    out_shape, lse_shape, total_q = (B, Sq, Hq, Dv), (B, Hq, Sq), Sq
+    if packed is not None:                 # the grid, tiles and descales go by the sequences
+        B, Sq, Sk = packed.batch, packed.max_seqlen_q, packed.max_seqlen_k
     is_fp8 = q.dtype == torch.float8_e4m3fn
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     out_type = out_dtype(q.dtype)
     # Triton's interpreter truncates float32 -> bf16 and multiplies bf16 as raw bits:
     # under it, write float32 and round in torch, and feed dots float32 operands
     interp = interpreter_active()
-    out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else out_type, device=q.device)
-    lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
+    out = torch.empty(out_shape, dtype=torch.float32 if interp else out_type, device=q.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     q, k = tma_ready(q), tma_ready(k)
     key_order = is_fp8 and (wgmma_key_order(q.device, Sk, Hq // Hkv, D) if permute_keys is None else permute_keys)
+    key_order = key_order and packed is None        # a sequence's keys need not start a group of 16
     if is_fp8:
-        qd, kd, vd, per_token = _descale_args(q, k, v, q_descale, k_descale, v_descale)
+        qd, kd, vd, per_token = _descale_args(q, k, v, q_descale, k_descale, v_descale, B)
         v = transposed_v(v, key_order)
     else:
         v = tma_ready(v)
@@ -101,13 +143,15 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
         v_desc = TensorDescriptor.from_tensor(v, [1, 1, Dv, bn] if is_fp8 else [1, bn, 1, Dv])
         o_desc = TensorDescriptor.from_tensor(out, [1, bm, 1, Dv])
         grid = (triton.cdiv(Sq, bm), B * Hq)
+        cu_q, k_start, v_start, k_len = ((packed.cu_q, packed.k_start, packed.v_start, packed.k_len) if packed
+                                         else (lse, lse, lse, lse))
         attention_fwd_kernel[grid](
             q_desc, q_tail, k_desc, k_tail, v_desc, o_desc, lse, qd, kd, vd,
-            Sq, Sk, Hq, Hkv, scale * LOG2E,
+            Sq, Sk, Hq, Hkv, scale * LOG2E, out, cu_q, k_start, k_len, v_start, Hq * Dv, total_q,
             IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
-            HW_ROUND=hw, WGMMA_KEY_ORDER=key_order,
+            HW_ROUND=hw, WGMMA_KEY_ORDER=key_order, VARLEN=packed is not None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:
