@@ -17,8 +17,6 @@ schedules and row-sum modes tried on the way are in bench/PTX_NOTES.md with thei
 """
 from __future__ import annotations
 
-import dataclasses
-
 # the kernel's public face: callers and tests read the layout's names here too
 from .layout import (  # noqa: F401
     ACC,
@@ -43,7 +41,7 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
-                     arch: str = "sm_90a", pv_sums: bool = False) -> tuple[str, str]:
+                     arch: str = "sm_90a") -> tuple[str, str]:
     """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` 128 or 192, Dv 128) for one P
     rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for
     the rules in HMMA_RULES and from the ALUs for the others (block.py).
@@ -63,10 +61,6 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
         raise ValueError(f"the generated kernel takes head dims {HEAD_DIMS}, got ({dqk}, {HEAD_DIM})")
     layout = layout_for(dqk)
     name = kernel_name(rule, causal, dqk)
-    if pv_sums:                    # an experiment under measurement (bench/PTX_NOTES.md), serial only
-        if layout.specialized:
-            raise ValueError("pv_sums is built for the serial schedule (Dqk 128) only")
-        layout, name = dataclasses.replace(layout, pv_sums=True), name + "_pvsums"
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if layout.specialized:

@@ -6,9 +6,7 @@ issues and waits for these pieces in its own order.
 Row sums of the rounded P: for the rules in lean_p.HMMA_RULES (exact and the half rules)
 from half-precision wgmmas with float32 accumulation (P pairs are half2 A operands already);
 for the float32 lean rules in float32 on the ALUs, 2 instructions a score. Both are the
-spec's sums up to float32 ordering. With the layout's pv_sums (an experiment, serial schedule
-only) P V^T's own wgmma returns them (n = 136, V^T's rows 128..135 ones): the tensor cores'
-FP8 sums, which keep ~13 bits a step, not float32's."""
+spec's sums up to float32 ordering."""
 from __future__ import annotations
 
 import dataclasses
@@ -115,9 +113,6 @@ def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Re
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A)
     o = emit_pv_issue(prog, c, sm.p_regs, dv)
     prog.emit("wgmma.wait", 0)
-    if c.layout.pv_sums:                  # columns 128..135: every one the row's sum of P
-        sm = dataclasses.replace(sm, l_blk=[o[ACC], o[ACC + 2]])
-        o = o[:ACC]
     prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
     emit_rescale(prog, total, sm.alpha, "")
     emit_fold(prog, o, total, sm.beta)
@@ -138,8 +133,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
     the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False)."""
     emit = prog.emit
-    pv_sums = c.layout.pv_sums
-    hmma = rule in HMMA_RULES and not pv_sums
+    hmma = rule in HMMA_RULES
     fac = rows.fac
     unmasked = prog.reg("pred")
     emit("setp.lt.u32", unmasked, start_n, rows.band_start)
@@ -172,9 +166,9 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         emit("ex2.f32", alpha[half], diff[half])
 
     prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
-                 + ("(P V^T's wgmma)" if pv_sums else "(half-precision wgmma)" if hmma else "(ALU)"))
+                 + ("(half-precision wgmma)" if hmma else "(ALU)"))
     l_alu = None                       # the ALU row sums' registers (float32 lean rules)
-    if not hmma and not pv_sums:
+    if not hmma:
         l_alu = prog.regs("f32", 2)
         for half in (0, 1):
             emit("mov.f32", l_alu[half], f32(0.0))
@@ -190,18 +184,14 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         ys.append(y)
 
     if rule == "exact":
-        p_regs, p16 = _emit_p_exact(prog, ys, halves=not pv_sums)
+        p_regs, p16 = _emit_p_exact(prog, ys)
     elif rule in HALF_RULES:
-        p_regs, p16 = _emit_p_half(prog, rule, ys, halves=not pv_sums)
+        p_regs, p16 = _emit_p_half(prog, rule, ys)
     else:
         p_regs = _emit_p_lean(prog, rule, ys, l_alu)
-        if pv_sums:
-            return Softmax(p_regs, [], alpha, beta, A_new)
         for half in (0, 1):
             emit_quad_reduce(prog, l_alu[half], "add.f32")
         return Softmax(p_regs, l_alu, alpha, beta, A_new)
-    if pv_sums:
-        return Softmax(p_regs, [], alpha, beta, A_new)
 
     sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
     # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
@@ -220,9 +210,9 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new)
 
 
-def _emit_p_exact(prog: Program, ys: list[Reg], halves: bool = True) -> tuple[list[list[Reg]], dict[int, Reg]]:
+def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:
     """The exact rule: two scores (same row, adjacent keys) a 16-bit pair of codes; the A
-    operand's words, and (``halves``) each pair as half2 P (E4M3 values are exact halves)."""
+    operand's words, and each pair as half2 P (E4M3 values are exact halves)."""
     pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1]) for i in range(0, ACC, 2)}
     p_regs = []
     for k in range(BLOCK_N // 32):
@@ -232,13 +222,13 @@ def _emit_p_exact(prog: Program, ys: list[Reg], halves: bool = True) -> tuple[li
             prog.emit("mov.b32.pack", word, pairs[src[0]], pairs[src[2]])
             p_regs[-1].append(word)
     p16 = {}
-    for i, pair in pairs.items() if halves else ():
+    for i, pair in pairs.items():
         p16[i] = prog.reg("b32")
         prog.emit("cvt.f16x2.e4m3x2", p16[i], pair)
     return p_regs, p16
 
 
-def _emit_p_half(prog: Program, rule: str, ys: list[Reg], halves: bool = True) -> tuple[list[list[Reg]], dict[int, Reg]]:
+def _emit_p_half(prog: Program, rule: str, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:
     """A half rule: two scores (same row, adjacent keys) a word, codes in bytes 0 and 2; the
     A operand's words, and each pair as half2 P * 2^-8 (an E4M3 code shifted into a half's
     exponent/mantissa is P * 2^-8 exactly, subnormals too)."""
@@ -246,8 +236,6 @@ def _emit_p_half(prog: Program, rule: str, ys: list[Reg], halves: bool = True) -
     consts = half_constants(prog, rule)
     for i in range(0, ACC, 2):
         w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], consts, rule)
-        if not halves:
-            continue
         masked = p16[i] = prog.reg("b32")
         prog.emit("and.b32", masked, w, "0x00FF00FF")
         prog.emit("shl.b32", masked, masked, 7)
@@ -265,8 +253,6 @@ def _emit_p_lean(prog: Program, rule: str, ys: list[Reg], l_alu: list[Reg]) -> l
     for i, y in enumerate(ys):
         w = emit_p_code(prog, y, rule)                       # low byte: the E4M3 code
         codes.append(w)
-        if l_alu is None:                                    # pv_sums: P V^T's wgmma sums them
-            continue
         scaled = prog.reg("b32")
         prog.emit("shl.b32", scaled, w, 20)                  # the bits above the code are the magic's zeros
         row_sum = l_alu[acc_row_half(i)]
@@ -291,16 +277,14 @@ def emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) ->
 def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg) -> list[Reg]:
     """Issue (and commit) block = P V^T into a fresh accumulator, which it returns."""
     emit = prog.emit
-    prog.comment("block columns 0.. = P V^T in a fresh accumulator" + (" (and 128..135 its row sums)"
-                                                                        if c.layout.pv_sums else ""))
-    o = prog.regs("f32", ACC + (4 if c.layout.pv_sums else 0))
+    prog.comment("block columns 0.. = P V^T in a fresh accumulator")
+    o = prog.regs("f32", ACC)
     o_list = ", ".join(map(str, o))
-    op = "wgmma.m64n136k32.e4m3.rs" if c.layout.pv_sums else "wgmma.m64n128k32.e4m3.rs"
     emit("wgmma.fence")
     for k in range(BLOCK_N // 32):
         bk = prog.reg("u64")
         emit("add.u64", bk, dv, 2 * k)
-        emit(op, o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else c.accumulate)
+        emit("wgmma.m64n128k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else c.accumulate)
     emit("wgmma.commit")
     return o
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import math
 
@@ -18,14 +17,13 @@ from .loader import Kernel, tensor_map
 
 
 @functools.cache
-def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, pv_sums: bool = False) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, pv_sums)
-    layout = dataclasses.replace(attn.layout_for(dqk), pv_sums=pv_sums)
-    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), layout.shared_bytes)
+def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), attn.layout_for(dqk).shared_bytes)
 
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
-                  p_rule=DEFAULT_P_RULE, ref_rule="block", pv_sums=False):
+                  p_rule=DEFAULT_P_RULE, ref_rule="block"):
     """FP8 attention with head dims (128, 128) or MLA's (192, 128) by the generated sm_90a
     kernel; inputs validated by flash_attn_func (coarse q/k descales, ref_rule "block", any
     P rule). Returns (out BF16, lse float32). The head dims pick the schedule and the P
@@ -53,8 +51,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D)
-    kernel = _attention(p_rule, bool(causal), D, "sm_90a", dev.index if dev.index is not None else torch.cuda.current_device(),
-                        pv_sums)
+    kernel = _attention(p_rule, bool(causal), D, "sm_90a", dev.index if dev.index is not None else torch.cuda.current_device())
     if layout.specialized:                         # a line of CTAs, one a 128-row tile
         grid = (-(-Sq // (2 * attn.BLOCK_M)) * B * Hq,)
     else:

@@ -11,7 +11,6 @@ TAIL = 64      # Dqk 192: columns 128-191 as a second tile of 64-byte rows (64-b
 THREADS = 128                               # one warpgroup
 Q_BYTES = BLOCK_M * HEAD_DIM                # one 128-byte column tile of Q
 ONES_BYTES = 8 * HEAD_DIM                   # the ones tile: B of the half-precision row-sum wgmma
-ONES_ROWS = 8                               # pv_sums: E4M3 ones as V^T rows 128..135 (wgmma n = 136)
 KV_BYTES = BLOCK_N * HEAD_DIM               # one K tile or one V^T tile
 ACC = BLOCK_N // 2                          # f32 accumulator registers per thread (m64n128)
 # 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 serial kernels'
@@ -28,17 +27,6 @@ class Layout:
     dqk: int          # Q / K columns: 128, or MLA's 192 (a 128-byte and a 64-byte column tile)
     consumers: int    # warpgroups that compute, 64 query rows each (2: plus a producer warpgroup)
     stages: int       # K / V^T stages (a power of two: the stage is the block's low bits)
-    pv_sums: bool = False   # row sums from P V^T's wgmma (n = 136) against ones rows after each V^T
-
-    @property
-    def ones_bytes(self) -> int:
-        """The half-precision row sums' ones tile (none with pv_sums)."""
-        return 0 if self.pv_sums else ONES_BYTES
-
-    @property
-    def tma_bytes(self) -> int:
-        """What one stage's loads bring: the K tile(s) (128 keys x Dqk bytes) and V^T."""
-        return BLOCK_N * self.dqk + KV_BYTES
 
     @property
     def specialized(self) -> bool:
@@ -52,13 +40,13 @@ class Layout:
 
     @property
     def stage_bytes(self) -> int:
-        """One stage: the K tile(s), then V^T (then, with pv_sums, its 8 rows of ones)."""
-        return self.tma_bytes + (ONES_ROWS * HEAD_DIM if self.pv_sums else 0)
+        """One stage: the K tile(s) (128 keys x Dqk bytes), then V^T."""
+        return BLOCK_N * self.dqk + KV_BYTES
 
     @property
     def stage0(self) -> int:
         """Byte offset of stage 0, after the Q tiles and the ones tile; 1024-aligned."""
-        return self.q_bytes * self.consumers + self.ones_bytes
+        return self.q_bytes * self.consumers + ONES_BYTES
 
     @property
     def bar_offset(self) -> int:
@@ -73,9 +61,8 @@ class Layout:
 
     @property
     def shared_bytes(self) -> int:
-        """Dynamic shared memory of the kernel (+ slack to align the base to 1024; pv_sums
-        trusts the declaration's alignment, which its third CTA an SM needs)."""
-        return self.bar_offset + 8 * self.barriers + (0 if self.pv_sums else 1024)
+        """Dynamic shared memory of the kernel (+ slack to align the base to 1024)."""
+        return self.bar_offset + 8 * self.barriers + 1024
 
     @property
     def threads(self) -> int:

@@ -11,7 +11,6 @@ from .smem import emit_wait
 
 HALF_256_X2 = 0x5C005C00                    # two halves of 256: B of the half-precision row-sum wgmma
 HALF_ONE_X2 = 0x3C003C00                    # two halves of 1: the same B for the exact rule's P values
-E4M3_ONE_X4 = 0x38383838                    # four E4M3 ones: V^T's extra rows with pv_sums
 
 
 def stage(prog: Program, c: Cta, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
@@ -37,7 +36,7 @@ def emit_kv_load(prog: Program, c: Cta, block: Reg, slot: Reg | None = None) -> 
     k_tile, v_tile, bar, _ = stage(prog, c, block if slot is None else slot)
     key0 = prog.reg("u32")
     emit("mul.lo.u32", key0, block, BLOCK_N)
-    emit("mbarrier.expect_tx", bar, c.layout.tma_bytes)
+    emit("mbarrier.expect_tx", bar, c.layout.stage_bytes)
     emit("tma.load.4d", k_tile, p.maps["k_map"], zero, t.kvh, key0, t.b, bar)
     if c.layout.dqk > HEAD_DIM:                            # K columns 128.. by their own map
         tail = prog.reg("u32")
@@ -85,17 +84,7 @@ def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg
         emit("mbarrier.init", bar, count, guard=c.thread.leader)
     emit("fence.mbarrier_init")
     ones = None
-    if c.layout.pv_sums:
-        prog.comment("8 rows of E4M3 ones after each stage's V^T (1 KB: 128 threads x 8 bytes), for the async proxy")
-        addr, word = prog.regs("u32", 2)
-        emit("mov.u32", word, E4M3_ONE_X4)
-        for st in range(c.layout.stages):
-            emit("mov.u32", addr, "%tid.x")
-            emit("mad.lo.u32", addr, addr, 8, c.shared.base)
-            emit("add.u32", addr, addr, c.layout.stage0 + st * c.layout.stage_bytes + c.layout.tma_bytes)
-            emit("st.shared.v2.b32", addr, word, word, guard=writers)
-        emit("fence.proxy.async")
-    elif rule in HMMA_RULES:
+    if rule in HMMA_RULES:
         ones, ones_word, tid8 = prog.regs("u32", 3)
         emit("add.u32", ones, c.shared.base, c.layout.stage0 - ONES_BYTES)
         prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")

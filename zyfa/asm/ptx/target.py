@@ -66,7 +66,6 @@ OPS = {
     "wgmma.m64n128k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
     # A from four registers of packed E4M3 ({1}: "a0, a1, a2, a3")
     "wgmma.m64n128k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
-    "wgmma.m64n136k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
     "wgmma.m64n64k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
     "wgmma.m64n8k16.f16.rs": "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1, 0;",
     "wgmma.m64n8k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
