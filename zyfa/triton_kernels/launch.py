@@ -53,19 +53,24 @@ def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor
 def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int]) -> tuple[torch.Tensor, list[int]]:
     """A packed batch's FP8 V (total_k, Hkv, Dv) as V^T (1, Hkv, Dv, P) whose sequences start
     at multiples of 16 keys (zeros between them), returned as the (1, P, Hkv, Dv) view the
-    kernel's host code takes, and each sequence's start in it."""
-    starts_out, idx, pos = [], [], 0
+    kernel's host code takes, and each sequence's start in it. One gather on the device; the
+    lengths are host lists already, so no sync."""
+    padded = [n + (-n) % 16 for n in lens]
+    v_starts = [0]
+    for n in padded[:-1]:
+        v_starts.append(v_starts[-1] + n)
+    total = sum(padded)
+    dev = v.device
+    seq = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(padded, device=dev),
+                                  output_size=total)
+    pos = torch.arange(total, device=dev) - torch.tensor(v_starts, device=dev)[seq]
+    src = torch.tensor(starts, device=dev)[seq] + pos
     zero = v.shape[0]                                 # the index of an appended zero key
-    for s, n in zip(starts, lens):
-        starts_out.append(pos)
-        padded = n + (-n) % 16
-        idx += list(range(s, s + n)) + [zero] * (padded - n)
-        pos += padded
+    src = torch.where(pos < torch.tensor(lens, device=dev)[seq], src, zero)
     u = v.view(torch.uint8).permute(1, 2, 0)          # (Hkv, Dv, total_k)
     u = torch.cat([u, u.new_zeros(*u.shape[:2], 1)], -1)
-    index = torch.tensor(idx or [zero], dtype=torch.long, device=v.device)
-    vt = u.index_select(-1, index).view(v.dtype)[None]  # (1, Hkv, Dv, P), contiguous
-    return vt.permute(0, 3, 1, 2), starts_out
+    vt = u.index_select(-1, src).view(v.dtype)[None]  # (1, Hkv, Dv, P), contiguous
+    return vt.permute(0, 3, 1, 2), v_starts
 
 
 def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: int) -> bool:
