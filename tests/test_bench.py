@@ -10,7 +10,7 @@ from zyfa.bench.report import markdown
 from zyfa.bench.run import capture_cases, run
 from zyfa.bench.store import run_key, save_entry
 
-from conftest import HAS_GPU
+from conftest import HAS_GPU, rel_err
 
 TINY = Case("quick", "tiny", 1, 40, 40, 4, 2, 64, 64)
 
@@ -77,3 +77,29 @@ def test_bench_on_captured_activations(tmp_path):
     doc = run(cases, bf16, str(tmp_path / "c.json"), captured=layers, timer=lambda fn: 1.0)
     (r,) = doc["records"]
     assert r["status"] == "ok" and r["input"] == "tiny" and r["err_e2e"] < 1e-2
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the plumbing on a machine without the anchors")
+def test_varlen_case_measures_the_last_sequence_against_its_own_keys(tmp_path):
+    """A packed case: the varlen methods run, the dense ones say why not, FLOPs are the
+    sequences' own, and the error (last sequence's rows against float64 over its own keys)
+    is that of a dense call on that sequence alone."""
+    import zyfa
+    from zyfa.bench.methods import Inputs
+    from zyfa.bench.run import case_inputs
+    case = Case("varlen", "tiny varlen", 3, 40, 40, 4, 2, 64, 64, lengths=(7, 19, 40))
+    assert case.flops == sum(attention_flops(1, 4, n, n, 64, 64, True) for n in (7, 19, 40))
+    wanted = {"zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8", "zyfa-bf16", "fa3-varlen-bf16"}
+    methods = [m for m in all_methods() if m.label in wanted]
+    doc = run([case], methods, str(tmp_path / "r.json"), timer=lambda fn: 1.0)
+    recs = {r["label"]: r for r in doc["records"]}
+    assert recs["zyfa-bf16"]["status"] == "unsupported" and "varlen" in recs["zyfa-bf16"]["reason"]
+    assert recs["fa3-varlen-bf16"]["status"] == "missing"
+    for label in ("zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8"):
+        assert recs[label]["status"] == "ok" and recs[label]["repeatable"], recs[label]
+    inp = case_inputs(case, "cpu")
+    assert isinstance(inp, Inputs) and inp.q.shape == (1, 66, 4, 64)
+    last = slice(26, 66)
+    dense = zyfa.flash_attn_func(inp.q[:, last], inp.k[:, last], inp.v[:, last])
+    ref, _ = inp.reference(None)
+    assert recs["zyfa-auto-varlen-bf16"]["err_e2e"] == pytest.approx(rel_err(dense, ref), rel=1e-6)

@@ -24,9 +24,12 @@ class Case:
     causal: bool = True
     input: str = "realistic"
     softmax_scale: float | None = None
+    lengths: tuple[int, ...] | None = None    # a packed (varlen) batch: each sequence's tokens
 
     @property
     def flops(self) -> float:
+        if self.lengths:
+            return sum(attention_flops(1, self.Hq, n, n, self.D, self.Dv, self.causal) for n in self.lengths)
         return attention_flops(self.B, self.Hq, self.Sq, self.Sk, self.D, self.Dv, self.causal)
 
 
@@ -69,9 +72,23 @@ def quick_cases() -> list[Case]:
             Case("quick", "d128 4K", 8, 4096, 4096, 16, 16, 128, 128, input="gaussian")]
 
 
+# 16 sequences of 512 to 16K tokens, 64K in all, two of odd length, the longest last (its last
+# rows are where the error is measured)
+VARLEN_LENGTHS = (512, 8192, 1024, 6144, 2048, 4096, 3072, 1536, 5120, 768, 7168, 2560, 3584, 1279, 2049, 16384)
+
+
+def varlen_cases() -> list[Case]:
+    """A packed batch (FlashAttention's varlen layout) and a dense batch of the same tokens:
+    what varlen costs is the ratio of the two, beside the same ratio for FA3."""
+    n = len(VARLEN_LENGTHS)
+    return [Case("varlen", "varlen 16 seqs 64K GQA 32/8", n, max(VARLEN_LENGTHS), max(VARLEN_LENGTHS), 32, 8, 128,
+                 128, lengths=VARLEN_LENGTHS),
+            Case("varlen", "dense 4 x 16K GQA 32/8", 4, 16384, 16384, 32, 8, 128, 128)]
+
+
 def cases_for(names: str) -> list[Case]:
-    """Case groups by name: quick, sweep, models, all, or one head dim of the sweep (sweep-d128)."""
-    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases}
+    """Case groups by name: quick, sweep, models, varlen, all, or one head dim of the sweep (sweep-d128)."""
+    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases}
     for d, dv in SWEEP_DIMS:
         table[f"sweep-d{d}"] = functools.partial(sweep_cases, dims=((d, dv),))
     out = []

@@ -38,8 +38,19 @@ class Inputs:
         return self._fp8[granularity]
 
     def ref_rows(self) -> slice:
-        """Rows the error is measured on: all up to 4K queries, else the last 2K (they see every key)."""
+        """Rows the error is measured on: all up to 4K queries, else the last 2K (they see every
+        key); packed batches: those of the last sequence (packed rows of the batch-1 view)."""
+        if self.case.lengths:
+            total, last = sum(self.case.lengths), self.case.lengths[-1]
+            return slice(total - min(last, 2048), total)
         return slice(0, self.case.Sq) if self.case.Sq <= 4096 else slice(self.case.Sq - 2048, self.case.Sq)
+
+    def packed(self) -> tuple[torch.Tensor, int]:
+        """A packed case's int32 cu_seqlens on the inputs' device, and its longest sequence."""
+        cu = [0]
+        for n in self.case.lengths:
+            cu.append(cu[-1] + n)
+        return torch.tensor(cu, dtype=torch.int32, device=self.q.device), max(self.case.lengths)
 
     def reference(self, quant: str | None):
         """float64 (out, lse) on the chosen rows: of the BF16 inputs (quant None) or of the
@@ -53,6 +64,9 @@ class Inputs:
             q, k, v = self.q, self.k, self.v
         else:
             q, k, v = self.fp8(quant).dequantized()
+        if self.case.lengths:             # the last sequence's own keys
+            first = sum(self.case.lengths[:-1])
+            k, v = k[:, first:], v[:, first:]
         return attention_fp64(q[:, self.ref_rows()], k, v, causal=self.case.causal,
                               softmax_scale=self.scale, return_lse=True)
 
@@ -68,12 +82,14 @@ class Method:
     p_rule: str | None = None
     unsupported: Callable[[Case], str | None] = lambda case: None    # why a case is out of its reach
     with_quantize: bool = False      # the timed call quantizes the BF16 inputs too
+    varlen: bool = False             # takes packed (varlen) cases only, through a varlen function
 
     @property
     def label(self) -> str:
         rule = f"-{self.p_rule}" if self.p_rule else ""
         path = f"-{self.backend}" if self.method == "zyfa" and self.backend != "triton" else ""
-        return f"{self.method}{path}-{self.dtype}{rule}{'+quantize' if self.with_quantize else ''}"
+        return (f"{self.method}{path}{'-varlen' if self.varlen else ''}-{self.dtype}{rule}"
+                f"{'+quantize' if self.with_quantize else ''}")
 
 
 # ------------------------------------------------------------------ zyfa
@@ -124,6 +140,31 @@ def _zyfa_fp8_quantize(inp: Inputs):
     return call
 
 
+def _varlen_args(inp: Inputs, fp8: bool) -> dict:
+    """flash_attn_varlen_func's arguments for a packed case (FP8: descales per sequence)."""
+    cu, longest = inp.packed()
+    n = len(inp.case.lengths)
+    if not fp8:
+        q, k, v, ds = inp.q[0], inp.k[0], inp.v[0], {}
+    else:
+        x = inp.fp8("head")
+        q, k, v = x.q[0], x.k[0], x.v[0]
+        ds = {name: getattr(x, name).expand(n, -1).contiguous() for name in ("q_descale", "k_descale", "v_descale")}
+    return dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest, **ds)
+
+
+def _zyfa_varlen(dtype: str):
+    def build(inp: Inputs):
+        a = _varlen_args(inp, dtype == "fp8")
+
+        def call():
+            out, lse = zyfa.flash_attn_varlen_func(**a, softmax_scale=inp.scale, causal=inp.case.causal,
+                                                   return_lse=True)
+            return out[None], lse[None]
+        return call
+    return build
+
+
 def _zyfa_bf16(backend):
     def build(inp: Inputs):
         return lambda: zyfa.flash_attn_func(inp.q, inp.k, inp.v, softmax_scale=inp.scale, causal=inp.case.causal,
@@ -132,9 +173,9 @@ def _zyfa_bf16(backend):
 
 
 # ------------------------------------------------------------------ FlashAttention-3 (fa3-fwd wheel)
-def _fa3():
+def _fa3(varlen: bool = False):
     import fa3_fwd_interface
-    return fa3_fwd_interface.flash_attn_func
+    return fa3_fwd_interface.flash_attn_varlen_func if varlen else fa3_fwd_interface.flash_attn_func
 
 
 def _fa3_missing():
@@ -163,6 +204,19 @@ def _fa3_build(dtype):
 
 
 # ------------------------------------------------------------------ cuDNN
+def _fa3_varlen_build(dtype):
+    def build(inp: Inputs):
+        fa, a = _fa3(varlen=True), _varlen_args(inp, dtype == "fp8")
+        if dtype == "fp8":
+            a["v"] = a["v"].contiguous()          # FA3 reads V in the normal layout
+
+        def call():
+            out, lse = _split(fa(**a, softmax_scale=inp.scale, causal=inp.case.causal))
+            return out[None], None if lse is None else lse[None]
+        return call
+    return build
+
+
 def _cudnn_fe_missing():
     if not torch.cuda.is_available():
         return "no CUDA GPU"
@@ -262,6 +316,10 @@ def all_methods(backend: str = "triton") -> list[Method]:
                    unsupported=_zyfa_unsupported("ptx", True, r)) for r in P_RULES]
     out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_fp8_quantize, zm, with_quantize=True,
                       unsupported=_zyfa_unsupported("auto", True, None)))
+    out += [Method("zyfa", "auto", "fp8", "head", _zyfa_varlen("fp8"), zm, varlen=True),
+            Method("zyfa", "auto", "bf16", None, _zyfa_varlen("bf16"), zm, varlen=True),
+            Method("fa3", "fa3", "fp8", "head", _fa3_varlen_build("fp8"), _fa3_missing, varlen=True),
+            Method("fa3", "fa3", "bf16", None, _fa3_varlen_build("bf16"), _fa3_missing, varlen=True)]
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),

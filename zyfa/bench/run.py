@@ -40,8 +40,13 @@ def case_inputs(case: Case, device, captured=None) -> Inputs:
         q, k, v = (t.to(device=device, dtype=torch.bfloat16) for t in (captured.q, captured.k, captured.v))
         return Inputs(case, q, k, v)
     from zyfa.activations import make
+    seed = zlib.crc32(case.name.encode()) % 1000
+    if case.lengths:                  # packed: one batch-1 row of all the tokens
+        total = sum(case.lengths)
+        q, k, v = make(case.input, 1, total, case.Hq, case.Hkv, case.D, case.Dv, seed=seed, device=device)
+        return Inputs(case, q, k, v)
     q, k, v = make(case.input, case.B, case.Sq, case.Hq, case.Hkv, case.D, case.Dv, seqlen_k=case.Sk,
-                   seed=zlib.crc32(case.name.encode()) % 1000, device=device)
+                   seed=seed, device=device)
     return Inputs(case, q, k, v)
 
 
@@ -62,7 +67,9 @@ def measure_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
     reason = m.missing()
     if reason:
         return dict(rec, status="missing", reason=reason), None
-    reason = m.unsupported(c)
+    reason = ("a varlen method takes packed batches only" if m.varlen and not c.lengths else
+              "a packed (varlen) case: this method takes dense batches" if c.lengths and not m.varlen else
+              m.unsupported(c))
     if reason:
         return dict(rec, status="unsupported", reason=reason), None
     try:
@@ -151,7 +158,7 @@ def capture_cases(path: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, all; comma-separated")
+    ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, varlen, all; comma-separated")
     ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")
