@@ -143,10 +143,9 @@ def test_fused_kernel_compiles_for_sm90_and_gfx950():
     code = """
 from zyfa.verify.triton_compile import compile_quantizer
 for target in ("sm90", "gfx950"):
-    for mode, had, smooth, trans, tensor in ((0, False, False, False, False), (1, True, True, False, False),
-                                             (1, False, False, False, True), (2, True, True, False, False),
-                                             (2, True, False, True, True), (2, False, False, True, False)):
-        compile_quantizer(target, mode, had, smooth, trans, per_tensor=tensor)
+    for mode, had, smooth, tensor in ((0, False, False, False), (1, True, True, False), (1, False, False, True),
+                                      (2, True, True, False), (2, True, False, True), (2, False, False, False)):
+        compile_quantizer(target, mode, had, smooth, per_tensor=tensor)
 print("ok")
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -2,18 +2,20 @@
 (the PyTorch path, which stays the spec and the CPU path) for granularity "head" and "tensor",
 with and without smooth_k and hadamard.
 
-Passes over memory, per tensor (one launch each):
+Passes over memory, per tensor (each pass one launch for q, k and v together, ``_quant_qkv``):
   q, v            2: the finite amax per (batch, kv head) of the (rotated) values, gathered
                   with an atomic max on its float bits (the amax is >= 0, so the int32 order is
                   the float order), then rotate, scale, round to E4M3 and write (v transposed,
                   as quantize_fp8 writes it), each program computing the descale from the amax
                   with quantize_fp8's arithmetic (IEEE division, so the same bits);
   k, smooth_k     3: the per-channel mean over tokens must be known before the amax of
-                  k - mean (rotated) can be taken, and the amax before anything is written.
+                  k - mean (rotated) can be taken, and the amax before anything is written
+                  (the sums: a launch of their own, ``_channel_sums``).
                   (Without hadamard, per-channel max and min taken with the sums would give
                   that amax in the same pass, rounding being monotonic; not done yet.)
 No torch op runs between the passes but for smooth_k's mean (float64 sums, whose order does
-not matter when they are exact): a call is a few launches, not dozens of small ops.
+not matter when they are exact): a call is two launches (three with smooth_k) and a few
+allocations.
 
 E4M3 codes are built with integer arithmetic (Triton's interpreter does not round float->fp8
 casts like the GPU): round-half-even, saturating at 448, non-finite -> 0x7F as quantize_fp8.
@@ -63,13 +65,12 @@ def e4m3_code(x):
 
 
 @triton.jit
-def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
-                S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
-                MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
-                HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
-                BS: tl.constexpr, BD: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)     # batch * HKV + kv head (64-bit offsets)
-    tile = tl.program_id(1)
+def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
+          pid, tile, S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+          MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
+          HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
+          BS: tl.constexpr, BD: tl.constexpr):
+    """One pass over tile ``tile`` (BS tokens) of (batch, kv head) ``pid`` of one tensor."""
     slot = pid * 0 if PER_TENSOR else pid   # where the amax and the descale live
     b = pid // HKV
     hk = pid % HKV
@@ -118,25 +119,59 @@ def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descal
         tl.atomic_max(amax_ptr + slot, tl.max(amax, axis=0).to(tl.int32, bitcast=True))
 
 
-def _launch(x, mode, group, dummy, smooth=None, had=None, amax=None, descale=None, out=None, trans=False):
-    B, S, H, D = x.shape
-    hkv = H // group
-    bd = triton.next_power_of_2(D)
-    s_out = out.shape[-1] if trans else S
-    nt = triton.cdiv(s_out, BLOCK_S)
-    part = cnt = dummy
-    if mode == 0:
-        part = torch.empty(B * hkv, nt, bd, dtype=torch.float64, device=x.device)
-        cnt = torch.empty(B * hkv, nt, bd, dtype=torch.int32, device=x.device)
-    signs, hscale, hblock = had if had is not None else (dummy, dummy, 1)
-    _quant_pass[(B * hkv, nt)](
-        x, out if out is not None else dummy, smooth if smooth is not None else dummy, signs, hscale,
-        amax if amax is not None else dummy, descale if descale is not None else dummy, part, cnt,
-        S, s_out, D, *x.stride(), hkv, nt,
-        MODE=mode, GROUP=group, SMOOTH=smooth is not None, HAD=had is not None, HBLOCK=hblock,
-        HSTAGES=hblock.bit_length() - 1, TRANS=trans, PER_TENSOR=amax is not None and amax.numel() == 1,
-        BS=BLOCK_S, BD=bd)
-    return (part, cnt) if mode == 0 else None
+@triton.jit
+def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
+                S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+                MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
+                HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
+                BS: tl.constexpr, BD: tl.constexpr):
+    """One tensor's pass: grid (batch * kv heads, tiles)."""
+    _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
+          tl.program_id(0).to(tl.int64), tl.program_id(1), S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+          MODE, GROUP, SMOOTH, HAD, HBLOCK, HSTAGES, TRANS, PER_TENSOR, BS, BD)
+
+
+@triton.jit
+def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, mean_ptr, signs_qk, scale_qk, signs_v, scale_v,
+               amax_ptr, descale_ptr, dummy, Sq, Sk, S_OUT_V, Dqk, Dv,
+               qsb, qss, qsh, qsd, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd, HKV, NTQ, NTK, NTV, SLOTS,
+               MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
+               HBLOCK_QK: tl.constexpr, HSTAGES_QK: tl.constexpr, HBLOCK_V: tl.constexpr, HSTAGES_V: tl.constexpr,
+               PER_TENSOR: tl.constexpr, BS: tl.constexpr, BD_QK: tl.constexpr, BD_V: tl.constexpr):
+    """The amax pass or the quantize pass of q, k and v in one launch: grid (batch * kv heads,
+    the most tiles of the three, 3); axis 2 picks the tensor, whose amax and descale slots
+    are the buffers' thirds."""
+    pid = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1)
+    which = tl.program_id(2)
+    if which == 0:
+        if tile < NTQ:
+            _tile(q_ptr, q_out, dummy, signs_qk, scale_qk, amax_ptr, descale_ptr, dummy, dummy,
+                  pid, tile, Sq, Sq, Dqk, qsb, qss, qsh, qsd, HKV, NTQ,
+                  MODE, GROUP, False, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK)
+    elif which == 1:
+        if tile < NTK:
+            _tile(k_ptr, k_out, mean_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS, dummy, dummy,
+                  pid, tile, Sk, Sk, Dqk, ksb, kss, ksh, ksd, HKV, NTK,
+                  MODE, 1, SMOOTH, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK)
+    else:
+        if tile < NTV:
+            _tile(v_ptr, v_out, dummy, signs_v, scale_v, amax_ptr + 2 * SLOTS, descale_ptr + 2 * SLOTS, dummy, dummy,
+                  pid, tile, Sk, S_OUT_V, Dv, vsb, vss, vsh, vsd, HKV, NTV,
+                  MODE, 1, False, HAD, HBLOCK_V, HSTAGES_V, True, PER_TENSOR, BS, BD_V)
+
+
+def _channel_sums(k, dummy):
+    """smooth_k's pass: per (batch, kv head) and tile, float64 sums and counts of k's finite
+    values per channel: ((B * Hkv, tiles, BD) float64, int32)."""
+    B, S, H, D = k.shape
+    bd, nt = triton.next_power_of_2(D), triton.cdiv(S, BLOCK_S)
+    part = torch.empty(B * H, nt, bd, dtype=torch.float64, device=k.device)
+    cnt = torch.empty(B * H, nt, bd, dtype=torch.int32, device=k.device)
+    _quant_pass[(B * H, nt)](k, dummy, dummy, dummy, dummy, dummy, dummy, part, cnt, S, S, D, *k.stride(), H, nt,
+                             MODE=0, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1, HSTAGES=0, TRANS=False,
+                             PER_TENSOR=False, BS=BLOCK_S, BD=bd)
+    return part, cnt
 
 
 def _rotation(n, seed, device):
@@ -146,19 +181,32 @@ def _rotation(n, seed, device):
     return padded, torch.tensor([scale], dtype=torch.float32, device=device), block
 
 
-def _one(x, group, granularity, dummy, had=None, smooth=None, trans=False):
-    """amax pass, then the quantize pass (which computes the descales): (uint8 codes, descale)."""
-    B, S, H, D = x.shape
-    slots = 1 if granularity == "tensor" else B * (H // group)
-    amax = torch.zeros(slots, dtype=torch.int32, device=x.device)          # float bits of 0.0
-    descale = torch.empty(slots, dtype=torch.float32, device=x.device)
-    _launch(x, 1, group, dummy, smooth=smooth, had=had, amax=amax)
-    if trans:
-        out = torch.empty(B, H, D, S + (-S) % 16, dtype=torch.uint8, device=x.device)
-    else:
-        out = torch.empty(B, S, H, D, dtype=torch.uint8, device=x.device)
-    _launch(x, 2, group, dummy, smooth=smooth, had=had, amax=amax, descale=descale, out=out, trans=trans)
-    return out, descale.reshape(()) if granularity == "tensor" else descale.reshape(B, H // group)
+def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, mean=None):
+    """The amax launch, then the quantize launch (which computes the descales), each over q, k
+    and v at once: (q codes, k codes, V^T codes (B, Hkv, Dv, Sk padded to 16), descales)."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    slots = 1 if granularity == "tensor" else B * Hkv
+    amax = torch.zeros(3 * slots, dtype=torch.int32, device=q.device)        # float bits of 0.0
+    descale = torch.empty(3 * slots, dtype=torch.float32, device=q.device)
+    q8 = torch.empty(B, Sq, Hq, D, dtype=torch.uint8, device=q.device)
+    k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.uint8, device=q.device)
+    vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=q.device)
+    ntq, ntk, ntv = (triton.cdiv(n, BLOCK_S) for n in (Sq, Sk, vt.shape[-1]))
+    signs_qk, scale_qk, block_qk = had_qk if had_qk is not None else (dummy, dummy, 1)
+    signs_v, scale_v, block_v = had_v if had_v is not None else (dummy, dummy, 1)
+    for mode in (1, 2):
+        _quant_qkv[(B * Hkv, max(ntq, ntk, ntv), 3)](
+            q, k, v, q8, k8, vt, mean if mean is not None else dummy, signs_qk, scale_qk, signs_v, scale_v,
+            amax, descale, dummy, Sq, Sk, vt.shape[-1], D, Dv, *q.stride(), *k.stride(), *v.stride(),
+            Hkv, ntq, ntk, ntv, slots,
+            MODE=mode, GROUP=Hq // Hkv, SMOOTH=mean is not None, HAD=had_qk is not None,
+            HBLOCK_QK=block_qk, HSTAGES_QK=block_qk.bit_length() - 1, HBLOCK_V=block_v,
+            HSTAGES_V=block_v.bit_length() - 1, PER_TENSOR=granularity == "tensor", BS=BLOCK_S,
+            BD_QK=triton.next_power_of_2(D), BD_V=triton.next_power_of_2(Dv))
+    shape = () if granularity == "tensor" else (B, Hkv)
+    qd, kd, vd = (descale[i * slots:(i + 1) * slots].reshape(shape) for i in range(3))
+    return q8, k8, vt, (qd, kd, vd)
 
 
 def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = False, hadamard: bool = False,
@@ -173,11 +221,9 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
     had_v = _rotation(Dv, seed + 1, q.device) if hadamard else None
     mean = None
     if smooth_k:
-        part, cnt = _launch(k, 0, 1, dummy)                                # (B*Hkv, nt, BD)
+        part, cnt = _channel_sums(k, dummy)                                # (B*Hkv, nt, BD)
         mean = (part.sum(dim=1) / cnt.sum(dim=1).clamp(min=1)).float().contiguous()
-    q8, qd = _one(q, Hq // Hkv, granularity, dummy, had=had_qk)
-    k8, kd = _one(k, 1, granularity, dummy, had=had_qk, smooth=mean)
-    vt, vd = _one(v, 1, granularity, dummy, had=had_v, trans=True)
+    q8, k8, vt, (qd, kd, vd) = _qkv_passes(q, k, v, Hq // Hkv, granularity, dummy, had_qk, had_v, mean)
     f8 = torch.float8_e4m3fn
     v8 = vt.view(f8)[..., :k.shape[1]].permute(0, 3, 1, 2)
     v_rot = hadamard_matrix(Dv, seed + 1, q.device).float() if hadamard else None

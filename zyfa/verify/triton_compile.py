@@ -49,19 +49,31 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
 
 
 def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True, smooth: bool = False,
-                      transposed: bool = False, group: int = 4, block_d: int = 128, per_tensor: bool = False):
-    """The fused quantizer's pass (zyfa.triton_kernels.quantize) compiled for a GPU target: mode 0
-    the smooth_k sums, 1 the finite amax, 2 rotate / scale / round / write."""
-    from ..triton_kernels.quantize import BLOCK_S, _quant_pass
-    sig = {"x_ptr": "*bf16", "out_ptr": "*u8", "mean_ptr": "*fp32", "signs_ptr": "*fp32", "scale_ptr": "*fp32",
-           "amax_ptr": "*i32", "descale_ptr": "*fp32", "part_ptr": "*fp64" if mode == 0 else "*fp32",
-           "cnt_ptr": "*i32",
-           **{name: "i32" for name in ("S", "S_OUT", "D", "sb", "ss", "sh", "sd", "HKV", "NT")}}
-    consts = dict(MODE=mode, GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=block_d if hadamard else 1,
-                  HSTAGES=block_d.bit_length() - 1 if hadamard else 0, TRANS=transposed, PER_TENSOR=per_tensor,
-                  BS=BLOCK_S, BD=block_d)
+                      group: int = 4, block_d: int = 128, block_dv: int = 128, per_tensor: bool = False):
+    """The fused quantizer (zyfa.triton_kernels.quantize) compiled for a GPU target: mode 0
+    smooth_k's channel sums (``_quant_pass``), 1 the finite amax and 2 rotate / scale / round /
+    write (``_quant_qkv``, q, k and v in one launch)."""
+    from ..triton_kernels.quantize import BLOCK_S, _quant_pass, _quant_qkv
+    if mode == 0:
+        sig = {"x_ptr": "*bf16", "out_ptr": "*fp32", "mean_ptr": "*fp32", "signs_ptr": "*fp32",
+               "scale_ptr": "*fp32", "amax_ptr": "*fp32", "descale_ptr": "*fp32", "part_ptr": "*fp64",
+               "cnt_ptr": "*i32", **{name: "i32" for name in ("S", "S_OUT", "D", "sb", "ss", "sh", "sd", "HKV", "NT")}}
+        consts = dict(MODE=0, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1, HSTAGES=0, TRANS=False, PER_TENSOR=False,
+                      BS=BLOCK_S, BD=block_d)
+        fn = _quant_pass
+    else:
+        sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*u8" for n in ("q_out", "k_out", "v_out")},
+               **{n: "*fp32" for n in ("mean_ptr", "signs_qk", "scale_qk", "signs_v", "scale_v")},
+               "amax_ptr": "*i32", "descale_ptr": "*fp32", "dummy": "*fp32",
+               **{n: "i32" for n in ("Sq", "Sk", "S_OUT_V", "Dqk", "Dv", "qsb", "qss", "qsh", "qsd", "ksb", "kss",
+                                     "ksh", "ksd", "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "SLOTS")}}
+        consts = dict(MODE=mode, GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK_QK=block_d if hadamard else 1,
+                      HSTAGES_QK=block_d.bit_length() - 1 if hadamard else 0, HBLOCK_V=block_dv if hadamard else 1,
+                      HSTAGES_V=block_dv.bit_length() - 1 if hadamard else 0, PER_TENSOR=per_tensor, BS=BLOCK_S,
+                      BD_QK=block_d, BD_V=block_dv)
+        fn = _quant_qkv
     sig.update({name: "constexpr" for name in consts})
-    return triton.compile(ASTSource(_quant_pass, sig, consts, {}), target=TARGETS[target], options={"num_warps": 4})
+    return triton.compile(ASTSource(fn, sig, consts, {}), target=TARGETS[target], options={"num_warps": 4})
 
 
 def summarize_sm90(k) -> dict:
