@@ -235,3 +235,59 @@ def test_triton_runs_a_packed_batch_in_one_launch(fp8, dims, monkeypatch):
     out, lse = _varlen(q, k, v, ds, lens_q, lens_k, "triton", seqused_k=_t(used))
     assert out.shape == (sum(lens_q), 4, dv)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_packed_batches_in_one_launch_equal_per_sequence_calls(seed):
+    """Seeded random packed batches on the Triton backend (one launch) against one
+    flash_attn_func call a sequence, bit for bit: 1-6 sequences of 0-90 queries over as many
+    or more keys (chunked prefill), head dims 64 / 128 / 192-128 / 256, GQA 1-4, BF16, FP16 and
+    FP8 with per-sequence descales, causal or not, a non-default softmax_scale, seqused_k."""
+    import random
+    rng = random.Random(f"varlen:{seed}")
+    d, dv = rng.choice([(64, 64), (128, 128), (192, 128), (256, 256)])
+    hkv = rng.choice([1, 2])
+    hq = hkv * rng.choice([1, 2, 4])
+    dtype = rng.choice(["bf16", "fp16", "fp8"])
+    if dtype == "fp8" and d == 256:
+        dtype = "bf16"                       # FP8 takes head dims 64, 128 and 192/128
+    causal = rng.random() < 0.7
+    n = rng.randint(1, 6)
+    lens_q = [rng.choice([0, 1, rng.randint(2, 90)]) for _ in range(n)]
+    lens_k = [q + rng.choice([0, 0, rng.randint(1, 40)]) for q in lens_q]
+    lens_k = [max(k, 1) for k in lens_k]
+    if sum(lens_q) == 0:
+        lens_q[0] = 1
+    used = [rng.randint(q if causal else 1, k) if rng.random() < 0.3 else k for q, k in zip(lens_q, lens_k)]
+    used = [max(u, 1) for u in used]
+    scale = rng.choice([None, 0.05])
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(lens_q), hq, d, generator=g)
+    k = torch.randn(sum(lens_k), hkv, d, generator=g)
+    v = torch.randn(sum(lens_k), hkv, dv, generator=g)
+    ds = {}
+    if dtype == "fp8":
+        x = zyfa.quantize_fp8(*(t[None].bfloat16().to(DEVICE) for t in (q, k, v)))
+        q, k, v = x.q[0], x.k[0], x.v[0]
+        f = torch.linspace(0.5, 2.0, n, device=DEVICE)[:, None]
+        ds = {name: (getattr(x, name) * f).float() for name in ("q_descale", "k_descale", "v_descale")}
+    else:
+        cast = torch.bfloat16 if dtype == "bf16" else torch.float16
+        q, k, v = (t.to(cast).to(DEVICE) for t in (q, k, v))
+    starts = [0] + torch.tensor(lens_k).cumsum(0).tolist()[:-1]
+    keep = torch.cat([torch.arange(s, s + u) for s, u in zip(starts, used)]).to(DEVICE)
+    outs, lses, a = [], [], 0
+    for i, (sq, u) in enumerate(zip(lens_q, used)):
+        if sq:
+            ks, vs = (t[keep][sum(used[:i]):sum(used[:i]) + u][None] for t in (k, v))
+            o, lse = zyfa.flash_attn_func(q[a:a + sq][None], ks, vs, softmax_scale=scale, causal=causal,
+                                          return_lse=True, backend="triton", **_seq_descales(ds, i))
+            outs.append(o[0])
+            lses.append(lse[0])
+        a += sq
+    out, lse = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens_q), _cu(lens_k), max(lens_q), max(lens_k),
+                                           softmax_scale=scale, causal=causal, return_lse=True, backend="triton",
+                                           seqused_k=_t(used), **ds)
+    what = f"{dtype} d{d}/{dv} H{hq}/{hkv} causal={causal} lens_q={lens_q} lens_k={lens_k} used={used}"
+    assert torch.equal(out, torch.cat(outs)), what
+    assert torch.equal(lse, torch.cat(lses, 1)), what
