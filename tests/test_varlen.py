@@ -1,4 +1,5 @@
 """flash_attn_varlen_func: packed and paged batches against dense flash_attn_func calls."""
+import dataclasses
 import math
 
 import pytest
@@ -291,3 +292,23 @@ def test_random_packed_batches_in_one_launch_equal_per_sequence_calls(seed):
     what = f"{dtype} d{d}/{dv} H{hq}/{hkv} causal={causal} lens_q={lens_q} lens_k={lens_k} used={used}"
     assert torch.equal(out, torch.cat(outs)), what
     assert torch.equal(lse, torch.cat(lses, 1)), what
+
+
+def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_would_run(monkeypatch):
+    """backend="auto": where a generated kernel is the choice, short sequences (mean at most
+    SHORT_MEAN_QUERIES) go to one Triton launch, long ones to a call a sequence."""
+    from zyfa import dispatch, varlen
+    lens = [5, 9, 3]
+    q, k, v, _ = _inputs(lens, lens, False, seed=13)
+    ptx = dataclasses.replace(dispatch.by_name("triton"), name="ptx")
+    real_select = dispatch.select
+    monkeypatch.setattr(dispatch, "select", lambda p, b="auto": ptx if b == "auto" else real_select(p, b))
+    calls = []
+    monkeypatch.setattr(varlen.api, "flash_attn_func", lambda *a, **kw: calls.append(1) or
+                        zyfa.flash_attn_func(*a, **{**kw, "backend": "triton"}))
+    monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 10)
+    out = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9)
+    assert calls == []                                   # one launch
+    monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 4)
+    again = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9)
+    assert len(calls) == 3 and torch.equal(out, again)   # a call a sequence, the same answer

@@ -16,6 +16,11 @@ from .spec.descales import check_descale
 from .validation import validate
 
 PAGE_SIZES = range(16, 257, 16)
+# backend="auto": a packed batch whose sequences average at most this many queries runs in one
+# Triton launch even where a generated kernel would take each sequence. On the H200 (bench/NOTES.md,
+# "Packed (varlen) batches"): one FP8 launch 3.8x and 7.5x the generated kernel called a
+# sequence at a time at means of 1,196 and 287 queries, 0.6x at 4,817.
+SHORT_MEAN_QUERIES = 2048
 
 
 def _check_tensor_dim(name: str, x, dims: int, layout: str) -> None:
@@ -154,8 +159,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     LSE (heads, total_q), as FlashAttention's varlen function does.
 
     The backend is chosen as for one sequence of the longest lengths; where that is the
-    Triton kernel, one launch runs the whole packed batch. Otherwise (and for a paged cache)
-    one zyfa.flash_attn_func call a sequence on ``backend``, concatenated.
+    Triton kernel (or, with "auto", a generated kernel but the sequences average at most
+    SHORT_MEAN_QUERIES queries), one launch of the Triton kernel runs the whole packed batch.
+    Otherwise (and for a paged cache) one zyfa.flash_attn_func call a sequence on ``backend``,
+    concatenated.
     """
     _check_tensor_dim("q", q, 3, "(total_q, heads, head_dim)")
     q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
@@ -209,11 +216,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def _one_launch(q, k, v, q_lens, k_lens, starts, softmax_scale, causal, descales, backend, p_rule, ref_rule,
                 is_fp8):
     """(out, lse) from one launch of the Triton kernel over the packed batch, or None when the
-    backend chosen for the longest sequence is another one."""
+    backend chosen for the longest sequence is another one (with "auto": unless that is a
+    generated kernel and the sequences are short, SHORT_MEAN_QUERIES)."""
     problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
-    if dispatch.select(problem, backend).name != "triton":
+    chosen = dispatch.select(problem, backend).name
+    short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
+    if chosen != "triton" and not (backend == "auto" and short and chosen in ("ptx", "gfx950")
+                                   and dispatch.by_name("triton").can_implement(problem)[0]):
         return None
     from .triton_kernels.launch import Packed, packed_vt, triton_attention
     cu_q = [0]
