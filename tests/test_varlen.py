@@ -312,3 +312,24 @@ def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_woul
     monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 4)
     again = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9)
     assert len(calls) == 3 and torch.equal(out, again)   # a call a sequence, the same answer
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("page_size", [32, 64, 128, 256])
+def test_paged_cache_in_one_launch_equals_contiguous(fp8, page_size, monkeypatch):
+    """Pages of a multiple of the key tile: the kernel reads the shuffled page pool in place,
+    one launch (no per-sequence call), bit for bit the contiguous result; pages smaller than
+    the tile take a call a sequence (test_paged_equals_contiguous)."""
+    from zyfa.triton_kernels.launch import default_tile
+    lens_q, lens_k = [3, 1, 30], [70, 1, 300]
+    q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2, seed=17)
+    if page_size % default_tile(q.device, fp8, D, D, True, max(lens_k)).block_n:
+        pytest.skip("pages smaller than this device's key tile take a call a sequence")
+    kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=page_size + 1)
+    ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, "triton")
+
+    def per_sequence_call(*a, **kw):
+        raise AssertionError("a per-sequence call: the paged batch was not one launch")
+    monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
+    out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, "triton", cu_seqlens_k=None, block_table=table, seqused_k=used)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)

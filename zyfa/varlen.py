@@ -1,10 +1,11 @@
 """Variable-length (packed) batches and a paged KV cache, FlashAttention's varlen layout.
 
-A packed batch whose backend is the Triton kernel runs in one launch over all sequences
-(zyfa.triton_kernels.attention's VARLEN). Everything else -- the generated kernels, the
-reference, a paged KV cache -- runs one ``zyfa.flash_attn_func`` call per sequence and
-concatenates the results. Either way the sequence lengths are read on the host (they are
-validated there).
+A batch whose backend is the Triton kernel runs in one launch over all sequences
+(zyfa.triton_kernels.attention's VARLEN; a paged cache too when its pages are a multiple of
+the key tile and its pools are laid out as the kernel reads them, PAGE). Everything else --
+the generated kernels, the reference, other page layouts -- runs one ``zyfa.flash_attn_func``
+call per sequence and concatenates the results. Either way the sequence lengths are read on
+the host (they are validated there).
 """
 from __future__ import annotations
 
@@ -190,11 +191,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError("q is empty (total_q 0); at least one sequence needs queries")
 
     p_rule, ref_rule = api._rules(is_fp8, p_rule, ref_rule, q.dtype)
-    if block_table is None:
-        fused = _one_launch(q, k, v, q_lens, k_lens, where, softmax_scale, causal, descales, backend, p_rule,
-                            ref_rule, is_fp8)
-        if fused is not None:
-            return fused if return_lse else fused[0]
+    fused = _one_launch(q, k, v, q_lens, k_lens, where, softmax_scale, causal, descales, backend, p_rule,
+                        ref_rule, is_fp8, block_table)
+    if fused is not None:
+        return fused if return_lse else fused[0]
     outs, lses, q_start = [], [], 0
     for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
         q_start += sq
@@ -214,10 +214,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 
 def _one_launch(q, k, v, q_lens, k_lens, starts, softmax_scale, causal, descales, backend, p_rule, ref_rule,
-                is_fp8):
+                is_fp8, block_table=None):
     """(out, lse) from one launch of the Triton kernel over the packed batch, or None when the
     backend chosen for the longest sequence is another one (with "auto": unless that is a
-    generated kernel and the sequences are short, SHORT_MEAN_QUERIES)."""
+    generated kernel and the sequences are short, SHORT_MEAN_QUERIES), or a paged cache's
+    layout does not suit the kernel (_pages_fit)."""
     problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
@@ -226,20 +227,43 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, softmax_scale, causal, descales
     if chosen != "triton" and not (backend == "auto" and short and chosen in ("ptx", "gfx950")
                                    and dispatch.by_name("triton").can_implement(problem)[0]):
         return None
-    from .triton_kernels.launch import Packed, packed_vt, triton_attention
+    from .triton_kernels.launch import Packed, default_tile, packed_vt, triton_attention
+    tile = None
+    if block_table is not None:
+        tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
+        if not _pages_fit(k, v, is_fp8, tile.block_n):
+            return None
     cu_q = [0]
     for n in q_lens:
         cu_q.append(cu_q[-1] + n)
 
     def ints(x):
         return torch.tensor(x, dtype=torch.int32, device=q.device)
-    v_starts = starts
-    if is_fp8:
-        v, v_starts = packed_vt(v, starts, k_lens)
+    if block_table is not None:                  # the pools; each sequence's keys from its pages
+        page = k.shape[1]
+        zeros = [0] * len(q_lens)
+        packed = Packed(ints(cu_q), ints(zeros), ints(zeros), ints(k_lens), max(q_lens), max(k_lens),
+                        block_table, page)
+        k = k.reshape(1, -1, *k.shape[2:])
+        v = v if is_fp8 else v.reshape(1, -1, *v.shape[2:])
     else:
-        v = v.unsqueeze(0)
-    packed = Packed(ints(cu_q), ints(starts), ints(v_starts), ints(k_lens), max(q_lens), max(k_lens))
+        v_starts = starts
+        if is_fp8:
+            v, v_starts = packed_vt(v, starts, k_lens)
+        else:
+            v = v.unsqueeze(0)
+        k = k.unsqueeze(0)
+        packed = Packed(ints(cu_q), ints(starts), ints(v_starts), ints(k_lens), max(q_lens), max(k_lens))
     scale = None if softmax_scale is None else float(softmax_scale)
-    out, lse = triton_attention(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal,
-                                **descales, p_rule=p_rule, ref_rule=ref_rule, packed=packed)
+    out, lse = triton_attention(q.unsqueeze(0), k, v, scale, causal, **descales, p_rule=p_rule, ref_rule=ref_rule,
+                                config=tile, packed=packed)
     return out[0], lse[0]
+
+
+def _pages_fit(k, v, is_fp8: bool, block_n: int) -> bool:
+    """Whether the kernel reads the paged pools in place: pages of a multiple of its key tile,
+    k (and BF16 v) contiguous, FP8 v with each page's V^T contiguous (quantize_fp8's layout
+    page by page)."""
+    page = k.shape[1]
+    v_ok = v.permute(0, 2, 3, 1).is_contiguous() if is_fp8 else v.is_contiguous()
+    return page % block_n == 0 and k.is_contiguous() and v_ok

@@ -76,7 +76,7 @@ def block_bounds(start_m, Sq, Sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, 
 
 @triton.jit
 def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc, kd_ptrs,
-                 tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk,
+                 tb, v_tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk,
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -84,9 +84,10 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
     Loads go through tensor descriptors (TMA on Hopper): rows past the tensor read as zeros;
-    ``tb`` is the descriptors' batch coordinate and ``k_off`` / ``v_off`` the sequence's first
-    key in K and V (0 but in packed batches, whose keys past Sk are the next sequence's and
-    masked; FP8 V^T's offsets are multiples of 16 keys, as TMA wants its inner coordinate).
+    ``tb`` / ``v_tb`` are the K and V descriptors' batch coordinates and ``k_off`` / ``v_off``
+    what to add to ``start_n`` for the block's first key in K and V (0 but in packed batches,
+    whose keys past Sk are the next sequence's and masked, and paged ones, whose block lies in
+    one page; FP8 V^T's inner coordinate stays a multiple of 16 keys, as TMA wants).
     """
     cols = start_n + offs_n
     k = k_desc.load([tb, k_off + start_n, kvh, 0]).reshape(BLOCK_N, D)
@@ -121,7 +122,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
 
     if IS_FP8:
         # V is stored transposed (Dv x Sk): FP8 wgmma wants both operands K-major
-        v = v_desc.load([tb, kvh, 0, v_off + start_n]).reshape(DV, BLOCK_N).T
+        v = v_desc.load([v_tb, kvh, 0, v_off + start_n]).reshape(DV, BLOCK_N).T
         if REF_RULE == REF_RUNNING:
             A_new = _max_nan(A, m)
             r = A_new
@@ -159,7 +160,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         total = total + pv * beta[:, None]
         l_sum = l_sum + l_blk * beta
     else:
-        v = v_desc.load([tb, v_off + start_n, kvh, 0]).reshape(BLOCK_N, DV)
+        v = v_desc.load([v_tb, v_off + start_n, kvh, 0]).reshape(BLOCK_N, DV)
         A_new = _max_nan(A, m)
         alpha = tl.exp2(A - A_new)
         p = tl.exp2(t - A_new[:, None])
@@ -169,21 +170,40 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
 
 
 @triton.jit
+def _block_offsets(tb, k_off, v_off, start_n, BT, PAGE: tl.constexpr, IS_FP8: tl.constexpr):
+    """(V's batch coordinate, K's and V's offsets to add to start_n) of the key block at
+    ``start_n``: as given, or (PAGE > 0) from the page the block lies in, BT pointing at the
+    sequence's row of the block table. The pool is K (and BF16 V) as one batch-1 run of pages,
+    FP8 V^T page by page (pages, Hkv, Dv, PAGE)."""
+    if PAGE > 0:
+        page = tl.load(BT + start_n // PAGE)
+        within = start_n % PAGE
+        k_off = page * PAGE + within - start_n
+        if IS_FP8:
+            return page, k_off, within - start_n
+        return tb, k_off, k_off
+    return tb, k_off, v_off
+
+
+@triton.jit
 def attention_fwd_kernel(
         q_desc, q_tail_desc, k_desc, k_tail_desc, v_desc, o_desc, LSE, QD, KD, VD,
         Sq, Sk, Hq, Hkv, qk_scale_log2, O, CU_Q, K_START, K_LEN, V_START, o_row_stride, lse_head_stride,
+        BLOCK_TABLE, block_table_stride,
         IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False,
-        WGMMA_KEY_ORDER: tl.constexpr = False, VARLEN: tl.constexpr = False):
+        WGMMA_KEY_ORDER: tl.constexpr = False, VARLEN: tl.constexpr = False, PAGE: tl.constexpr = 0):
     """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
     blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8.
 
     VARLEN: a packed batch. The descriptors view the packed tensors as batch 1; sequence b's
     queries start at CU_Q[b] (CU_Q[b + 1] - CU_Q[b] of them), its keys at K_START[b] (K_LEN[b]
     of them) in K and at V_START[b] in V; O (total_q, Hq, DV) with row stride o_row_stride and LSE (Hq, total_q) are
-    written through masked pointers (a tile's rows past its sequence belong to the next)."""
+    written through masked pointers (a tile's rows past its sequence belong to the next).
+    PAGE > 0 (with VARLEN): K/V are a paged cache of PAGE-key pages, sequence b's in row b of
+    BLOCK_TABLE (row stride block_table_stride); PAGE is a multiple of BLOCK_N."""
     # query tiles vary fastest: the programs running together share one head's K/V in L2
     bh = tl.program_id(1)
     b = bh // Hq
@@ -241,15 +261,18 @@ def attention_fwd_kernel(
     A = tl.zeros([BLOCK_M], tl.float32) + _NEG_FLOOR
 
     band_start, band_end = block_bounds(start_m, Sq, Sk, BLOCK_M, BLOCK_N, CAUSAL)
+    table = BLOCK_TABLE + b * block_table_stride
     for start_n in range(0, band_start, BLOCK_N):
+        v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, table, PAGE, IS_FP8)
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
-                                       kd_ptrs, tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk,
+                                       kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
                                        D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
                                        WGMMA_KEY_ORDER)
     for start_n in range(band_start, band_end, BLOCK_N):
+        v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, table, PAGE, IS_FP8)
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
-                                       kd_ptrs, tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk,
+                                       kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
                                        D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
                                        WGMMA_KEY_ORDER)

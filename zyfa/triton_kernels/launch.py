@@ -88,17 +88,27 @@ def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: i
 class Packed:
     """A packed batch for the kernel: int32 device tensors of each sequence's first query
     (cu_seqlens_q, batch + 1 entries), first key in k and in v, and key count, and the
-    longest lengths. (FP8 V^T's sequences start at multiples of 16 keys: ``packed_vt``.)"""
+    longest lengths. (FP8 V^T's sequences start at multiples of 16 keys: ``packed_vt``.)
+    A paged cache adds its block table (batch, max_pages) int32 and page size; k and v are
+    then the pools, k (and BF16 v) (1, pages * page_size, Hkv, D), FP8 v (pages, page_size,
+    Hkv, Dv) with each page's V^T contiguous."""
     cu_q: torch.Tensor
     k_start: torch.Tensor
     v_start: torch.Tensor
     k_len: torch.Tensor
     max_seqlen_q: int
     max_seqlen_k: int
+    block_table: torch.Tensor | None = None
+    page_size: int = 0
 
     @property
     def batch(self) -> int:
         return self.cu_q.numel() - 1
+
+
+def default_tile(device: torch.device, is_fp8: bool, dqk: int, dv: int, causal: bool, seqlen_k: int) -> TileConfig:
+    """The tile a call takes without autotuning (the tuned table's entry, or the default)."""
+    return choose(tuning_key(device_arch(device), is_fp8, dqk, dv, causal, seqlen_k), dqk, dv, is_fp8)[0]
 
 
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
@@ -150,13 +160,18 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
         grid = (triton.cdiv(Sq, bm), B * Hq)
         cu_q, k_start, v_start, k_len = ((packed.cu_q, packed.k_start, packed.v_start, packed.k_len) if packed
                                          else (lse, lse, lse, lse))
+        paged = packed is not None and packed.page_size > 0
+        if paged and packed.page_size % bn:
+            raise ValueError(f"a paged cache needs pages of a multiple of the key tile ({bn}), got {packed.page_size}")
+        table = packed.block_table if paged else lse
         attention_fwd_kernel[grid](
             q_desc, q_tail, k_desc, k_tail, v_desc, o_desc, lse, qd, kd, vd,
             Sq, Sk, Hq, Hkv, scale * LOG2E, out, cu_q, k_start, k_len, v_start, Hq * Dv, total_q,
+            table, table.stride(0) if paged else 0,
             IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
-            HW_ROUND=hw, WGMMA_KEY_ORDER=key_order, VARLEN=packed is not None,
+            HW_ROUND=hw, WGMMA_KEY_ORDER=key_order, VARLEN=packed is not None, PAGE=packed.page_size if paged else 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:

@@ -21,7 +21,7 @@ TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950
 def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
                       head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
-                      hw_round: bool = False, wgmma_key_order: bool = False, varlen: bool = False):
+                      hw_round: bool = False, wgmma_key_order: bool = False, varlen: bool = False, page: int = 0):
     el = "fp8e4nv" if fp8 else "bf16"
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
 
@@ -37,10 +37,10 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "LSE": "*fp32", "QD": "*fp32", "KD": "*fp32", "VD": "*fp32",
            "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32",
            "O": "*bf16", "CU_Q": "*i32", "K_START": "*i32", "K_LEN": "*i32", "V_START": "*i32", "o_row_stride": "i32",
-           "lse_head_stride": "i32"}
+           "lse_head_stride": "i32", "BLOCK_TABLE": "*i32", "block_table_stride": "i32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
                   D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
-                  HW_ROUND=hw_round, WGMMA_KEY_ORDER=wgmma_key_order, VARLEN=varlen)
+                  HW_ROUND=hw_round, WGMMA_KEY_ORDER=wgmma_key_order, VARLEN=varlen, PAGE=page)
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})
