@@ -1,6 +1,8 @@
 """zyfa's public attention call, FlashAttention-compatible."""
 from __future__ import annotations
 
+import torch
+
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
 from .device import device_arch
@@ -14,7 +16,8 @@ def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale) ->
     return dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                             head_dims=(q.shape[-1], v.shape[-1]), causal=causal,
                             seqlen_q=q.shape[1], seqlen_k=k.shape[1], p_rule=p_rule, ref_rule=ref_rule,
-                            per_token_descales=is_per_token(q_descale) or is_per_token(k_descale))
+                            per_token_descales=is_per_token(q_descale) or is_per_token(k_descale),
+                            int8_qk=q.dtype == torch.int8)
 
 
 def _rules(is_fp8, p_rule, ref_rule, dtype) -> tuple[str, str]:

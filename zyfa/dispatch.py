@@ -29,6 +29,7 @@ class Problem:
     p_rule: str
     ref_rule: str
     per_token_descales: bool = False      # q or k descales per token (FP8)
+    int8_qk: bool = False                 # int8 q and k (INT8 Q.K^T, E4M3 v)
 
 
 @dataclasses.dataclass(frozen=True)

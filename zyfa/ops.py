@@ -23,7 +23,7 @@ def flash_attn_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
     """Run the named backend (already chosen by dispatch.select). Returns (out, lse)."""
     run = dispatch.by_name(backend).run
     kw = dict(softmax_scale=softmax_scale, causal=causal)
-    if q.dtype == torch.float8_e4m3fn:
+    if v.dtype == torch.float8_e4m3fn:                  # FP8 (q, k E4M3 or int8)
         kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_rule=p_rule, ref_rule=ref_rule)
     return run(q, k, v, **kw)
 

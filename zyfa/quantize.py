@@ -237,3 +237,51 @@ def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
         v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=1, keepdim=True))               # (B, 1, Hkv, Dv)
         vd = vd[:, 0].contiguous()
     return FP8Inputs(q8, k8, _transpose_v(v8), qd, kd, vd, v_rot)
+
+
+INT8_MAX = 127
+
+
+def _to_int8(x: torch.Tensor, amax: torch.Tensor):
+    """x / scale rounded half to even to int8 with scale = amax / 127: (int8, descale). A
+    non-finite element becomes 0 and its descale NaN (one per token here), so the rows that
+    see it, and only those, come out NaN."""
+    descale = torch.clamp(amax, min=_TINY) / INT8_MAX
+    codes = torch.round(torch.clamp(x / descale, -INT8_MAX, INT8_MAX))
+    finite = torch.isfinite(x)
+    return torch.where(finite, codes, 0.0).to(torch.int8), descale.float(), finite.all(-1)
+
+
+def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
+                     key_block: int = 128) -> FP8Inputs:
+    """The INT8 Q.K^T mode: q and k to int8, v to E4M3, for flash_attn_func(**x.kwargs()).
+
+    q and k are rotated by the randomized Hadamard matrix of the head dim (``hadamard``; q.k
+    unchanged) after k is smoothed (``smooth_k``; softmax unchanged), then q gets one scale a
+    token (and head) and k one a block of ``key_block`` keys (and kv head), as per-token
+    descales (B, Hq, Sq) and (B, Hkv, Sk); int8's 7 bits against E4M3's 3 are what cut the
+    error of Q.K^T. v is E4M3 with one scale a (batch, kv head), written transposed as
+    quantize_fp8 writes it, not rotated. The kernels' scores are exact integers, so the
+    Triton kernel and the spec agree bit for bit on them. Runs on the Triton kernel and the
+    reference (the generated kernels read E4M3 q and k).
+    """
+    B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, "head", 64, seed)
+    if not isinstance(key_block, int) or isinstance(key_block, bool) or key_block < 1:
+        raise ValueError(f"key_block must be a positive int, got {key_block!r}")
+    qf, kf, vf = q.float(), k.float(), v.float()
+    if smooth_k:
+        kf = kf - smooth_mean(kf)
+    if hadamard:
+        qf, kf = rotate(qf, seed), rotate(kf, seed)
+    q8, qd, q_ok = _to_int8(qf, _finite_abs(qf).amax(-1, keepdim=True))                  # per token
+    Sk = kf.shape[1]
+    pad = (-Sk) % key_block
+    kp = torch.nn.functional.pad(_finite_abs(kf), (0, 0, 0, 0, 0, pad))
+    k_amax = kp.reshape(B, (Sk + pad) // key_block, key_block, Hkv, D).amax(dim=(2, 4))
+    k_amax = k_amax.repeat_interleave(key_block, dim=1)[:, :Sk, :, None]                 # (B, Sk, Hkv, 1)
+    k8, kd, k_ok = _to_int8(kf, k_amax)
+    nan = torch.full((), float("nan"), device=q.device)
+    qd = torch.where(q_ok, qd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hq, Sq)
+    kd = torch.where(k_ok, kd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hkv, Sk)
+    v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=(1, 3))[:, None, :, None])
+    return FP8Inputs(q8, k8, _transpose_v(v8), qd, kd, vd[:, 0, :, 0].contiguous())

@@ -11,6 +11,7 @@ from .spec.shapes import HEAD_DIMS
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 FP8_DTYPE = torch.float8_e4m3fn
+INT8_DTYPE = torch.int8            # q and k in the INT8 Q.K^T mode (v E4M3): zyfa.quantize_int8_qk
 _OTHER_FP8 = tuple(getattr(torch, n) for n in ("float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
                    if hasattr(torch, n))
 
@@ -25,17 +26,20 @@ def _check_tensor(name: str, x) -> None:
     if x.dtype in _OTHER_FP8:
         raise TypeError(f"{name} has dtype {x.dtype}; the only FP8 format supported is "
                         "torch.float8_e4m3fn (OCP E4M3, as Hopper and CDNA4 use)")
-    if x.dtype not in HALF_DTYPES + (FP8_DTYPE,):
+    if x.dtype not in HALF_DTYPES + (FP8_DTYPE, INT8_DTYPE):
         raise TypeError(f"{name} has dtype {x.dtype}; allowed: torch.bfloat16, torch.float16, "
-                        "torch.float8_e4m3fn")
+                        "torch.float8_e4m3fn (and torch.int8 q, k with E4M3 v: zyfa.quantize_int8_qk)")
 
 
 def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) -> bool:
-    """Check all arguments; returns True for FP8 inputs."""
+    """Check all arguments; returns True for FP8 inputs (E4M3 v: q and k E4M3 or int8)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, x)
-    dtypes = {q.dtype, k.dtype, v.dtype}
-    if len(dtypes) != 1:
+    int8_qk = q.dtype == INT8_DTYPE or k.dtype == INT8_DTYPE
+    if int8_qk and not (q.dtype == k.dtype == INT8_DTYPE and v.dtype == FP8_DTYPE):
+        raise TypeError(f"INT8 Q.K^T takes int8 q and k with float8_e4m3fn v (zyfa.quantize_int8_qk), got "
+                        f"q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if not int8_qk and len({q.dtype, k.dtype, v.dtype}) != 1:
         raise TypeError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
     devices = {q.device, k.device, v.device}
     if len(devices) != 1:
@@ -67,7 +71,7 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
     if v.stride(-1) != 1 and v.stride(1) != 1:
         raise ValueError(f"v must have a contiguous last dimension (or, for FP8, contiguous seqlen as "
                          f"zyfa.quantize_fp8 writes it), got strides {v.stride()}")
-    is_fp8 = q.dtype == FP8_DTYPE
+    is_fp8 = v.dtype == FP8_DTYPE
     descales = (("q_descale", q_descale, (B, Hq, Sq)), ("k_descale", k_descale, (B, Hkv, Sk)),
                 ("v_descale", v_descale, (B, Hkv, v.shape[-1])))
     if not is_fp8:
@@ -84,7 +88,10 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
         if d.device != q.device:
             raise ValueError(f"{name} is on {d.device} but q is on {q.device}")
         # values are checked where that costs no device synchronization (CPU tensors, eager); on a
-        # GPU a NaN or Inf descale gives NaN outputs for the heads it scales
-        if d.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(torch.isfinite(d).all()):
+        # GPU a NaN or Inf descale gives NaN outputs for the heads it scales. Per-token descales
+        # may be NaN: that is how quantize_int8_qk carries a non-finite q or k element (int8 has
+        # no NaN), which then reaches the rows that see it and only those
+        if d.device.type == "cpu" and not torch.compiler.is_compiling() and d.dim() < 3 \
+                and not bool(torch.isfinite(d).all()):
             raise ValueError(f"{name} holds NaN or Inf values; descales must be finite")
     return True

@@ -15,7 +15,7 @@ def supports(p) -> tuple[bool, str]:
 
 def run(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
         v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE):
-    if q.dtype == torch.float8_e4m3fn:
+    if v.dtype == torch.float8_e4m3fn:                  # FP8 (q, k E4M3 or int8)
         out, lse = fp8_attention_spec(q, k, v, q_descale, k_descale, v_descale, causal=causal,
                                       softmax_scale=softmax_scale, p_rule=p_rule, ref_rule=ref_rule,
                                       return_lse=True)

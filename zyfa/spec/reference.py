@@ -102,6 +102,11 @@ def dequantize(x8: torch.Tensor, descale: torch.Tensor, kind: str) -> torch.Tens
     return x * descale.double()[:, None, :, :]   # v: (B, Hkv, Dv) per channel
 
 
+def _qk_values(x: torch.Tensor) -> torch.Tensor:
+    """float64 values of E4M3 or int8 q / k."""
+    return x.double() if x.dtype == torch.int8 else e4m3_decode(x.view(torch.uint8))
+
+
 def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
                        causal: bool = True, softmax_scale: float | None = None,
                        p_rule: str = DEFAULT_P_RULE, ref_rule: str = DEFAULT_REF_RULE,
@@ -109,8 +114,9 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
                        fused_fma: bool = True, return_lse: bool = False):
     """The blockwise FP8 algorithm (module docstring), bit for bit in the P bits.
 
-    q/k/v are float8_e4m3fn in FlashAttention layout (v may be a transposed view);
-    descales as flash_attn_func takes them. ``fused_fma=False`` mirrors hardware that
+    q/k/v are float8_e4m3fn in FlashAttention layout (v may be a transposed view), or q and
+    k int8 (the INT8 Q.K^T mode: their dot products are exact integers, which float32 holds
+    for head dims up to 256); descales as flash_attn_func takes them. ``fused_fma=False`` mirrors hardware that
     rounds a*b+c twice (Triton's interpreter). Returns float64 output (and LSE).
     """
     check_rules(p_rule, ref_rule)
@@ -120,8 +126,8 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     qs, ks, vs = normalize_descales(q8, k8, v8, q_descale, k_descale, v_descale)
 
-    qv = e4m3_decode(q8.view(torch.uint8)).permute(0, 2, 1, 3)            # (B, Hq, Sq, D)
-    kv = _expand_kv(e4m3_decode(k8.contiguous().view(torch.uint8)), Hq)   # (B, Hq, Sk, D)
+    qv = _qk_values(q8).permute(0, 2, 1, 3)                               # (B, Hq, Sq, D)
+    kv = _expand_kv(_qk_values(k8.contiguous()), Hq)                      # (B, Hq, Sk, D)
     vv, bad_keys = confined_values(_expand_kv(e4m3_decode(v8.contiguous().view(torch.uint8)), Hq))
     group = Hq // Hkv
     # c, the factor from raw dot products to the log2 domain, in float32 as the kernels form it

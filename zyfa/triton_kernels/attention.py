@@ -80,7 +80,8 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
                  REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, WGMMA_KEY_ORDER: tl.constexpr):
+                 UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, WGMMA_KEY_ORDER: tl.constexpr,
+                 QK_INT8: tl.constexpr):
     """One key block of the online softmax; returns the updated (total, l_sum, A).
 
     Loads go through tensor descriptors (TMA on Hopper): rows past the tensor read as zeros;
@@ -91,10 +92,17 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
     """
     cols = start_n + offs_n
     k = k_desc.load([tb, k_off + start_n, kvh, 0]).reshape(BLOCK_N, D)
-    s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
-    if D_TAIL > 0:
-        k_tail = k_tail_desc.load([tb, k_off + start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
-        s = _dot(q_tail, k_tail.T, s, UPCAST_DOT)
+    if QK_INT8:                    # exact integers (|S| < 2^22 for head dims <= 256): exact in float32
+        s = tl.dot(q, k.T, out_dtype=tl.int32)
+        if D_TAIL > 0:
+            k_tail = k_tail_desc.load([tb, k_off + start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
+            s = tl.dot(q_tail, k_tail.T, acc=s, out_dtype=tl.int32)
+        s = s.to(tl.float32)
+    else:
+        s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
+        if D_TAIL > 0:
+            k_tail = k_tail_desc.load([tb, k_off + start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
+            s = _dot(q_tail, k_tail.T, s, UPCAST_DOT)
     # c: raw dot products to the log2 domain (FP8: the spec's c, per row or per row and key)
     if PER_TOKEN_QK:
         kd = tl.load(kd_ptrs + cols, mask=cols < Sk, other=0.0)
@@ -105,7 +113,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         valid = cols[None, :] < Sk
         if CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None] + (Sk - Sq))
-    if IS_FP8 and not PER_TOKEN_QK:
+    if IS_FP8 and not PER_TOKEN_QK and not QK_INT8:
         # FP8 with one c > 0 for the row (Q's signs flipped otherwise): rounding is
         # monotone, so max(S c) = max(S) c bit for bit, without a multiply a score (+4% on
         # the H200; BF16, which needs t for exp2 anyway, measured 2% slower this way)
@@ -194,7 +202,8 @@ def attention_fwd_kernel(
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False,
-        WGMMA_KEY_ORDER: tl.constexpr = False, VARLEN: tl.constexpr = False, PAGE: tl.constexpr = 0):
+        WGMMA_KEY_ORDER: tl.constexpr = False, VARLEN: tl.constexpr = False, PAGE: tl.constexpr = 0,
+        QK_INT8: tl.constexpr = False):
     """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
     blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8.
 
@@ -202,6 +211,7 @@ def attention_fwd_kernel(
     queries start at CU_Q[b] (CU_Q[b + 1] - CU_Q[b] of them), its keys at K_START[b] (K_LEN[b]
     of them) in K and at V_START[b] in V; O (total_q, Hq, DV) with row stride o_row_stride and LSE (Hq, total_q) are
     written through masked pointers (a tile's rows past its sequence belong to the next).
+    QK_INT8 (with IS_FP8): q and k are int8, their dot products int32 (the INT8 Q.K^T mode).
     PAGE > 0 (with VARLEN): K/V are a paged cache of PAGE-key pages, sequence b's in row b of
     BLOCK_TABLE (row stride block_table_stride); PAGE is a multiple of BLOCK_N."""
     # query tiles vary fastest: the programs running together share one head's K/V in L2
@@ -246,10 +256,11 @@ def attention_fwd_kernel(
         kd_ptrs = KD + (b * Hkv + kvh) * Sk
     elif IS_FP8:
         scale = tl.load(QD + b * Hkv + kvh) * tl.load(KD + b * Hkv + kvh) * qk_scale_log2
-        if scale < 0:                   # a negative descale: S -> -S exactly, c -> -c, y unchanged
-            q = _negated(q)
-            q_tail = _negated(q_tail)
-            scale = -scale
+        if not QK_INT8:                 # (int8 S takes t = S c: a negative c needs nothing)
+            if scale < 0:               # a negative descale: S -> -S exactly, c -> -c, y unchanged
+                q = _negated(q)
+                q_tail = _negated(q_tail)
+                scale = -scale
         row_fac = tl.zeros([BLOCK_M], tl.float32) + scale
         kd_ptrs = KD
     else:
@@ -268,14 +279,14 @@ def attention_fwd_kernel(
                                        kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
                                        D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
-                                       WGMMA_KEY_ORDER)
+                                       WGMMA_KEY_ORDER, QK_INT8)
     for start_n in range(band_start, band_end, BLOCK_N):
         v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, table, PAGE, IS_FP8)
         total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                        kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
                                        IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
                                        D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
-                                       WGMMA_KEY_ORDER)
+                                       WGMMA_KEY_ORDER, QK_INT8)
 
     # epilogue
     out = total / l_sum[:, None]

@@ -127,7 +127,8 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     out_shape, lse_shape, total_q = (B, Sq, Hq, Dv), (B, Hq, Sq), Sq
     if packed is not None:                 # the grid, tiles and descales go by the sequences
         B, Sq, Sk = packed.batch, packed.max_seqlen_q, packed.max_seqlen_k
-    is_fp8 = q.dtype == torch.float8_e4m3fn
+    is_fp8 = v.dtype == torch.float8_e4m3fn           # E4M3 P.V; q and k E4M3 or int8
+    qk_int8 = q.dtype == torch.int8
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     out_type = out_dtype(q.dtype)
     # Triton's interpreter truncates float32 -> bf16 and multiplies bf16 as raw bits:
@@ -137,7 +138,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     q, k = tma_ready(q), tma_ready(k)
     key_order = is_fp8 and (wgmma_key_order(q.device, Sk, Hq // Hkv, D) if permute_keys is None else permute_keys)
-    key_order = key_order and packed is None        # a sequence's keys need not start a group of 16
+    key_order = key_order and packed is None and not qk_int8    # a sequence's keys need not start a group of 16
     if is_fp8:
         qd, kd, vd, per_token = _descale_args(q, k, v, q_descale, k_descale, v_descale, B)
         v = transposed_v(v, key_order)
@@ -172,6 +173,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
             REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
             HW_ROUND=hw, WGMMA_KEY_ORDER=key_order, VARLEN=packed is not None, PAGE=packed.page_size if paged else 0,
+            QK_INT8=qk_int8,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     if config is None:

@@ -21,17 +21,19 @@ TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950
 def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
                       head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
-                      hw_round: bool = False, wgmma_key_order: bool = False, varlen: bool = False, page: int = 0):
+                      hw_round: bool = False, wgmma_key_order: bool = False, varlen: bool = False, page: int = 0,
+                      qk_int8: bool = False):
     el = "fp8e4nv" if fp8 else "bf16"
+    qk_el = "i8" if qk_int8 else el
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
 
     def desc(dtype, block):
         return f"tensordesc<{dtype}[{', '.join(str(b) for b in block)}]>"
 
-    sig = {"q_desc": desc(el, [1, block_m, 1, d_main]),
-           "q_tail_desc": desc(el, [1, block_m, 1, d_tail or d_main]),
-           "k_desc": desc(el, [1, block_n, 1, d_main]),
-           "k_tail_desc": desc(el, [1, block_n, 1, d_tail or d_main]),
+    sig = {"q_desc": desc(qk_el, [1, block_m, 1, d_main]),
+           "q_tail_desc": desc(qk_el, [1, block_m, 1, d_tail or d_main]),
+           "k_desc": desc(qk_el, [1, block_n, 1, d_main]),
+           "k_tail_desc": desc(qk_el, [1, block_n, 1, d_tail or d_main]),
            "v_desc": desc(el, [1, 1, head_dim_v, block_n] if fp8 else [1, block_n, 1, head_dim_v]),
            "o_desc": desc("bf16", [1, block_m, 1, head_dim_v]),
            "LSE": "*fp32", "QD": "*fp32", "KD": "*fp32", "VD": "*fp32",
@@ -40,7 +42,7 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "lse_head_stride": "i32", "BLOCK_TABLE": "*i32", "block_table_stride": "i32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
                   D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
-                  HW_ROUND=hw_round, WGMMA_KEY_ORDER=wgmma_key_order, VARLEN=varlen, PAGE=page)
+                  HW_ROUND=hw_round, WGMMA_KEY_ORDER=wgmma_key_order, VARLEN=varlen, PAGE=page, QK_INT8=qk_int8)
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})
