@@ -88,10 +88,11 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
         if d.device != q.device:
             raise ValueError(f"{name} is on {d.device} but q is on {q.device}")
         # values are checked where that costs no device synchronization (CPU tensors, eager); on a
-        # GPU a NaN or Inf descale gives NaN outputs for the heads it scales. Per-token descales
-        # may be NaN: that is how quantize_int8_qk carries a non-finite q or k element (int8 has
-        # no NaN), which then reaches the rows that see it and only those
-        if d.device.type == "cpu" and not torch.compiler.is_compiling() and d.dim() < 3 \
+        # GPU a NaN or Inf descale gives NaN outputs for the heads it scales. With int8 q and k,
+        # per-token descales may be NaN: that is how quantize_int8_qk carries a non-finite q or k
+        # element (int8 has no NaN), which then reaches the rows that see it and only those
+        carries_nan = int8_qk and d.dim() == 3
+        if d.device.type == "cpu" and not torch.compiler.is_compiling() and not carries_nan \
                 and not bool(torch.isfinite(d).all()):
             raise ValueError(f"{name} holds NaN or Inf values; descales must be finite")
     return True
