@@ -88,3 +88,19 @@ def test_checks():
     # a coarse descale must still be finite (CPU tensors), a per-token one may carry NaN
     with pytest.raises(ValueError, match="v_descale holds NaN"):
         zyfa.flash_attn_func(**{**x.kwargs(), "v_descale": x.v_descale * float("nan")})
+
+
+def test_scales_map_each_token_and_key_block_to_the_int8_range():
+    """q: each token's (and head's) largest |value| becomes 127; k: each 128-key block's (and kv
+    head's); dequantized, both stay within half a step of the rotated, smoothed inputs."""
+    q, k, v = _bf16("realistic", 300, 4, 2, 64)
+    x = zyfa.quantize_int8_qk(q, k, v)
+    assert (x.q.abs().amax(-1) == 127).all()
+    k_blocks = torch.nn.functional.pad(x.k.abs().amax(-1), (0, 0, 0, 84)).reshape(1, 3, 128, 2).amax(2)
+    assert (k_blocks == 127).all()
+    from zyfa.quantize import rotate, smooth_mean
+    qf, kf = rotate(q.float(), 0), rotate((k.float() - smooth_mean(k.float())), 0)
+    dq = x.q.double() * x.q_descale.permute(0, 2, 1)[..., None].double()
+    dk = x.k.double() * x.k_descale.permute(0, 2, 1)[..., None].double()
+    assert ((dq - qf.double()).abs() <= 0.5 * x.q_descale.permute(0, 2, 1)[..., None].double() + 1e-7).all()
+    assert ((dk - kf.double()).abs() <= 0.5 * x.k_descale.permute(0, 2, 1)[..., None].double() + 1e-7).all()
