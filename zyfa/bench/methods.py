@@ -14,7 +14,7 @@ import torch
 
 import zyfa
 from zyfa.spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, P_RULES
-from zyfa.quantize import FP8Inputs, quantize_fp8
+from zyfa.quantize import FP8Inputs, quantize_fp8, quantize_int8_qk
 from zyfa.spec.reference import attention_fp64
 
 from .cases import Case
@@ -33,8 +33,11 @@ class Inputs:
         return self.case.softmax_scale or 1.0 / math.sqrt(self.case.D)
 
     def fp8(self, granularity: str) -> FP8Inputs:
+        """The quantized inputs a method reads: quantize_fp8's at a granularity, or "int8qk"
+        (quantize_int8_qk: int8 q and k, E4M3 v)."""
         if granularity not in self._fp8:
-            self._fp8[granularity] = quantize_fp8(self.q, self.k, self.v, granularity=granularity)
+            self._fp8[granularity] = (quantize_int8_qk(self.q, self.k, self.v) if granularity == "int8qk" else
+                                      quantize_fp8(self.q, self.k, self.v, granularity=granularity))
         return self._fp8[granularity]
 
     def ref_rows(self) -> slice:
@@ -124,9 +127,9 @@ def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None):
     return unsupported
 
 
-def _zyfa_fp8(rule, backend):
+def _zyfa_fp8(rule, backend, quant="head"):
     def build(inp: Inputs):
-        x = inp.fp8("head")
+        x = inp.fp8(quant)
         return lambda: zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal,
                                             p_rule=rule, return_lse=True, backend=backend)
     return build
@@ -314,6 +317,9 @@ def all_methods(backend: str = "triton") -> list[Method]:
                       unsupported=_zyfa_unsupported(backend, False, None)))
     out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _gpu_missing, p_rule=r,
                    unsupported=_zyfa_unsupported("ptx", True, r)) for r in P_RULES]
+    # INT8 Q.K^T (E4M3 P.V): the Triton kernel; label zyfa-int8qk
+    out.append(Method("zyfa", "triton", "int8qk", "int8qk", _zyfa_fp8(None, "triton", "int8qk"), zm,
+                      unsupported=_zyfa_unsupported("triton", True, None)))
     out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_fp8_quantize, zm, with_quantize=True,
                       unsupported=_zyfa_unsupported("auto", True, None)))
     out += [Method("zyfa", "auto", "fp8", "head", _zyfa_varlen("fp8"), zm, varlen=True),
