@@ -273,20 +273,16 @@ def attention_fwd_kernel(
 
     band_start, band_end = block_bounds(start_m, Sq, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     table = BLOCK_TABLE + b * block_table_stride
-    for start_n in range(0, band_start, BLOCK_N):
-        v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, table, PAGE, IS_FP8)
-        total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
-                                       kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
-                                       IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, False,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
-                                       WGMMA_KEY_ORDER, QK_INT8)
-    for start_n in range(band_start, band_end, BLOCK_N):
-        v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, table, PAGE, IS_FP8)
-        total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
-                                       kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
-                                       IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, True,
-                                       D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
-                                       WGMMA_KEY_ORDER, QK_INT8)
+    for masked in tl.static_range(2):         # the unmasked blocks, then the masked band
+        lo = band_start if masked else 0
+        hi = band_end if masked else band_start
+        for start_n in range(lo, hi, BLOCK_N):
+            v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, table, PAGE, IS_FP8)
+            total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
+                                           kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
+                                           IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, masked == 1,
+                                           D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
+                                           WGMMA_KEY_ORDER, QK_INT8)
 
     # epilogue
     out = total / l_sum[:, None]
