@@ -18,9 +18,7 @@ import dataclasses
 
 import torch
 
-from .spec.constants import E4M3_MAX
-
-_TINY = 1e-12
+from .spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX
 
 
 @dataclasses.dataclass
@@ -114,9 +112,10 @@ def smooth_mean(kf: torch.Tensor) -> torch.Tensor:
     return (total / finite.sum(dim=1, keepdim=True).clamp(min=1)).float()
 
 
-def descale_of(amax: torch.Tensor) -> torch.Tensor:
-    """The descale of a finite amax: amax / 448, at least 1e-12 / 448."""
-    return torch.clamp(amax, min=_TINY) / E4M3_MAX
+def descale_of(amax: torch.Tensor, top: float = E4M3_MAX) -> torch.Tensor:
+    """The descale of a finite amax: amax / top (the format's largest code), at least
+    AMAX_FLOOR / top."""
+    return torch.clamp(amax, min=AMAX_FLOOR) / top
 
 
 def _finite_abs(x: torch.Tensor) -> torch.Tensor:
@@ -134,14 +133,19 @@ def _to_e4m3(x: torch.Tensor, amax: torch.Tensor):
     return scaled.to(torch.float8_e4m3fn), descale.float()
 
 
-def _per_token_blocks(x: torch.Tensor, block: int):
-    """(B, S, H, D) -> fp8 and per-token descale (B, H, S) with one scale per block of tokens."""
+def _block_amax(x: torch.Tensor, block: int) -> torch.Tensor:
+    """(B, S, H, D) -> the finite amax of each block of ``block`` tokens (and head), repeated
+    for each of its tokens: (B, S, H)."""
     B, S, H, D = x.shape
     pad = (-S) % block
-    xp = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad))
-    amax = _finite_abs(xp).reshape(B, (S + pad) // block, block, H, D).amax(dim=(2, 4))   # (B, nb, H)
-    amax = amax.repeat_interleave(block, dim=1)[:, :S]                            # (B, S, H)
-    x8, d = _to_e4m3(x, amax[..., None])
+    xp = torch.nn.functional.pad(_finite_abs(x), (0, 0, 0, 0, 0, pad))
+    amax = xp.reshape(B, (S + pad) // block, block, H, D).amax(dim=(2, 4))        # (B, nb, H)
+    return amax.repeat_interleave(block, dim=1)[:, :S]
+
+
+def _per_token_blocks(x: torch.Tensor, block: int):
+    """(B, S, H, D) -> fp8 and per-token descale (B, H, S) with one scale per block of tokens."""
+    x8, d = _to_e4m3(x, _block_amax(x, block)[..., None])
     return x8, d[..., 0].permute(0, 2, 1).contiguous()
 
 
@@ -239,14 +243,11 @@ def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
     return FP8Inputs(q8, k8, _transpose_v(v8), qd, kd, vd, v_rot)
 
 
-INT8_MAX = 127
-
-
 def _to_int8(x: torch.Tensor, amax: torch.Tensor):
     """x / scale rounded half to even to int8 with scale = amax / 127: (int8, descale). A
     non-finite element becomes 0 and its descale NaN (one per token here), so the rows that
     see it, and only those, come out NaN."""
-    descale = torch.clamp(amax, min=_TINY) / INT8_MAX
+    descale = descale_of(amax, INT8_MAX)
     codes = torch.round(torch.clamp(x / descale, -INT8_MAX, INT8_MAX))
     finite = torch.isfinite(x)
     return torch.where(finite, codes, 0.0).to(torch.int8), descale.float(), finite.all(-1)
@@ -274,12 +275,7 @@ def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed
     if hadamard:
         qf, kf = rotate(qf, seed), rotate(kf, seed)
     q8, qd, q_ok = _to_int8(qf, _finite_abs(qf).amax(-1, keepdim=True))                  # per token
-    Sk = kf.shape[1]
-    pad = (-Sk) % key_block
-    kp = torch.nn.functional.pad(_finite_abs(kf), (0, 0, 0, 0, 0, pad))
-    k_amax = kp.reshape(B, (Sk + pad) // key_block, key_block, Hkv, D).amax(dim=(2, 4))
-    k_amax = k_amax.repeat_interleave(key_block, dim=1)[:, :Sk, :, None]                 # (B, Sk, Hkv, 1)
-    k8, kd, k_ok = _to_int8(kf, k_amax)
+    k8, kd, k_ok = _to_int8(kf, _block_amax(kf, key_block)[..., None])                   # per key block
     nan = torch.full((), float("nan"), device=q.device)
     qd = torch.where(q_ok, qd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hq, Sq)
     kd = torch.where(k_ok, kd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hkv, Sk)

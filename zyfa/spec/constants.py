@@ -4,6 +4,8 @@ logarithm constants. Defined here once; kernels and generators read them from he
 from __future__ import annotations
 
 E4M3_MAX = 448.0             # largest finite E4M3fn value (bits 0x7E)
+INT8_MAX = 127               # the INT8 Q.K^T mode's largest code
+AMAX_FLOOR = 1e-12           # a quantizer's amax floor: an all-zero head still gets a finite scale
 P_OFFSET_LOG2 = 8            # P is stored as 2^(y + 8): a block's largest value lands on 256
 P_ONE_BITS = 120             # E4M3 bits of 2^8 (exponent 15, mantissa 0)
 Y_FLOOR = -15.0              # clamp for y: 8 * Y_FLOOR + 120 == 0, so lean codes are >= 0

@@ -26,8 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..quantize import _TINY, FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
-from ..spec.constants import E4M3_MAX, MAGIC, MAGIC_BITS
+from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
+from ..spec.constants import AMAX_FLOOR, E4M3_MAX, MAGIC, MAGIC_BITS
 
 _MODE_SUM: tl.constexpr = tl.constexpr(0)       # per-channel float64 sums and counts of finite k
 _MODE_AMAX: tl.constexpr = tl.constexpr(1)      # finite amax of the transformed values
@@ -35,7 +35,7 @@ _MODE_QUANT: tl.constexpr = tl.constexpr(2)     # E4M3 codes written
 _MAG: tl.constexpr = tl.constexpr(MAGIC)
 _MAG_BITS: tl.constexpr = tl.constexpr(MAGIC_BITS)
 _SAT: tl.constexpr = tl.constexpr(E4M3_MAX)
-_TINY_AMAX: tl.constexpr = tl.constexpr(_TINY)
+_AMAX_FLOOR: tl.constexpr = tl.constexpr(AMAX_FLOOR)
 BLOCK_S = 32
 
 
@@ -85,7 +85,7 @@ def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
         hscale = tl.load(scale_ptr)
     if MODE == _MODE_QUANT:                 # quantize_fp8's descale_of: max(amax, 1e-12) / 448
         amax_bits = tl.load(amax_ptr + slot)
-        descale = tl.math.div_rn(tl.maximum(amax_bits.to(tl.float32, bitcast=True), _TINY_AMAX), _SAT)
+        descale = tl.math.div_rn(tl.maximum(amax_bits.to(tl.float32, bitcast=True), _AMAX_FLOOR), _SAT)
         if (tile == 0) & (slot == pid):     # one program a slot writes it
             tl.store(descale_ptr + slot, descale)
     amax = tl.zeros((BS,), tl.float32)
