@@ -191,10 +191,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError("q is empty (total_q 0); at least one sequence needs queries")
 
     p_rule, ref_rule = api._rules(is_fp8, p_rule, ref_rule, q.dtype)
-    fused = _one_launch(q, k, v, q_lens, k_lens, where, softmax_scale, causal, descales, backend, p_rule,
-                        ref_rule, is_fp8, block_table)
+    fused = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale,
+                        causal, descales, backend, p_rule, ref_rule, is_fp8, block_table)
     if fused is not None:
         return fused if return_lse else fused[0]
+    rules = {"p_rule": p_rule, "ref_rule": ref_rule} if is_fp8 else {}
     outs, lses, q_start = [], [], 0
     for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
         q_start += sq
@@ -205,20 +206,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         else:
             ks, vs = (x.index_select(0, where[i]).flatten(0, 1)[:sk].unsqueeze(0) for x in (k, v))
         out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=softmax_scale,
-                                       causal=causal, return_lse=True, backend=backend,
-                                       **({"p_rule": p_rule, "ref_rule": ref_rule} if is_fp8 else {}), **{n: _descale_for(d, i) for n, d in descales.items()})
+                                       causal=causal, return_lse=True, backend=backend, **rules,
+                                       **{n: _descale_for(d, i) for n, d in descales.items()})
         outs.append(out[0])
         lses.append(lse[0])
     out = torch.cat(outs, 0)
     return (out, torch.cat(lses, 1)) if return_lse else out
 
 
-def _one_launch(q, k, v, q_lens, k_lens, starts, softmax_scale, causal, descales, backend, p_rule, ref_rule,
-                is_fp8, block_table=None):
+def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
+                descales, backend, p_rule, ref_rule, is_fp8, block_table=None):
     """(out, lse) from one launch of the Triton kernel over the packed batch, or None when the
     backend chosen for the longest sequence is another one (with "auto": unless that is a
     generated kernel and the sequences are short, SHORT_MEAN_QUERIES), or a paged cache's
-    layout does not suit the kernel (_pages_fit)."""
+    layout does not suit the kernel (_pages_fit). The kernel reads the caller's (validated)
+    index tensors."""
     problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
@@ -233,27 +235,24 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, softmax_scale, causal, descales
         tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
         if not _pages_fit(k, v, is_fp8, tile.block_n):
             return None
-    cu_q = [0]
-    for n in q_lens:
-        cu_q.append(cu_q[-1] + n)
-
-    def ints(x):
-        return torch.tensor(x, dtype=torch.int32, device=q.device)
+    dev = q.device
+    cu_q = cu_seqlens_q.to(dev)
+    k_len = seqused_k.to(dev) if seqused_k is not None else cu_seqlens_k.diff().to(dev)
     if block_table is not None:                  # the pools; each sequence's keys from its pages
-        page = k.shape[1]
-        zeros = [0] * len(q_lens)
-        packed = Packed(ints(cu_q), ints(zeros), ints(zeros), ints(k_lens), max(q_lens), max(k_lens),
-                        block_table, page)
+        zeros = torch.zeros(len(q_lens), dtype=torch.int32, device=dev)
+        packed = Packed(cu_q, zeros, zeros, k_len, max(q_lens), max(k_lens), block_table.to(dev), k.shape[1])
         k = k.reshape(1, -1, *k.shape[2:])
         v = v if is_fp8 else v.reshape(1, -1, *v.shape[2:])
     else:
-        v_starts = starts
+        k_start = cu_seqlens_k[:-1].to(dev)
+        v_start = k_start
         if is_fp8:
             v, v_starts = packed_vt(v, starts, k_lens)
+            v_start = torch.tensor(v_starts, dtype=torch.int32, device=dev)
         else:
             v = v.unsqueeze(0)
         k = k.unsqueeze(0)
-        packed = Packed(ints(cu_q), ints(starts), ints(v_starts), ints(k_lens), max(q_lens), max(k_lens))
+        packed = Packed(cu_q, k_start, v_start, k_len, max(q_lens), max(k_lens))
     scale = None if softmax_scale is None else float(softmax_scale)
     out, lse = triton_attention(q.unsqueeze(0), k, v, scale, causal, **descales, p_rule=p_rule, ref_rule=ref_rule,
                                 config=tile, packed=packed)

@@ -209,8 +209,9 @@ def attention_fwd_kernel(
 
     VARLEN: a packed batch. The descriptors view the packed tensors as batch 1; sequence b's
     queries start at CU_Q[b] (CU_Q[b + 1] - CU_Q[b] of them), its keys at K_START[b] (K_LEN[b]
-    of them) in K and at V_START[b] in V; O (total_q, Hq, DV) with row stride o_row_stride and LSE (Hq, total_q) are
-    written through masked pointers (a tile's rows past its sequence belong to the next).
+    of them) in K and at V_START[b] in V; O (total_q, Hq, DV) with row stride o_row_stride and
+    LSE (Hq, total_q) are written through masked pointers (a tile's rows past its sequence
+    belong to the next). Per-token descales are not packed (flash_attn_varlen_func refuses them).
     QK_INT8 (with IS_FP8): q and k are int8, their dot products int32 (the INT8 Q.K^T mode).
     PAGE > 0 (with VARLEN): K/V are a paged cache of PAGE-key pages, sequence b's in row b of
     BLOCK_TABLE (row stride block_table_stride); PAGE is a multiple of BLOCK_N."""
