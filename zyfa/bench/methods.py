@@ -317,6 +317,9 @@ def all_methods(backend: str = "triton") -> list[Method]:
                       unsupported=_zyfa_unsupported(backend, False, None)))
     out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _gpu_missing, p_rule=r,
                    unsupported=_zyfa_unsupported("ptx", True, r)) for r in P_RULES]
+    # BF16: the generated kernel, and the default path (the dispatcher's choice per shape)
+    out += [Method("zyfa", b, "bf16", None, _zyfa_bf16(b), _gpu_missing if b == "ptx" else zm,
+                   unsupported=_zyfa_unsupported(b, False, None)) for b in ("ptx", "auto")]
     # INT8 Q.K^T (E4M3 P.V): the Triton kernel; label zyfa-int8qk
     out.append(Method("zyfa", "triton", "int8qk", "int8qk", _zyfa_fp8(None, "triton", "int8qk"), zm,
                       unsupported=_zyfa_unsupported("triton", True, None)))

@@ -2,7 +2,7 @@
 192/128): the whole algorithm of ``zyfa.spec.reference.fp8_attention_spec``. This module is the
 entry point (attention_kernel); the head dims pick the schedule (layout.layout_for):
 serial.py (one warpgroup a CTA) for Dqk 128, specialized.py (a producer warpgroup and two
-consumers) for Dqk 192.
+consumers) for Dqk 192 and for 16-bit inputs (attention_kernel_16, whose block step is bf16.py's).
 
   layout.py     tile sizes, the shared-memory layout, kernel names and parameters
   cta.py        what a CTA knows (typed records) and the prologue that sets it up
@@ -22,12 +22,15 @@ from .layout import (  # noqa: F401
     ACC,
     BLOCK_M,
     BLOCK_N,
+    COLUMN_TILE,
     HEAD_DIM,
     HEAD_DIMS,
+    HEAD_DIMS_16,
     PARAMS,
     REGISTER_BUDGET,
     TAIL,
     kernel_name,
+    kernel_name_16,
     layout_for,
 )
 from .lean_p import HMMA_RULES, PTX_RULES  # noqa: F401
@@ -68,3 +71,23 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
         return name, module(name, PARAMS, prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
     emit_serial(prog, rule, causal, layout)
     return name, module(name, PARAMS, prog, arch, shared)
+
+
+def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEAD_DIM, dv: int = HEAD_DIM,
+                        arch: str = "sm_90a") -> tuple[str, str]:
+    """(name, PTX) of the 16-bit attention kernel (``dtype`` "bf16" or "f16"; head dims in
+    HEAD_DIMS_16), FlashAttention's online softmax (bf16.py). Parameters as attention_kernel's,
+    read as bytes: maps of q (B, Sq, Hq, 2 Dqk), k and v (B, Sk, Hkv, 2 D) with boxes of 64 / 128
+    rows of 128 bytes; out (B, Sq, Hq, Dv) in the input type; lse (B, Hq, Sq) float32; fac (B,
+    Hkv) float32 = softmax_scale * log2(e); vd_ptr and the tail maps unused. Launch:
+    layout_for(dqk, dtype, dv)'s threads and shared_bytes; grid (ceil(Sq / 128) * B * Hq,)."""
+    if (dqk, dv) not in HEAD_DIMS_16:
+        raise ValueError(f"the generated 16-bit kernel takes head dims {HEAD_DIMS_16}, got ({dqk}, {dv})")
+    if dtype not in ("bf16", "f16"):
+        raise ValueError(f"the generated 16-bit kernel takes bf16 or f16, got {dtype!r}")
+    layout = layout_for(dqk, dtype, dv)
+    name = kernel_name_16(dtype, causal, dqk, dv)
+    prog = program()
+    shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
+    emit_specialized(prog, None, causal, layout)
+    return name, module(name, PARAMS, prog, arch, shared, f".maxnreg {MAX_REGISTERS}")

@@ -16,7 +16,7 @@ from ...spec.constants import NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import p_sources
-from .layout import ACC, BLOCK_N, HEAD_DIM, KV_BYTES, Q_BYTES, TAIL, acc_column, acc_row_half
+from .layout import ACC, BLOCK_M, BLOCK_N, acc_column, acc_row_half
 from .lean_p import (
     HMMA_RULES,
     emit_p_code,
@@ -59,25 +59,30 @@ def emit_scores(prog: Program, c: Cta, q_tile: Reg, dq: Reg, j: Reg, s: list[Reg
     """Wait for key block ``j``'s stage (unless the caller did), then issue S = Q K^T into
     ``s`` from the Q tile(s) at ``q_tile`` (descriptor ``dq``); committed, not waited."""
     emit = prog.emit
+    layout = c.layout
     k_tile, _, bar, phase = stage(prog, c, j)
     if wait:
         emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
-    tiles = [(dq, emit_descriptor(prog, k_tile), HEAD_DIM)]
-    if c.layout.dqk > HEAD_DIM:                            # the tail tiles: Q_BYTES / KV_BYTES on
-        q_tail, k_tail = prog.reg("u32"), prog.reg("u32")
-        emit("add.u32", q_tail, q_tile, Q_BYTES)
-        emit("add.u32", k_tail, k_tile, KV_BYTES)
-        tiles.append((emit_descriptor(prog, q_tail, TAIL), emit_descriptor(prog, k_tail, TAIL), TAIL))
+    tiles = []
+    for col, width in layout.qk_tiles:                     # column tile col: BLOCK_M / BLOCK_N x col on
+        if col == 0:
+            tiles.append((dq, emit_descriptor(prog, k_tile), width))
+            continue
+        q_col, k_col = prog.reg("u32"), prog.reg("u32")
+        emit("add.u32", q_col, q_tile, BLOCK_M * col)
+        emit("add.u32", k_col, k_tile, BLOCK_N * col)
+        tiles.append((emit_descriptor(prog, q_col, width), emit_descriptor(prog, k_col, width), width))
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
+    op = "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8 else f"wgmma.m64n128k16.{layout.dtype}.ss"
     emit("wgmma.fence")
     first = True
     for dq_t, dk_t, width in tiles:
-        for step in range(width // 32):                    # 32 columns: 2 descriptor units
+        for step in range(width // 32):                    # 32 bytes of K: 2 descriptor units
             ak, bk = prog.regs("u64", 2)
             emit("add.u64", ak, dq_t, 2 * step)
             emit("add.u64", bk, dk_t, 2 * step)
-            emit("wgmma.m64n128k32.e4m3.ss", s_list, ak, bk, 0 if first else c.accumulate)
+            emit(op, s_list, ak, bk, 0 if first else c.accumulate)
             first = False
     emit("wgmma.commit")
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 import dataclasses
 
 from ..program import Program, Reg
-from .layout import BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
+from .layout import BLOCK_M, BLOCK_N, COLUMN_TILE, HEAD_DIM, THREADS, Layout
 from .target import f32
 
 
 @dataclasses.dataclass(frozen=True)
 class Params:
     """The kernel parameters (layout.PARAMS) in registers."""
-    maps: dict[str, Reg]    # generic addresses of the TMA maps, by parameter name (tail maps: Dqk 192)
+    maps: dict[str, Reg]    # generic addresses of the TMA maps, by parameter name (tail maps: E4M3 Dqk 192)
     out: Reg                # out (B, Sq, Hq, 128) BF16
     lse: Reg                # lse (B, Hq, Sq) float32
     fac_ptr: Reg            # fac (B, Hkv) float32: the log2-domain score factor c
-    vd_ptr: Reg             # v_descale (B, Hkv, 128) float32
+    vd_ptr: Reg             # v_descale (B, Hkv, 128) float32 (E4M3)
     seqlen_q: Reg
     seqlen_k: Reg
     heads: Reg
@@ -117,7 +117,8 @@ def emit_params(prog: Program, layout: Layout) -> Params:
     emit = prog.emit
     tmp64 = prog.reg("u64")
     maps = {}
-    for name in ("q_map", "k_map", "vt_map") + (("q_tail_map", "k_tail_map") if layout.dqk > HEAD_DIM else ()):
+    tails = any(width != COLUMN_TILE for _, width in layout.qk_tiles)
+    for name in ("q_map", "k_map", "v_map") + (("q_tail_map", "k_tail_map") if tails else ()):
         maps[name] = prog.reg("u64")
         emit("mov.b64", tmp64, name)
         emit("cvta.param.u64", maps[name], tmp64)

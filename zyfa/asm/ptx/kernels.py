@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from ...spec.constants import LOG2E
 from ...spec.rules import DEFAULT_P_RULE
 from ...spec.descales import head_factor, per_channel_v_descale
 from ...spec.key_order import hopper_vt
@@ -20,6 +21,43 @@ from .loader import Kernel, tensor_map
 def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int) -> Kernel:
     name, ptx = attn.attention_kernel(rule, causal, dqk, arch)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), attn.layout_for(dqk).shared_bytes)
+
+
+@functools.cache
+def _attention_16(dtype: str, causal: bool, dqk: int, dv: int, arch: str, device: int) -> Kernel:
+    name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
+                  attn.layout_for(dqk, dtype, dv).shared_bytes)
+
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def attention_16(q, k, v, softmax_scale=None, causal=True):
+    """BF16 / FP16 attention with head dims in attn.HEAD_DIMS_16 by the generated sm_90a
+    kernel; inputs validated by flash_attn_func. Returns (out in the input type, lse float32)."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    if (D, Dv) not in attn.HEAD_DIMS_16 or q.dtype not in DTYPE_NAMES:
+        raise ValueError(f"the generated 16-bit kernel takes head dims {attn.HEAD_DIMS_16} in bf16 / fp16, "
+                         f"got ({D}, {Dv}) {q.dtype}")
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    dev = q.device
+    dtype = DTYPE_NAMES[q.dtype]
+    fac = torch.full((B, Hkv), scale * LOG2E, dtype=torch.float32, device=dev)
+    q8, k8, v8 = (tma_ready(x).view(torch.uint8) for x in (q, k, v))
+    out = torch.empty(B, Sq, Hq, Dv, dtype=q.dtype, device=dev)
+    lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
+    col = attn.COLUMN_TILE                    # every tile is 128 bytes wide: no tail maps (passed again, unused)
+    q_map, k_map = tensor_map(q8, (1, attn.BLOCK_M, 1, col)), tensor_map(k8, (1, attn.BLOCK_N, 1, col))
+    maps = [q_map, k_map, tensor_map(v8, (1, attn.BLOCK_N, 1, col)), q_map, k_map]
+    ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
+    sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
+    layout = attn.layout_for(D, dtype, Dv)
+    kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a",
+                           dev.index if dev.index is not None else torch.cuda.current_device())
+    kernel((-(-Sq // (2 * attn.BLOCK_M)) * B * Hq,), (layout.threads,), maps + ptrs + sizes)
+    return out, lse
 
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,

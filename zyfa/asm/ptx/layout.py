@@ -1,12 +1,18 @@
 """Where the generated Hopper kernel keeps things: tile sizes, the two schedules' shapes and
-shared-memory layouts, kernel names and parameters, and the wgmma accumulator fragment
-(which row and column a thread's accumulator register holds)."""
+shared-memory layouts for E4M3 and 16-bit (BF16 / FP16) inputs, kernel names and parameters,
+and the wgmma accumulator fragment (which row and column a thread's accumulator register
+holds)."""
 from __future__ import annotations
 
 import dataclasses
 
 BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128     # HEAD_DIM: one 128-byte column tile (and Dv)
-HEAD_DIMS = ((128, 128), (192, 128))           # (Dqk, Dv) the kernel takes; MLA's 192 as two tiles
+HEAD_DIMS = ((128, 128), (192, 128))           # (Dqk, Dv) the FP8 kernel takes; MLA's 192 as two tiles
+# (Dqk, Dv) of the 16-bit kernel: rows in 128-byte column tiles; d256 (K and V tiles of 64 KB
+# each) would need 64-key blocks to fit two stages
+HEAD_DIMS_16 = ((64, 64), (128, 128), (192, 128))
+DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}      # input type -> bytes an element
+COLUMN_TILE = 128                              # bytes: the 128-byte swizzle's row
 TAIL = 64      # Dqk 192: columns 128-191 as a second tile of 64-byte rows (64-byte swizzle)
 THREADS = 128                               # one warpgroup
 Q_BYTES = BLOCK_M * HEAD_DIM                # one 128-byte column tile of Q
@@ -18,15 +24,28 @@ ACC = BLOCK_N // 2                          # f32 accumulator registers per thre
 # (The half-precision row sums are waited for before P.V, so their half2 P is dead before
 # P.V's accumulator lives and they fit the same budget.)
 REGISTER_BUDGET = 168
+SHARED_LIMIT = 227 * 1024                   # dynamic shared memory a CTA may opt into (sm_90)
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """A kernel's shape and its shared memory, from the aligned base:
-    Q tiles | ones tile | stages of K tile(s), V^T | mbarriers."""
-    dqk: int          # Q / K columns: 128, or MLA's 192 (a 128-byte and a 64-byte column tile)
+    Q tiles | ones tile (E4M3) | stages of K tile(s), V^T (E4M3) or V (16-bit) | mbarriers.
+    Rows of Q, K and 16-bit V lie in column tiles of 128 bytes (E4M3 Dqk 192: then one of 64),
+    each tile's rows contiguous."""
+    dqk: int          # Q / K columns: 128, or MLA's 192; 16-bit: also 64
     consumers: int    # warpgroups that compute, 64 query rows each (2: plus a producer warpgroup)
-    stages: int       # K / V^T stages (a power of two: the stage is the block's low bits)
+    stages: int       # K / V stages
+    dtype: str = "e4m3"   # "e4m3": V arrives as V^T; "bf16" / "f16": V as stored (MN-major B)
+    dv: int = HEAD_DIM    # V columns
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.elem_bytes == 1
 
     @property
     def specialized(self) -> bool:
@@ -34,19 +53,40 @@ class Layout:
         return self.consumers > 1
 
     @property
+    def qk_tiles(self) -> list[tuple[int, int]]:
+        """(first byte, width in bytes) of each column tile of a Q / K row."""
+        row = self.dqk * self.elem_bytes
+        return [(c, min(COLUMN_TILE, row - c)) for c in range(0, row, COLUMN_TILE)]
+
+    @property
+    def v_tiles(self) -> list[tuple[int, int]]:
+        """16-bit: (first byte, width) of each column tile of a V row (E4M3 V^T: one tile)."""
+        return [(c, COLUMN_TILE) for c in range(0, self.dv * self.elem_bytes, COLUMN_TILE)]
+
+    @property
     def q_bytes(self) -> int:
-        """One consumer's Q tiles: 64 rows x Dqk bytes."""
-        return BLOCK_M * self.dqk
+        """One consumer's Q tiles: 64 rows x Dqk elements."""
+        return BLOCK_M * self.dqk * self.elem_bytes
+
+    @property
+    def k_bytes(self) -> int:
+        """One stage's K tile(s): 128 keys x Dqk elements."""
+        return BLOCK_N * self.dqk * self.elem_bytes
 
     @property
     def stage_bytes(self) -> int:
-        """One stage: the K tile(s) (128 keys x Dqk bytes), then V^T."""
-        return BLOCK_N * self.dqk + KV_BYTES
+        """One stage: the K tile(s), then V^T or V (128 keys x Dv elements)."""
+        return self.k_bytes + BLOCK_N * self.dv * self.elem_bytes
+
+    @property
+    def ones_bytes(self) -> int:
+        """The ones tile of the FP8 kernel's half-precision row sums."""
+        return ONES_BYTES if self.is_fp8 else 0
 
     @property
     def stage0(self) -> int:
         """Byte offset of stage 0, after the Q tiles and the ones tile; 1024-aligned."""
-        return self.q_bytes * self.consumers + ONES_BYTES
+        return self.q_bytes * self.consumers + self.ones_bytes
 
     @property
     def bar_offset(self) -> int:
@@ -69,16 +109,25 @@ class Layout:
         return THREADS * (1 + self.consumers) if self.specialized else THREADS
 
 
-def layout_for(dqk: int) -> Layout:
+def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
-    v11-v15). Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
+    v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
     warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K).
     MLA's Dqk 192, whose K tiles leave room for two such CTAs only: the producer / two-consumer
-    kernel ("specialized", +23%), its producer up to three blocks ahead in four stages."""
+    kernel ("specialized", +23%), its producer up to three blocks ahead in four stages.
+    16-bit inputs: the specialized kernel with as many stages as fit, up to four (K and V
+    tiles twice the bytes: 64 KB a stage at d128, which fits three)."""
+    if dtype != "e4m3":
+        for stages in (4, 3, 2):
+            layout = Layout(dqk, 2, stages, dtype, dv)
+            if layout.shared_bytes <= SHARED_LIMIT:
+                return layout
+        raise ValueError(f"no 16-bit layout fits head dims ({dqk}, {dv})")
     return Layout(dqk, 2, 4) if dqk > HEAD_DIM else Layout(dqk, 1, 2)
 
 
-PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "vt_map[128]"),
+# v_map: E4M3 V^T, or 16-bit V; the tail maps: E4M3 Dqk 192 only (16-bit tiles are all 128 bytes)
+PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "v_map[128]"),
           (".align 64 .b8", "q_tail_map[128]"), (".align 64 .b8", "k_tail_map[128]"),
           (".u64", "out_ptr"), (".u64", "lse_ptr"), (".u64", "fac_ptr"), (".u64", "vd_ptr"),
           (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads"), (".u32", "batch")]
@@ -86,6 +135,10 @@ PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".a
 
 def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM) -> str:
     return f"zyfa_attn_fp8_d{dqk}_{rule}_{'causal' if causal else 'full'}"
+
+
+def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int) -> str:
+    return f"zyfa_attn_{dtype}_d{dqk}_{dv}_{'causal' if causal else 'full'}"
 
 
 def acc_row_half(i: int) -> int:

@@ -1,11 +1,11 @@
-"""The CTA's mbarriers and TMA loads in the generated Hopper kernel: the ring of K / V^T
+"""The CTA's mbarriers and TMA loads in the generated Hopper kernel: the ring of K / V^T (16-bit: V)
 stages (which stage, buffer and mbarrier phase a key block uses), the loads of Q and of a
 key block, and the setup of the mbarriers and the ones tile."""
 from __future__ import annotations
 
 from ..program import Program, Reg
 from .cta import Cta
-from .layout import BLOCK_N, HEAD_DIM, KV_BYTES, ONES_BYTES, Q_BYTES
+from .layout import BLOCK_M, BLOCK_N, COLUMN_TILE, HEAD_DIM
 from .lean_p import HMMA_RULES
 from .smem import emit_wait
 
@@ -14,45 +14,75 @@ HALF_ONE_X2 = 0x3C003C00                    # two halves of 1: the same B for th
 
 
 def stage(prog: Program, c: Cta, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
-    """(K tile, V^T tile, mbarrier, phase parity) of the stage of load number ``block``."""
+    """(K tile, V^T / V tile, mbarrier, phase parity) of the stage of load number ``block``."""
     emit = prog.emit
-    n = c.layout.stages
-    stage, phase, k_tile, v_tile, bar = prog.regs("u32", 5)
-    emit("and.b32", stage, block, n - 1)
-    emit("shr.u32", phase, block, n.bit_length() - 1)
+    k_tile, v_tile, bar = prog.regs("u32", 3)
+    stage, phase = emit_ring_position(prog, c.layout.stages, block)
     emit("and.b32", phase, phase, 1)
     emit("mad.lo.u32", k_tile, stage, c.layout.stage_bytes, c.shared.base)
     emit("add.u32", k_tile, k_tile, c.layout.stage0)
-    emit("add.u32", v_tile, k_tile, BLOCK_N * c.layout.dqk)
+    emit("add.u32", v_tile, k_tile, c.layout.k_bytes)
     emit("mad.lo.u32", bar, stage, 8, c.shared.bar0)
     return k_tile, v_tile, bar, phase
 
 
+def emit_ring_position(prog: Program, stages: int, n: Reg) -> tuple[Reg, Reg]:
+    """(stage, round) of use number ``n`` of a ring of ``stages`` buffers: n mod stages and
+    n / stages (shift and mask for a power of two)."""
+    stage, rounds = prog.regs("u32", 2)
+    if stages & (stages - 1) == 0:
+        prog.emit("and.b32", stage, n, stages - 1)
+        prog.emit("shr.u32", rounds, n, stages.bit_length() - 1)
+    else:
+        prog.emit("rem.u32", stage, n, stages)
+        prog.emit("div.u32", rounds, n, stages)
+    return stage, rounds
+
+
+def _column(prog: Program, c: Cta, col: int) -> Reg:
+    """A register holding the byte column ``col`` (TMA coordinates are registers)."""
+    if col == 0:
+        return c.thread.zero
+    if col == HEAD_DIM:
+        return c.thread.col_tail
+    reg = prog.reg("u32")
+    prog.emit("mov.u32", reg, col)
+    return reg
+
+
+def _emit_rows_load(prog: Program, c: Cta, tile: Reg, rows: int, maps: tuple[str, str], tiles, head: Reg,
+                    row: Reg, bar: Reg) -> None:
+    """TMA loads of ``rows`` rows from ``row`` of (batch, ``head``), column tile by column tile
+    (``maps``: the map of 128-byte tiles, of 64-byte ones), each tile's rows contiguous at ``tile``."""
+    for col, width in tiles:
+        dst = tile
+        if col:
+            dst = prog.reg("u32")
+            prog.emit("add.u32", dst, tile, rows * col)
+        m = c.params.maps[maps[0] if width == COLUMN_TILE else maps[1]]
+        prog.emit("tma.load.4d", dst, m, _column(prog, c, col), head, row, c.tile.b, bar)
+
+
 def emit_kv_load(prog: Program, c: Cta, block: Reg, slot: Reg | None = None) -> None:
-    """Thread 0 (the caller guards): K block ``block`` and its V^T into the stage of load
-    number ``slot`` (default: ``block``; specialized.py counts its loads across tiles)."""
+    """Thread 0 (the caller guards): K block ``block`` and its V^T (16-bit: V) into the stage of
+    load number ``slot`` (default: ``block``; specialized.py counts its loads across tiles)."""
     emit = prog.emit
-    p, t, zero = c.params, c.tile, c.thread.zero
+    t, layout = c.tile, c.layout
     k_tile, v_tile, bar, _ = stage(prog, c, block if slot is None else slot)
     key0 = prog.reg("u32")
     emit("mul.lo.u32", key0, block, BLOCK_N)
-    emit("mbarrier.expect_tx", bar, c.layout.stage_bytes)
-    emit("tma.load.4d", k_tile, p.maps["k_map"], zero, t.kvh, key0, t.b, bar)
-    if c.layout.dqk > HEAD_DIM:                            # K columns 128.. by their own map
-        tail = prog.reg("u32")
-        emit("add.u32", tail, k_tile, KV_BYTES)
-        emit("tma.load.4d", tail, p.maps["k_tail_map"], c.thread.col_tail, t.kvh, key0, t.b, bar)
-    emit("tma.load.3d", v_tile, p.maps["vt_map"], key0, zero, t.bkv, bar)
+    emit("mbarrier.expect_tx", bar, layout.stage_bytes)
+    _emit_rows_load(prog, c, k_tile, BLOCK_N, ("k_map", "k_tail_map"), layout.qk_tiles, t.kvh, key0, bar)
+    if layout.is_fp8:
+        emit("tma.load.3d", v_tile, c.params.maps["v_map"], key0, c.thread.zero, t.bkv, bar)
+    else:
+        _emit_rows_load(prog, c, v_tile, BLOCK_N, ("v_map", None), layout.v_tiles, t.kvh, key0, bar)
 
 
 def emit_q_load(prog: Program, c: Cta, q_tile: Reg, row: Reg) -> None:
     """Thread 0: the Q tile(s) of 64 rows from ``row`` into ``q_tile`` (mbarrier bar_q)."""
-    p, t, bar = c.params, c.tile, c.shared.bar_q
-    prog.emit("tma.load.4d", q_tile, p.maps["q_map"], c.thread.zero, t.h, row, t.b, bar)
-    if c.layout.dqk > HEAD_DIM:
-        tail = prog.reg("u32")
-        prog.emit("add.u32", tail, q_tile, Q_BYTES)
-        prog.emit("tma.load.4d", tail, p.maps["q_tail_map"], c.thread.col_tail, t.h, row, t.b, bar)
+    _emit_rows_load(prog, c, q_tile, BLOCK_M, ("q_map", "q_tail_map"), c.layout.qk_tiles, c.tile.h, row,
+                    c.shared.bar_q)
 
 
 def emit_kv_wait(prog: Program, c: Cta, j: Reg, tag: str) -> None:
@@ -84,9 +114,9 @@ def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg
         emit("mbarrier.init", bar, count, guard=c.thread.leader)
     emit("fence.mbarrier_init")
     ones = None
-    if rule in HMMA_RULES:
+    if c.layout.is_fp8 and rule in HMMA_RULES:
         ones, ones_word, tid8 = prog.regs("u32", 3)
-        emit("add.u32", ones, c.shared.base, c.layout.stage0 - ONES_BYTES)
+        emit("add.u32", ones, c.shared.base, c.layout.stage0 - c.layout.ones_bytes)
         prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
         emit("mov.u32", tid8, "%tid.x")
         emit("mad.lo.u32", tid8, tid8, 8, ones)

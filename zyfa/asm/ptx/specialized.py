@@ -30,10 +30,11 @@ from .block import (
     emit_scores,
     emit_softmax,
 )
+from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16, emit_state
 from .cta import Cta, emit_positive_factor, emit_prologue, emit_rows, emit_work
 from .epilogue import emit_epilogue
 from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout
-from .loads import emit_kv_load, emit_kv_wait, emit_q_load, emit_setup, stage
+from .loads import emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position, emit_setup, stage
 from .smem import emit_descriptor, emit_wait
 
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
@@ -68,7 +69,10 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     tiles = TileLoop(per_head, count, q_free)
     emit("bra", "PRODUCER", guard=producer)
 
-    _emit_consumer(prog, c, tiles, rule, ones)
+    if layout.is_fp8:
+        _emit_consumer(prog, c, tiles, rule, ones)
+    else:
+        _emit_consumer_16(prog, c, tiles)
     emit("ret")
     prog.label("PRODUCER")
     _emit_producer(prog, c, tiles)
@@ -123,8 +127,7 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.label("LOAD_LOOP")
     emit("setp.ge.u32", done, j, tile.n_blocks)
     emit("bra.div", "TILE_LOADED", guard=done)
-    rounds = prog.reg("u32")
-    emit("shr.u32", rounds, slot, c.layout.stages.bit_length() - 1)
+    _, rounds = emit_ring_position(prog, c.layout.stages, slot)
     emit_wait(prog, _free_bar(prog, c, slot), _phase_of(prog, rounds, flip=True), "WAIT_FREE")
     emit_kv_load(prog, c, j, slot)
     emit("add.u32", j, j, 1)
@@ -151,22 +154,15 @@ def _emit_release(prog: Program, c: Cta, bar: Reg) -> None:
 
 def _free_bar(prog: Program, c: Cta, slot: Reg) -> Reg:
     """The "free" mbarrier of load number ``slot``'s stage."""
-    stage_, bar = prog.regs("u32", 2)
-    prog.emit("and.b32", stage_, slot, c.layout.stages - 1)
+    bar = prog.reg("u32")
+    stage_, _ = emit_ring_position(prog, c.layout.stages, slot)
     prog.emit("mad.lo.u32", bar, stage_, 8, c.shared.free0)
     return bar
 
 
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
     emit = prog.emit
-    wg, q_bytes = c.thread.wg, c.layout.q_bytes
-    emit("setmaxnreg.inc", CONSUMER_REGISTERS)
-    q_sync = prog.reg("u32")
-    emit("add.u32", q_sync, wg, Q_BARRIER - 1)
-    q_tile = prog.reg("u32")
-    emit("mad.lo.u32", q_tile, wg, q_bytes, c.shared.base)
-    emit("sub.u32", q_tile, q_tile, q_bytes)
-    dq = emit_descriptor(prog, q_tile)
+    q_sync, q_tile, dq = _emit_consumer_start(prog, c)
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
     t, it, base = prog.regs("u32", 3)                     # base: the slot of the tile's block 0
     emit("mov.u32", t, "%ctaid.x")
@@ -239,6 +235,86 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     _emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     fold(o, "_LAST")
+    emit_epilogue(prog, c, rows, total, A, l)
+    emit("add.u32", base, base, c.tile.n_blocks)
+    _emit_next_tile(prog, t, it)
+    emit("bra.div", "TILE")
+    prog.label("TILE_DONE")
+
+
+def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
+    """A consumer's registers, its Q tile and Q's descriptor; returns (q_sync, q_tile, dq)."""
+    emit = prog.emit
+    emit("setmaxnreg.inc", CONSUMER_REGISTERS)
+    q_sync, q_tile = prog.regs("u32", 2)
+    emit("add.u32", q_sync, c.thread.wg, Q_BARRIER - 1)
+    emit("mad.lo.u32", q_tile, c.thread.wg, c.layout.q_bytes, c.shared.base)
+    emit("sub.u32", q_tile, q_tile, c.layout.q_bytes)
+    return q_sync, q_tile, emit_descriptor(prog, q_tile)
+
+
+def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
+    """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
+    P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
+    P(j - 1) V is done, the output is rescaled for block j. (The two consumers taking turns
+    to issue, FlashAttention-3's ping-pong, measured 2-5% slower here: bench/PTX_NOTES.md.)"""
+    emit = prog.emit
+    _, q_tile, dq = _emit_consumer_start(prog, c)
+    t, it, base = prog.regs("u32", 3)
+    emit("mov.u32", t, "%ctaid.x")
+    emit("mov.u32", it, 0)
+    emit("mov.u32", base, 0)
+
+    _emit_tile_loop_head(prog, c, tiles, t, "TILE")
+    rows = emit_rows(prog, c.params, c.thread, c.tile)
+    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")     # c > 0: softmax_scale is positive
+
+    total, A, l = emit_state(prog, c.layout.dv)
+    j, start_n, slot, prev_slot = prog.regs("u32", 4)
+    emit("mov.u32", j, 0)
+    emit("mov.u32", start_n, 0)
+    emit("mov.u32", slot, base)
+    s = prog.regs("f32", ACC)
+    p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 16)]   # P(j - 1): A of the P V in flight
+
+    def issue_pv(block_slot) -> None:
+        _, v_tile, _, _ = stage(prog, c, block_slot)
+        emit_pv16(prog, c, p_regs, v_tile, total)
+
+    prog.comment("block 0: its GEMM phase has Q K^T alone")
+    emit_kv_wait(prog, c, slot, "_FIRST")
+    emit_scores(prog, c, q_tile, dq, slot, s, "_FIRST", wait=False)
+    emit("wgmma.wait", 0)
+    sm = emit_softmax16(prog, c, rows, start_n, s, A, "_FIRST")
+    emit_row_update16(prog, sm, l, A)
+    emit_pack16(prog, c, sm.p, p_regs)
+
+    prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
+    last = prog.reg("pred")
+    prog.label("BLOCK_LOOP")
+    emit("mov.u32", prev_slot, slot)
+    emit("add.u32", slot, slot, 1)
+    emit("add.u32", j, j, 1)
+    emit("add.u32", start_n, start_n, BLOCK_N)
+    emit("setp.ge.u32", last, j, c.tile.n_blocks)
+    emit("bra", "LAST_PV", guard=last)
+    emit_kv_wait(prog, c, slot, "")
+    emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
+    sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
+    emit("wgmma.wait", 0)                                  # P(j - 1) V
+    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+    emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
+    emit_rescale(prog, total, sm.alpha, "")
+    emit_row_update16(prog, sm, l, A)
+    emit("bra", "BLOCK_LOOP")
+
+    prog.label("LAST_PV")
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 0)
+    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+    _emit_release(prog, c, tiles.q_free)
     emit_epilogue(prog, c, rows, total, A, l)
     emit("add.u32", base, base, c.tile.n_blocks)
     _emit_next_tile(prog, t, it)

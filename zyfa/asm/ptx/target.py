@@ -69,6 +69,14 @@ OPS = {
     "wgmma.m64n64k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
     "wgmma.m64n8k16.f16.rs": "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1, 0;",
     "wgmma.m64n8k32.e4m3.rs": "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1;",
+    # 16-bit inputs: S = Q K^T with both operands K-major (trans 0, 0); P V with P from four
+    # registers of packed pairs and V as stored, MN-major (imm-trans-b 1)
+    "wgmma.m64n128k16.bf16.ss": "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{0}}}, {1}, {2}, {3}, 1, 1, 0, 0;",
+    "wgmma.m64n128k16.f16.ss": "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{0}}}, {1}, {2}, {3}, 1, 1, 0, 0;",
+    "wgmma.m64n128k16.bf16.rs.t": "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1, 1;",
+    "wgmma.m64n128k16.f16.rs.t": "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1, 1;",
+    "wgmma.m64n64k16.bf16.rs.t": "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1, 1;",
+    "wgmma.m64n64k16.f16.rs.t": "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{{0}}}, {{{1}}}, {2}, {3}, 1, 1, 1;",
     "st.shared.v2.b32": "st.shared.v2.b32 [{0}], {{{1}, {2}}};",
     "tma.load.3d": "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}}}], [{5}];",
     "tma.load.4d": "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}, {5}}}], [{6}];",
@@ -95,7 +103,7 @@ OPS = {
     "lg2.f32": "lg2.approx.ftz.f32 {0}, {1};",
     "rcp.f32": "rcp.rn.f32 {0}, {1};",
     "shfl.bfly": "shfl.sync.bfly.b32 {0}, {1}, {2}, 31, -1;",
-    "cvt.bf16x2.f32": "cvt.rn.bf16x2.f32 {0}, {1}, {2};",
+    "cvt.bf16x2.f32": "cvt.rn.bf16x2.f32 {0}, {1}, {2};",      # {1} -> upper half, {2} -> lower
     "ld.global.f32": "ld.global.nc.f32 {0}, [{1}];",
     "ld.global.v2.f32": "ld.global.nc.v2.f32 {{{0}, {1}}}, [{2}];",
     "st.global.f32": "st.global.f32 [{0}], {1};",
@@ -148,5 +156,8 @@ SWIZZLE_128B, SWIZZLE_64B = 1, 2
 
 def descriptor_bits(stride_bytes: int, swizzle: int = SWIZZLE_128B, leading_bytes: int = 0) -> int:
     """The descriptor without its start address (OR the address >> 4 into bits 0-13). The
-    leading byte offset is unused for K-major swizzled tiles (0, as Triton 3.6 writes it)."""
+    leading byte offset is unused for K-major swizzled tiles (0, as Triton 3.6 writes it); for
+    an MN-major 16-bit tile it is the distance between its 64-element column tiles, and the
+    stride byte offset that between groups of 8 K rows (as Triton 3.6 writes them for a
+    row-major B)."""
     return (swizzle << 62) | ((stride_bytes >> 4) << 32) | ((leading_bytes >> 4) << 16)

@@ -1,0 +1,143 @@
+"""The generated sm_90a kernel for 16-bit inputs (zyfa.asm.ptx.attention.attention_kernel_16).
+
+On the CPU (CI): a 16-bit A fragment holds the columns of the accumulator fragment (P goes
+from S to P V in place), and the kernel assembles for every head dim and type into HGMMA +
+TMA with no spills. On an H200: against float64 no further than the Triton kernel on the
+same inputs (odd lengths, seqlen_q < seqlen_k, MQA/GQA, one query, non-causal, FP16,
+peaked scores); the LSE likewise; repeatable bit for bit; dispatch picks it.
+"""
+import pytest
+import torch
+
+from conftest import HAS_GPU, describe_mismatch, rel_err
+import zyfa
+from zyfa.asm.ptx import attention as attn
+from zyfa.asm.ptx.assemble import assemble
+from zyfa.asm.ptx.fragments import accumulator_position
+from zyfa.spec.reference import attention_fp64
+
+H100_CLASS = HAS_GPU and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
+hopper = pytest.mark.skipif(not H100_CLASS, reason="needs an sm_90 GPU (H100/H200)")
+
+
+def _a16_position(thread: int, reg: int, half: int) -> tuple[int, int]:
+    """(row, k) of 16-bit half ``half`` of A-operand register ``reg`` (m64k16, PTX ISA's
+    "wgmma register fragments")."""
+    warp, lane = divmod(thread, 32)
+    g, q = divmod(lane, 4)
+    return 16 * warp + g + 8 * (reg % 2), 8 * (reg // 2) + 2 * q + half
+
+
+def test_16bit_a_fragment_is_the_accumulator_fragment():
+    """bf16.py packs accumulator registers 8t + 2r (low half) and 8t + 2r + 1 (high) into A
+    register r of P V k-step t: the same row and key, for every thread."""
+    for thread in range(128):
+        for t in range(attn.BLOCK_N // 16):
+            for r in range(4):
+                for half in range(2):
+                    row, key = accumulator_position(thread, 8 * t + 2 * r + half)
+                    a_row, k = _a16_position(thread, r, half)
+                    assert (a_row, 16 * t + k) == (row, key)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("dims", attn.HEAD_DIMS_16)
+@pytest.mark.parametrize("causal", [True, False])
+def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal):
+    name, ptx = attn.attention_kernel_16(dtype, causal, *dims)
+    a = assemble(ptx)
+    assert a.spill_bytes == 0, a.report
+    sass = a.sass()
+    assert "UTMALDG" in sass and "LDL" not in sass and "STL" not in sass
+    dqk, dv = dims
+    # per key block: Q K^T in k16 steps, P V in 8 steps (the first block's S and the last
+    # block's P V are emitted once more outside the loop)
+    assert sass.count("HGMMA.64x128x16") >= 2 * (dqk // 16)
+    assert sass.count(f"HGMMA.64x{dv}x16") >= 2 * (attn.BLOCK_N // 16)
+    assert layout_fits(dims, dtype)
+
+
+def layout_fits(dims, dtype) -> bool:
+    """Two stages of K and V and both consumers' Q tiles fit the SM's 227 KB."""
+    return attn.layout_for(dims[0], dtype, dims[1]).shared_bytes <= 227 * 1024
+
+
+def test_16bit_kernel_refuses_what_it_does_not_implement():
+    with pytest.raises(ValueError, match="head dims"):
+        attn.attention_kernel_16("bf16", True, 256, 256)
+    with pytest.raises(ValueError, match="bf16 or f16"):
+        attn.attention_kernel_16("e4m3", True, 128, 128)
+
+
+def _inputs(B, Sq, Sk, Hq, Hkv, D, Dv, dtype=torch.bfloat16, seed=0, scale=1.0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = (torch.randn(B, Sq, Hq, D, device="cuda", generator=g) * scale).to(dtype)
+    k = (torch.randn(B, Sk, Hkv, D, device="cuda", generator=g) * scale).to(dtype)
+    v = torch.randn(B, Sk, Hkv, Dv, device="cuda", generator=g).to(dtype)
+    return q, k, v
+
+
+SHAPES = [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal
+    (1, 300, 300, 4, 4, 128, 128, True), (2, 1000, 1000, 8, 2, 128, 128, True),
+    (1, 77, 513, 4, 1, 128, 128, True), (1, 1, 100, 4, 2, 128, 128, True),
+    (1, 513, 700, 4, 2, 128, 128, False), (1, 128, 128, 2, 2, 128, 128, True),
+    (1, 333, 333, 4, 2, 64, 64, True), (1, 333, 400, 4, 4, 192, 128, True),
+    (1, 200, 1000, 2, 1, 64, 64, False), (2, 129, 129, 16, 16, 192, 128, False)]
+
+
+def _assert_as_close_as_triton(q, k, v, causal, softmax_scale=None):
+    out, lse = zyfa.flash_attn_func(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True,
+                                    backend="ptx")
+    tri, lse_tri = zyfa.flash_attn_func(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True,
+                                        backend="triton")
+    ref, lse_ref = attention_fp64(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
+    assert out.dtype == q.dtype and torch.isfinite(out).all()
+    # the yardstick: the Triton kernel's error on the same inputs (P and out rounded to the
+    # input type dominate both)
+    err, err_tri = rel_err(out, ref), rel_err(tri, ref)
+    print(f"{tuple(q.shape)} {q.dtype}: ptx {err:.3e} triton {err_tri:.3e}")
+    assert err <= 1.25 * err_tri + 1e-5, (err, err_tri, describe_mismatch(out, ref.to(out.dtype)))
+    lse_err = (lse.double() - lse_ref).abs().max().item()
+    lse_err_tri = (lse_tri.double() - lse_ref).abs().max().item()
+    assert lse_err <= 2 * lse_err_tri + 1e-5, (lse_err, lse_err_tri)
+
+
+@hopper
+@pytest.mark.parametrize("shape", SHAPES)
+def test_16bit_kernel_vs_float64_and_triton(shape):
+    *dims, causal = shape
+    _assert_as_close_as_triton(*_inputs(*dims, seed=sum(dims)), causal)
+
+
+@hopper
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[6], SHAPES[7]])
+def test_16bit_kernel_fp16(shape):
+    *dims, causal = shape
+    _assert_as_close_as_triton(*_inputs(*dims, dtype=torch.float16, seed=3), causal)
+
+
+@hopper
+def test_16bit_kernel_peaked_scores():
+    """Large logits: references that move block to block, rows dominated by a few keys."""
+    q, k, v = _inputs(1, 700, 700, 4, 2, 128, 128, seed=7, scale=4.0)
+    _assert_as_close_as_triton(q, k, v, True)
+    _assert_as_close_as_triton(q, k, v, True, softmax_scale=0.3)
+
+
+@hopper
+def test_16bit_kernel_repeatable_and_every_element_written():
+    q, k, v = _inputs(2, 333, 333, 4, 1, 128, 128, seed=11)
+    a = zyfa.flash_attn_func(q, k, v, backend="ptx")
+    torch.full((1 << 24,), float("nan"), device="cuda")   # poison the allocator's free memory
+    b = zyfa.flash_attn_func(q, k, v, backend="ptx")
+    assert torch.isfinite(b).all()
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+@hopper
+def test_dispatch_selects_ptx_for_16bit_head_dims_it_takes():
+    for D, Dv in attn.HEAD_DIMS_16:
+        q, k, v = _inputs(1, 64, 64, 4, 2, D, Dv)
+        assert zyfa.explain(q, k, v).startswith("selected: ptx")
+    q, k, v = _inputs(1, 64, 64, 4, 2, 256, 256)
+    assert zyfa.explain(q, k, v).startswith("selected: triton")
