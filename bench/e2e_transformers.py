@@ -1,16 +1,22 @@
-"""End-to-end prefill of a Mistral-7B-shaped transformers model (random BF16 weights) with
-each attention backend: wall time per forward, and the KL divergence of its next-token
-distributions from a run whose attention is computed in float32.
+"""End-to-end prefill of a transformers model with each attention backend: wall time per
+forward, and the KL divergence of its next-token distributions from a run whose attention is
+computed in float32.
 
     python bench/e2e_transformers.py --seqlen 16384 --out bench/results
+    python bench/e2e_transformers.py --trained --train-minutes 4 --seqlen 8192
 
-Records the run in <out>/<gpu>.json under <date>-<gpu>-e2e-transformers.json (zyfa.bench.store)
-and prints a table.
+The default model is Mistral-7B-shaped with random BF16 weights (for speed: its attention has
+neither the diffuse nor the peaked heads of a trained model). ``--trained`` first trains a
+small byte-level decoder (6 layers, GQA 8/2, head dim 128, ~68M parameters) on the Python
+standard library's sources, which every machine with Python has, then measures it on held-out
+text. Records the run in <out>/<gpu>.json under <date>-<gpu>-e2e-transformers.json
+(zyfa.bench.store) and prints a table.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import sys
 import time
@@ -48,6 +54,12 @@ def fa3_fp8_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     return (out[0] if isinstance(out, tuple) else out).to(query.dtype), None
 
 
+def zyfa_int8qk_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
+    """zyfa's INT8 Q.K^T mode (zyfa.quantize_int8_qk: smoothed, rotated int8 q and k, E4M3 v)."""
+    x = zyfa.quantize_int8_qk(*(t.transpose(1, 2) for t in (query, key, value)))
+    return zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=True).to(query.dtype), None
+
+
 def fa3_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
     import fa3_fwd_interface
     out = fa3_fwd_interface.flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
@@ -58,8 +70,13 @@ def fa3_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
 def register_extra():
     zt.register()
     for name, fn in (("fp32_ref", fp32_attention), ("fa3", fa3_attention), ("fa3_fp8", fa3_fp8_attention),
-                     ("fp8_inputs_fp32", fp8_inputs_fp32_attention)):
+                     ("fp8_inputs_fp32", fp8_inputs_fp32_attention), ("zyfa_int8qk", zyfa_int8qk_attention)):
         zt.register_backend(name, fn)
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def kl_mean(ref_logits, logits, chunk=2048) -> float:
@@ -72,23 +89,99 @@ def kl_mean(ref_logits, logits, chunk=2048) -> float:
     return total / (ref_logits.shape[0] * ref_logits.shape[1])
 
 
+def stdlib_bytes(limit: int = 48 << 20) -> torch.Tensor:
+    """The Python standard library's .py sources (no site-packages), concatenated, as uint8."""
+    import pathlib
+    import sysconfig
+    root, chunks, total = pathlib.Path(sysconfig.get_paths()["stdlib"]), [], 0
+    for path in sorted(root.rglob("*.py")):
+        if "site-packages" in path.parts or "dist-packages" in path.parts:
+            continue
+        chunks.append(path.read_bytes())
+        total += len(chunks[-1])
+        if total >= limit:
+            break
+    return torch.frombuffer(bytearray(b"\n".join(chunks)), dtype=torch.uint8)
+
+
+def trained_model(device, minutes: float, max_steps: int, seqlen: int, batch: int, layers: int):
+    """A byte-level decoder trained from scratch on the standard library's sources (the last 5%
+    held out): AdamW, linear warm-up then cosine decay, BF16 autocast. Returns (model in BF16,
+    held-out bytes, description)."""
+    from transformers import AutoModelForCausalLM, MistralConfig
+    data = stdlib_bytes()
+    split = int(len(data) * 0.95)
+    train_data, held_out = data[:split].to(device), data[split:]
+    cfg = MistralConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers, num_attention_heads=8,
+                        num_key_value_heads=2, head_dim=128, vocab_size=256, max_position_embeddings=65536,
+                        rope_theta=500000.0, sliding_window=None, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to(device)
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    warmup, horizon = 100, max_steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (
+        1 + math.cos(math.pi * min(i, horizon) / horizon)))
+    g = torch.Generator(device=device).manual_seed(0)
+    t0, step, loss = time.perf_counter(), 0, float("nan")
+    model.train()
+    while step < max_steps and time.perf_counter() - t0 < 60 * minutes:
+        start = torch.randint(0, len(train_data) - seqlen - 1, (batch,), device=device, generator=g)
+        x = train_data[start[:, None] + torch.arange(seqlen, device=device)].long()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss_t = model(input_ids=x, labels=x).loss
+        loss_t.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        if step % 200 == 0 or step == 1:
+            loss = loss_t.item()
+            print(f"step {step}: train loss {loss:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    loss = loss_t.item()
+    model = model.to(torch.bfloat16).eval()
+    desc = (f"trained byte-level decoder ({layers} layers, GQA 8/2, head dim 128, {params / 1e6:.0f}M parameters; "
+            f"{step} steps of {batch} x {seqlen} bytes in {time.perf_counter() - t0:.0f} s on the Python standard "
+            f"library's sources; final train loss {loss:.3f} nats/byte)")
+    return model, held_out, desc
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seqlen", type=int, default=16384)
-    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--layers", type=int, default=None, help="32 (random Mistral-7B shape) or 6 (--trained)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--trained", action="store_true", help="train a small byte-level decoder first")
+    ap.add_argument("--train-minutes", type=float, default=4.0)
+    ap.add_argument("--train-steps", type=int, default=3000, help="the most steps (also the cosine horizon)")
+    ap.add_argument("--train-seqlen", type=int, default=4096)
+    ap.add_argument("--train-batch", type=int, default=8)
+    ap.add_argument("--impls", default="fp32_ref,sdpa,fa3,zyfa,fp8_inputs_fp32,fa3_fp8,zyfa_fp8,zyfa_int8qk")
     ap.add_argument("--out", default=os.path.join("bench", "results"))
     a = ap.parse_args()
     from transformers import AutoModelForCausalLM, MistralConfig
     register_extra()
-    cfg = MistralConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=a.layers,
-                        num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=32000,
-                        max_position_embeddings=32768, sliding_window=None)
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
-    ids = torch.randint(0, cfg.vocab_size, (1, a.seqlen), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-    impls = ["fp32_ref", "sdpa", "fa3", "zyfa", "fp8_inputs_fp32", "fa3_fp8", "zyfa_fp8"]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if a.trained:
+        layers = a.layers or 6
+        model, held_out, model_desc = trained_model(device, a.train_minutes, a.train_steps, a.train_seqlen,
+                                                    a.train_batch, layers)
+        if len(held_out) < a.seqlen:
+            raise SystemExit(f"--seqlen {a.seqlen} is longer than the held-out text ({len(held_out)} bytes)")
+        ids = held_out[:a.seqlen].long()[None].to(device)
+    else:
+        layers = a.layers or 32
+        cfg = MistralConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers,
+                            num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=32000,
+                            max_position_embeddings=32768, sliding_window=None)
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+        ids = torch.randint(0, cfg.vocab_size, (1, a.seqlen), device=device,
+                            generator=torch.Generator(device).manual_seed(1))
+        model_desc = "Mistral-7B-shaped (MistralConfig defaults: 32/8 heads, d128), random BF16 weights"
+    impls = a.impls.split(",")
     logits, rows = {}, []
     for impl in impls:
         row = dict(attn_implementation=impl)
@@ -96,12 +189,12 @@ def main():
             model.set_attn_implementation(impl)
             with torch.no_grad():
                 logits[impl] = model(ids).logits            # warm-up, compiles kernels
-                torch.cuda.synchronize()
+                _sync(device)
                 times = []
                 for _ in range(a.reps):
                     t0 = time.perf_counter()
                     model(ids)
-                    torch.cuda.synchronize()
+                    _sync(device)
                     times.append(time.perf_counter() - t0)
             row.update(status="ok", seconds_median=sorted(times)[len(times) // 2], seconds_all=times)
         except Exception as e:  # noqa: BLE001  (a backend that fails is recorded, not dropped)
@@ -113,9 +206,9 @@ def main():
             row["kl_vs_fp32_attention"] = kl_mean(logits["fp32_ref"], logits[row["attn_implementation"]])
             row["argmax_agreement"] = (logits["fp32_ref"].argmax(-1) == logits[row["attn_implementation"]]
                                        .argmax(-1)).float().mean().item()
-    doc = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), versions=versions(None),
-               model="Mistral-7B-shaped (MistralConfig defaults: 32 layers, 32/8 heads, d128), random BF16 weights",
-               seqlen=a.seqlen, layers=a.layers, records=rows)
+    gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    doc = dict(date=datetime.date.today().isoformat(), gpu=gpu, versions=versions(None), model=model_desc,
+               seqlen=a.seqlen, layers=layers, records=rows)
     import transformers
     doc["versions"]["transformers"] = transformers.__version__
     path, key = results_file(a.out), run_key("e2e-transformers")

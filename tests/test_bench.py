@@ -104,3 +104,24 @@ def test_varlen_case_measures_the_last_sequence_against_its_own_keys(tmp_path):
     dense = zyfa.flash_attn_func(inp.q[:, last], inp.k[:, last], inp.v[:, last])
     ref, _ = inp.reference(None)
     assert recs["zyfa-auto-varlen-bf16"]["err_e2e"] == pytest.approx(rel_err(dense, ref), rel=1e-6)
+
+
+def test_e2e_trained_mode_trains_and_records(tmp_path):
+    """bench/e2e_transformers.py --trained on the CPU, tiny: the decoder's loss falls on the
+    standard library's bytes, and the record says the model is trained, with a KL for each
+    backend that ran."""
+    pytest.importorskip("transformers")
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "bench/e2e_transformers.py", "--trained", "--train-steps", "30",
+                        "--train-seqlen", "64", "--train-batch", "4", "--layers", "1", "--seqlen", "96",
+                        "--reps", "1", "--impls", "fp32_ref,sdpa,zyfa_fp8", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    losses = [float(line.split("train loss ")[1].split()[0]) for line in r.stdout.splitlines() if "train loss" in line]
+    doc = next(iter(json.loads(next(tmp_path.glob("*.json")).read_text()).values()))
+    assert "trained" in doc["model"]
+    final = float(doc["model"].split("final train loss ")[1].split()[0])
+    assert final < losses[0] - 1.0, (losses, final)          # from ~ln 256 = 5.5 nats a byte
+    kl = {row["attn_implementation"]: row.get("kl_vs_fp32_attention") for row in doc["records"]}
+    assert kl["fp32_ref"] == 0 and kl["sdpa"] > 0 and kl["zyfa_fp8"] > 0
