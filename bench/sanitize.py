@@ -1,6 +1,6 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
-synccheck): the generated Hopper kernel (serial d128 and specialized MLA, every P rule, causal
-and not: all 20 it builds), the Triton attention kernels (FP8 exact, BF16; d64 / d128 / MLA /
+synccheck): the generated Hopper FP8 kernel (serial d128 and specialized MLA, every P rule,
+causal and not: all 20 it builds) and 16-bit kernel (d64, d128, MLA; BF16 and FP16), the Triton attention kernels (FP8 exact, BF16; d64 / d128 / MLA /
 d256) and the fused quantizer. Each output is checked against float64 (the quantizer against
 the PyTorch quantizer's bits) so a run that "passes" the sanitizer also computed the right thing.
 
@@ -23,6 +23,10 @@ PTX_SHAPES = [((1, 200, 300, 2, 1, 128, 128), True), ((1, 130, 130, 2, 2, 128, 1
               ((1, 200, 300, 2, 1, 192, 128), True), ((1, 130, 130, 2, 2, 192, 128), False)]
 CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, causal in PTX_SHAPES] + [
     # backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal, P rule
+    ("ptx", "bf16", (1, 200, 300, 2, 1, 128, 128), True),
+    ("ptx", "bf16", (1, 130, 130, 2, 2, 128, 128), False),
+    ("ptx", "fp16", (1, 150, 150, 2, 1, 64, 64), True),
+    ("ptx", "bf16", (1, 150, 170, 2, 2, 192, 128), True),
     ("triton", "fp8", (1, 200, 300, 2, 1, 128, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 192, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 64, 64), False),
@@ -44,6 +48,7 @@ def main() -> int:
             spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=p_rule)
             bound = K_FP8 * rel_err(spec, ref) + FP8_FLOOR      # the fuzz test's bound for its P rule
         else:
+            q, k, v = (t.to(torch.float16 if dtype == "fp16" else torch.bfloat16) for t in (q, k, v))
             out = zyfa.flash_attn_func(q, k, v, causal=causal, backend=backend)
             ref = attention_fp64(q, k, v, causal=causal)
             bound = 1e-2
