@@ -41,6 +41,31 @@ def test_16bit_a_fragment_is_the_accumulator_fragment():
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_generated_packing_puts_each_p_where_the_a_operand_reads_it(dtype):
+    """bf16.emit_pack16 as emitted: the word of A register r, k-step t holds in its low half the
+    P of accumulator register 8t + 2r and in its high half 8t + 2r + 1, each at the (row, key)
+    the 16-bit A fragment reads (rounded to the input type, round to nearest)."""
+    import re
+    import types
+    from zyfa.asm.ptx.bf16 import emit_pack16
+    from zyfa.asm.ptx.target import program
+    prog = program()
+    p = prog.regs("f32", attn.ACC)
+    p_regs = [prog.regs("b32", 4) for _ in range(attn.BLOCK_N // 16)]
+    emit_pack16(prog, types.SimpleNamespace(layout=types.SimpleNamespace(dtype=dtype)), p, p_regs)
+    index = {str(r): i for i, r in enumerate(p)}
+    word = {str(w): (t, r) for t, words in enumerate(p_regs) for r, w in enumerate(words)}
+    packs = [re.match(rf"\s*cvt\.rn\.{dtype}x2\.f32 (\S+), (\S+), (\S+);", line) for line in prog.body]
+    assert len(packs) == attn.ACC // 2 and all(packs)
+    for m in packs:
+        t, r = word[m.group(1)]
+        for half, src in ((1, m.group(2)), (0, m.group(3))):        # PTX: the first source is the high half
+            for thread in (0, 37, 101):
+                assert accumulator_position(thread, index[src]) == \
+                    (_a16_position(thread, r, half)[0], 16 * t + _a16_position(thread, r, half)[1])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("dims", attn.HEAD_DIMS_16)
 @pytest.mark.parametrize("causal", [True, False])
 def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal):
