@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
-from .block import emit_mask, emit_quad_reduce
+from .block import emit_band_mask, emit_row_max
 from .cta import Cta, Rows
 from .layout import BLOCK_N, COLUMN_TILE, acc_row_half
 from .smem import emit_descriptor
@@ -27,42 +26,17 @@ class Softmax16:
     A_new: list[Reg]         # the rows' references after this block
 
 
-def emit_state(prog: Program, dv: int) -> tuple[list[Reg], list[Reg], list[Reg]]:
-    """Before the first block: the output accumulator (Dv / 2 registers) = 0, A = NEG_FLOOR, l = 0."""
-    total = prog.regs("f32", dv // 2)
-    for ti in total:
-        prog.emit("mov.f32", ti, f32(0.0))
-    A, l = prog.regs("f32", 2), prog.regs("f32", 2)
-    for half in (0, 1):
-        prog.emit("mov.f32", A[half], f32(NEG_FLOOR))
-        prog.emit("mov.f32", l[half], f32(0.0))
-    return total, A, l
-
-
 def emit_softmax16(prog: Program, c: Cta, rows: Rows, start_n: Reg, s: list[Reg], A: list[Reg],
                    tag: str = "") -> Softmax16:
     """Mask (in the blocks that need it), row max, reference, P in float32 and its row sums."""
     emit = prog.emit
     fac = rows.fac
-    unmasked = prog.reg("pred")
-    emit("setp.lt.u32", unmasked, start_n, rows.band_start)
-    emit("bra", f"SCORES_READY{tag}", guard=unmasked)
-    emit_mask(prog, c, rows, s, start_n)
-    prog.label(f"SCORES_READY{tag}")
+    emit_band_mask(prog, c, rows, s, start_n, tag)
 
     prog.comment("row max of S c, taken on S (c > 0), the running reference A")
     m, neg, A_new, alpha, diff = (prog.regs("f32", 2) for _ in range(5))
     for half in (0, 1):
-        regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
-        emit("max.nan.f32", m[half], regs[0], regs[1])
-        for si in regs[2:]:
-            emit("max.nan.f32", m[half], m[half], si)
-        emit_quad_reduce(prog, m[half], "max.nan.f32")
-        all_masked = prog.reg("pred")
-        emit("setp.eq.f32", all_masked, m[half], f32(float("-inf")))
-        emit("mul.f32", m[half], m[half], fac)
-        emit("mov.f32", m[half], f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
-        emit("max.nan.f32", m[half], m[half], f32(NEG_FLOOR))
+        emit_row_max(prog, s, fac, half, m[half])
         emit("max.nan.f32", A_new[half], A[half], m[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])

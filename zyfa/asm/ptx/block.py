@@ -41,10 +41,10 @@ class Softmax:
     A_new: list[Reg]         # the rows' references after this block
 
 
-def emit_accumulators(prog: Program) -> tuple[list[Reg], list[Reg], list[Reg]]:
-    """The row state before the first block: total = 0 (the output accumulator), the
-    reference A = NEG_FLOOR and the row sum l = 0 (rows g and g + 8)."""
-    total = prog.regs("f32", ACC)
+def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg], list[Reg]]:
+    """The row state before the first block: total = 0 (the output accumulator, ``n``
+    registers: Dv / 2), the reference A = NEG_FLOOR and the row sum l = 0 (rows g and g + 8)."""
+    total = prog.regs("f32", n)
     for ti in total:
         prog.emit("mov.f32", ti, f32(0.0))
     A, l = prog.regs("f32", 2), prog.regs("f32", 2)
@@ -109,6 +109,31 @@ def emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
         prog.emit(op, x, x, other)
 
 
+def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg, tag: str) -> None:
+    """Mask the scores ``s`` of the block at ``start_n`` if it lies in the masked band."""
+    unmasked = prog.reg("pred")
+    prog.emit("setp.lt.u32", unmasked, start_n, rows.band_start)
+    prog.emit("bra", f"SCORES_READY{tag}", guard=unmasked)
+    emit_mask(prog, c, rows, s, start_n)
+    prog.label(f"SCORES_READY{tag}")
+
+
+def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg) -> None:
+    """m = max(S) c over the thread's row ``half`` and its quad (c > 0: rounding is monotone,
+    so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR."""
+    emit = prog.emit
+    regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
+    emit("max.nan.f32", m, regs[0], regs[1])
+    for si in regs[2:]:
+        emit("max.nan.f32", m, m, si)
+    emit_quad_reduce(prog, m, "max.nan.f32")
+    all_masked = prog.reg("pred")
+    emit("setp.eq.f32", all_masked, m, f32(float("-inf")))
+    emit("mul.f32", m, m, fac)
+    emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
+    emit("max.nan.f32", m, m, f32(NEG_FLOOR))
+
+
 def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
                d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
     """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
@@ -140,26 +165,13 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     emit = prog.emit
     hmma = rule in HMMA_RULES
     fac = rows.fac
-    unmasked = prog.reg("pred")
-    emit("setp.lt.u32", unmasked, start_n, rows.band_start)
-    emit("bra", f"SCORES_READY{tag}", guard=unmasked)
-    emit_mask(prog, c, rows, s, start_n)
-    prog.label(f"SCORES_READY{tag}")
+    emit_band_mask(prog, c, rows, s, start_n, tag)
 
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
     A_new, alpha, beta, thr, diff = (prog.regs("f32", 2) for _ in range(5))
     for half in (0, 1):
-        regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
-        emit("max.nan.f32", m[half], regs[0], regs[1])
-        for si in regs[2:]:
-            emit("max.nan.f32", m[half], m[half], si)
-        emit_quad_reduce(prog, m[half], "max.nan.f32")
-        all_masked = prog.reg("pred")
-        emit("setp.eq.f32", all_masked, m[half], f32(float("-inf")))
-        emit("mul.f32", m[half], m[half], fac)
-        emit("mov.f32", m[half], f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
-        emit("max.nan.f32", m[half], m[half], f32(NEG_FLOOR))
+        emit_row_max(prog, s, fac, half, m[half])
         emit("mul.f32", neg_m[half], m[half], f32(-1.0))
         moved = prog.reg("pred")
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))

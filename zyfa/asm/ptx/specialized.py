@@ -30,7 +30,7 @@ from .block import (
     emit_scores,
     emit_softmax,
 )
-from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16, emit_state
+from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
 from .cta import Cta, emit_positive_factor, emit_prologue, emit_rows, emit_work
 from .epilogue import emit_epilogue
 from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout
@@ -147,6 +147,19 @@ def _emit_next_tile(prog: Program, t: Reg, it: Reg) -> None:
     prog.emit("add.u32", it, it, 1)
 
 
+def _emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg) -> None:
+    """BLOCK_LOOP: on to block j + 1 (its load number, first key); past the tile's last block,
+    on to LAST_PV."""
+    last = prog.reg("pred")
+    prog.label("BLOCK_LOOP")
+    prog.emit("mov.u32", prev_slot, slot)
+    prog.emit("add.u32", slot, slot, 1)
+    prog.emit("add.u32", j, j, 1)
+    prog.emit("add.u32", start_n, start_n, BLOCK_N)
+    prog.emit("setp.ge.u32", last, j, c.tile.n_blocks)
+    prog.emit("bra", "LAST_PV", guard=last)
+
+
 def _emit_release(prog: Program, c: Cta, bar: Reg) -> None:
     """One arrival per warp on the "free" mbarrier at ``bar``."""
     prog.emit("mbarrier.arrive", bar, guard=c.thread.lane0)
@@ -209,14 +222,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     keep(sm)
 
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1")
-    last = prog.reg("pred")
-    prog.label("BLOCK_LOOP")
-    emit("mov.u32", prev_slot, slot)
-    emit("add.u32", slot, slot, 1)
-    emit("add.u32", j, j, 1)
-    emit("add.u32", start_n, start_n, BLOCK_N)
-    emit("setp.ge.u32", last, j, c.tile.n_blocks)
-    emit("bra", "LAST_PV", guard=last)
+    _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
     emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
     o = issue_pv(prev_slot)
@@ -269,7 +275,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     rows = emit_rows(prog, c.params, c.thread, c.tile)
     emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")     # c > 0: softmax_scale is positive
 
-    total, A, l = emit_state(prog, c.layout.dv)
+    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
@@ -290,14 +296,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit_pack16(prog, c, sm.p, p_regs)
 
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
-    last = prog.reg("pred")
-    prog.label("BLOCK_LOOP")
-    emit("mov.u32", prev_slot, slot)
-    emit("add.u32", slot, slot, 1)
-    emit("add.u32", j, j, 1)
-    emit("add.u32", start_n, start_n, BLOCK_N)
-    emit("setp.ge.u32", last, j, c.tile.n_blocks)
-    emit("bra", "LAST_PV", guard=last)
+    _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
     emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
     issue_pv(prev_slot)
