@@ -100,9 +100,17 @@ class Layout:
         return 1 + self.stages + (self.stages + 1 if self.specialized else 0)
 
     @property
+    def scratch_offset(self) -> int:
+        """16-bit kernels: a word per consumer thread after the mbarriers, which each block's
+        row sums are stored to before P V is waited for: the store keeps ptxas from moving
+        that wait above the softmax (bf16.py)."""
+        return self.bar_offset + 8 * self.barriers
+
+    @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the kernel (+ slack to align the base to 1024)."""
-        return self.bar_offset + 8 * self.barriers + 1024
+        scratch = 0 if self.is_fp8 else 4 * THREADS * self.consumers
+        return self.scratch_offset + scratch + 1024
 
     @property
     def threads(self) -> int:

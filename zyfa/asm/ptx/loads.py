@@ -30,13 +30,29 @@ def emit_ring_position(prog: Program, stages: int, n: Reg) -> tuple[Reg, Reg]:
     """(stage, round) of use number ``n`` of a ring of ``stages`` buffers: n mod stages and
     n / stages (shift and mask for a power of two)."""
     stage, rounds = prog.regs("u32", 2)
+    magic = _division_magic(stages)
     if stages & (stages - 1) == 0:
         prog.emit("and.b32", stage, n, stages - 1)
         prog.emit("shr.u32", rounds, n, stages.bit_length() - 1)
+    elif magic:                       # n / stages as a multiply-high: no division loop, no MUFU.RCP
+        prog.emit("mul.hi.u32", rounds, n, magic[0])
+        prog.emit("shr.u32", rounds, rounds, magic[1])
+        prog.emit("mul.lo.u32", stage, rounds, stages)
+        prog.emit("sub.u32", stage, n, stage)
     else:
         prog.emit("rem.u32", stage, n, stages)
         prog.emit("div.u32", rounds, n, stages)
     return stage, rounds
+
+
+def _division_magic(d: int) -> tuple[int, int] | None:
+    """(m, s) with n // d == (n * m) >> (32 + s) for every 32-bit n (m < 2^32), if any: the
+    rounding error m d - 2^(32 + s) must stay within 2^s."""
+    for s in range(32):
+        m = -(-(1 << (32 + s)) // d)
+        if m < (1 << 32) and m * d - (1 << (32 + s)) <= (1 << s):
+            return m, s
+    return None
 
 
 def _column(prog: Program, c: Cta, col: int) -> Reg:

@@ -51,7 +51,7 @@ class TileLoop:
     q_free: Reg             # mbarrier: the consumers are done with the Q tiles
 
 
-def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
+def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, **options) -> None:
     emit = prog.emit
     c, _ = emit_prologue(prog, causal, layout)
     params, shared = c.params, c.shared
@@ -72,7 +72,7 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     if layout.is_fp8:
         _emit_consumer(prog, c, tiles, rule, ones)
     else:
-        _emit_consumer_16(prog, c, tiles)
+        _emit_consumer_16(prog, c, tiles, **options)
     emit("ret")
     prog.label("PRODUCER")
     _emit_producer(prog, c, tiles)
@@ -259,13 +259,32 @@ def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
     return q_sync, q_tile, emit_descriptor(prog, q_tile)
 
 
-def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
+def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, pingpong: bool = False) -> None:
     """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
     P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
     P(j - 1) V is done, the output is rescaled for block j. (The two consumers taking turns
     to issue, FlashAttention-3's ping-pong, measured 2-5% slower here: bench/PTX_NOTES.md.)"""
     emit = prog.emit
     _, q_tile, dq = _emit_consumer_start(prog, c)
+    scratch = prog.reg("u32")                             # this thread's scratch word
+    emit("mov.u32", scratch, "%tid.x")
+    emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
+    emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
+    mine, other = prog.regs("u32", 2)                     # A/B option: named barriers 5, 6 (turns)
+    emit("add.u32", mine, c.thread.wg, 4)
+    emit("sub.u32", other, 7, c.thread.wg)
+    if pingpong:
+        second = prog.reg("pred")
+        emit("setp.eq.u32", second, c.thread.wg, 2)
+        emit("bar.arrive.n", other, 2 * THREADS, guard=second)
+
+    def my_turn() -> None:
+        if pingpong:
+            emit("bar.sync.n", mine, 2 * THREADS)
+
+    def your_turn() -> None:
+        if pingpong:
+            emit("bar.arrive.n", other, 2 * THREADS)
     t, it, base = prog.regs("u32", 3)
     emit("mov.u32", t, "%ctaid.x")
     emit("mov.u32", it, 0)
@@ -289,7 +308,9 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
 
     prog.comment("block 0: its GEMM phase has Q K^T alone")
     emit_kv_wait(prog, c, slot, "_FIRST")
+    my_turn()
     emit_scores(prog, c, q_tile, dq, slot, s, "_FIRST", wait=False)
+    your_turn()
     emit("wgmma.wait", 0)
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "_FIRST")
     emit_row_update16(prog, sm, l, A)
@@ -298,10 +319,16 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
     _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
+    my_turn()
     emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
     issue_pv(prev_slot)
+    your_turn()
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
+    if pin:
+        both = prog.reg("f32")                             # the softmax stays before the wait (layout.scratch_offset)
+        emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
+        emit("st.shared.f32", scratch, both)
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
@@ -310,7 +337,9 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("bra", "BLOCK_LOOP")
 
     prog.label("LAST_PV")
+    my_turn()
     issue_pv(prev_slot)
+    your_turn()
     emit("wgmma.wait", 0)
     _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     _emit_release(prog, c, tiles.q_free)

@@ -36,6 +36,7 @@ OPS = {
     "cvt.u64.u32": "cvt.u64.u32 {0}, {1};",
     "add.u32": "add.u32 {0}, {1}, {2};",
     "mul.lo.u32": "mul.lo.u32 {0}, {1}, {2};",
+    "mul.hi.u32": "mul.hi.u32 {0}, {1}, {2};",
     "shr.u32": "shr.u32 {0}, {1}, {2};",
     "and.b32": "and.b32 {0}, {1}, {2};",
     "shr.u64": "shr.u64 {0}, {1}, {2};",
@@ -109,6 +110,7 @@ OPS = {
     "st.global.f32": "st.global.f32 [{0}], {1};",
     "ld.shared.b32": "ld.shared.b32 {0}, [{1}];",
     "st.shared.b32": "st.shared.b32 [{0}], {1};",
+    "st.shared.f32": "st.shared.f32 [{0}], {1};",
     "setp.lt.f32": "setp.lt.f32 {0}, {1}, {2};",
     "setp.eq.f32": "setp.eq.f32 {0}, {1}, {2};",
     "bra.div": "bra {0};",                      # a branch threads of a warp may take apart
