@@ -1,6 +1,6 @@
 """What the generated sm_90a kernels run: FP8 on Hopper, head dims (128, 128) or MLA's
 (192, 128), per-head (or per-tensor) q/k descales, every P rule, block references; BF16 and
-FP16 with head dims (64, 64), (128, 128) and (192, 128); they need cuda-python to load."""
+FP16 with head dims (64, 64), (128, 128), (192, 128) and (256, 256); they need cuda-python to load."""
 from __future__ import annotations
 
 from ...device import HAS_CUDA_PYTHON, is_rocm

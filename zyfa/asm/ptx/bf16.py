@@ -13,7 +13,7 @@ import dataclasses
 from ..program import Program, Reg
 from .block import emit_band_mask, emit_row_max
 from .cta import Cta, Rows
-from .layout import BLOCK_N, COLUMN_TILE, acc_row_half
+from .layout import COLUMN_TILE, acc_row_half
 from .smem import emit_descriptor
 from .target import f32
 
@@ -73,15 +73,16 @@ def emit_pack16(prog: Program, c: Cta, p: list[Reg], p_regs: list[list[Reg]]) ->
 
 
 def emit_pv16(prog: Program, c: Cta, p_regs: list[list[Reg]], v_tile: Reg, total: list[Reg]) -> None:
-    """Issue (and commit) total += P V from the V tile at ``v_tile`` (its column tiles of 128 keys
-    x 64 elements are the MN-major B's leading dimension)."""
+    """Issue (and commit) total += P V from the V tile at ``v_tile`` (its column tiles of
+    block_n keys x 64 elements are the MN-major B's leading dimension)."""
     emit = prog.emit
     dtype, dv = c.layout.dtype, c.layout.dv
-    dv_desc = emit_descriptor(prog, v_tile, leading_bytes=BLOCK_N * COLUMN_TILE)
+    block_n = c.layout.block_n
+    dv_desc = emit_descriptor(prog, v_tile, leading_bytes=block_n * COLUMN_TILE)
     prog.comment("total += P V")
     t_list = ", ".join(map(str, total))
     emit("wgmma.fence")
-    for t in range(BLOCK_N // 16):
+    for t in range(block_n // 16):
         bk = prog.reg("u64")
         emit("add.u64", bk, dv_desc, 128 * t)                 # 16 keys: 2,048 bytes
         emit(f"wgmma.m64n{dv}k16.{dtype}.rs.t", t_list, ", ".join(map(str, p_regs[t])), bk, c.accumulate)

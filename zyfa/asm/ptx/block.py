@@ -70,11 +70,11 @@ def emit_scores(prog: Program, c: Cta, q_tile: Reg, dq: Reg, j: Reg, s: list[Reg
             continue
         q_col, k_col = prog.reg("u32"), prog.reg("u32")
         emit("add.u32", q_col, q_tile, BLOCK_M * col)
-        emit("add.u32", k_col, k_tile, BLOCK_N * col)
+        emit("add.u32", k_col, k_tile, layout.block_n * col)
         tiles.append((emit_descriptor(prog, q_col, width), emit_descriptor(prog, k_col, width), width))
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
-    op = "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8 else f"wgmma.m64n128k16.{layout.dtype}.ss"
+    op = "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8 else f"wgmma.m64n{layout.block_n}k16.{layout.dtype}.ss"
     emit("wgmma.fence")
     first = True
     for dq_t, dk_t, width in tiles:

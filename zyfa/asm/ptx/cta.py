@@ -56,6 +56,7 @@ class Tile:
     tile_m: Reg             # the CTA's first query row
     start_m: Reg            # the warpgroup's first query row (serial: tile_m)
     n_blocks: Reg           # key blocks [0, n_blocks) hold keys some row of the CTA sees
+    block_n: int = BLOCK_N  # keys a block (layout.block_n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,11 +164,11 @@ def emit_tile_registers(prog: Program, p: Params, causal: bool, layout: Layout) 
     group, diag, full_end, last_key = prog.regs("u32", 4)
     emit("div.u32", group, p.heads, p.kv_heads)
     emit("sub.u32", diag, p.seqlen_k, p.seqlen_q)
-    emit("and.b32", full_end, p.seqlen_k, -BLOCK_N & 0xFFFFFFFF)
+    emit("and.b32", full_end, p.seqlen_k, -layout.block_n & 0xFFFFFFFF)
     emit("sub.u32", last_key, p.seqlen_k, 1)
     b, h, kvh, bkv, tile_m, n_blocks = prog.regs("u32", 6)
     start_m = prog.reg("u32") if layout.specialized else tile_m
-    return Tile(causal, group, diag, full_end, last_key, b, h, kvh, bkv, tile_m, start_m, n_blocks)
+    return Tile(causal, group, diag, full_end, last_key, b, h, kvh, bkv, tile_m, start_m, n_blocks, layout.block_n)
 
 
 def emit_work(prog: Program, p: Params, thread: Thread, tile: Tile, layout: Layout, m_tile: Reg, bh: Reg) -> None:
@@ -191,8 +192,8 @@ def emit_work(prog: Program, p: Params, thread: Thread, tile: Tile, layout: Layo
         emit("min.u32", band_end, band_end, p.seqlen_k)
     else:
         emit("mov.u32", band_end, p.seqlen_k)
-    emit("add.u32", t.n_blocks, band_end, BLOCK_N - 1)
-    emit("shr.u32", t.n_blocks, t.n_blocks, 7)
+    emit("add.u32", t.n_blocks, band_end, layout.block_n - 1)
+    emit("shr.u32", t.n_blocks, t.n_blocks, layout.block_n.bit_length() - 1)
 
 
 def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile) -> Rows:
@@ -209,7 +210,7 @@ def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile) -> Rows:
     if t.causal:
         emit("add.u32", band_start, t.start_m, t.diag)
         emit("add.u32", band_start, band_start, 1)
-        emit("and.b32", band_start, band_start, -BLOCK_N & 0xFFFFFFFF)
+        emit("and.b32", band_start, band_start, -t.block_n & 0xFFFFFFFF)
         emit("min.u32", band_start, band_start, t.full_end)
         for row, lim in zip(rows, limits):
             emit("add.u32", lim, row, t.diag)

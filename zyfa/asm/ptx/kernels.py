@@ -48,12 +48,12 @@ def attention_16(q, k, v, softmax_scale=None, causal=True):
     q8, k8, v8 = (tma_ready(x).view(torch.uint8) for x in (q, k, v))
     out = torch.empty(B, Sq, Hq, Dv, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    col = attn.COLUMN_TILE                    # every tile is 128 bytes wide: no tail maps (passed again, unused)
-    q_map, k_map = tensor_map(q8, (1, attn.BLOCK_M, 1, col)), tensor_map(k8, (1, attn.BLOCK_N, 1, col))
-    maps = [q_map, k_map, tensor_map(v8, (1, attn.BLOCK_N, 1, col)), q_map, k_map]
+    layout = attn.layout_for(D, dtype, Dv)
+    col, bn = attn.COLUMN_TILE, layout.block_n   # every tile is 128 bytes wide: no tail maps (passed again, unused)
+    q_map, k_map = tensor_map(q8, (1, attn.BLOCK_M, 1, col)), tensor_map(k8, (1, bn, 1, col))
+    maps = [q_map, k_map, tensor_map(v8, (1, bn, 1, col)), q_map, k_map]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
-    layout = attn.layout_for(D, dtype, Dv)
     kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a",
                            dev.index if dev.index is not None else torch.cuda.current_device())
     kernel((-(-Sq // (2 * attn.BLOCK_M)) * B * Hq,), (layout.threads,), maps + ptrs + sizes)

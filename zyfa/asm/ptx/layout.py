@@ -8,9 +8,9 @@ import dataclasses
 
 BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128     # HEAD_DIM: one 128-byte column tile (and Dv)
 HEAD_DIMS = ((128, 128), (192, 128))           # (Dqk, Dv) the FP8 kernel takes; MLA's 192 as two tiles
-# (Dqk, Dv) of the 16-bit kernel: rows in 128-byte column tiles; d256 (K and V tiles of 64 KB
-# each) would need 64-key blocks to fit two stages
-HEAD_DIMS_16 = ((64, 64), (128, 128), (192, 128))
+# (Dqk, Dv) of the 16-bit kernel: rows in 128-byte column tiles; d256 in 64-key blocks (K and V
+# tiles of 128 keys would take 64 KB each)
+HEAD_DIMS_16 = ((64, 64), (128, 128), (192, 128), (256, 256))
 DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}      # input type -> bytes an element
 COLUMN_TILE = 128                              # bytes: the 128-byte swizzle's row
 TAIL = 64      # Dqk 192: columns 128-191 as a second tile of 64-byte rows (64-byte swizzle)
@@ -38,6 +38,7 @@ class Layout:
     stages: int       # K / V stages
     dtype: str = "e4m3"   # "e4m3": V arrives as V^T; "bf16" / "f16": V as stored (MN-major B)
     dv: int = HEAD_DIM    # V columns
+    block_n: int = BLOCK_N    # keys a block (16-bit d256: 64, so that two stages fit)
 
     @property
     def elem_bytes(self) -> int:
@@ -71,12 +72,12 @@ class Layout:
     @property
     def k_bytes(self) -> int:
         """One stage's K tile(s): 128 keys x Dqk elements."""
-        return BLOCK_N * self.dqk * self.elem_bytes
+        return self.block_n * self.dqk * self.elem_bytes
 
     @property
     def stage_bytes(self) -> int:
         """One stage: the K tile(s), then V^T or V (128 keys x Dv elements)."""
-        return self.k_bytes + BLOCK_N * self.dv * self.elem_bytes
+        return self.k_bytes + self.block_n * self.dv * self.elem_bytes
 
     @property
     def ones_bytes(self) -> int:
@@ -126,8 +127,9 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM) -> Layout:
     16-bit inputs: the specialized kernel with as many stages as fit, up to four (K and V
     tiles twice the bytes: 64 KB a stage at d128, which fits three)."""
     if dtype != "e4m3":
+        block_n = 64 if dqk > 192 else BLOCK_N
         for stages in (4, 3, 2):
-            layout = Layout(dqk, 2, stages, dtype, dv)
+            layout = Layout(dqk, 2, stages, dtype, dv, block_n)
             if layout.shared_bytes <= SHARED_LIMIT:
                 return layout
         raise ValueError(f"no 16-bit layout fits head dims ({dqk}, {dv})")

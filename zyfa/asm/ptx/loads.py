@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..program import Program, Reg
 from .cta import Cta
-from .layout import BLOCK_M, BLOCK_N, COLUMN_TILE, HEAD_DIM
+from .layout import BLOCK_M, COLUMN_TILE, HEAD_DIM
 from .lean_p import HMMA_RULES
 from .smem import emit_wait
 
@@ -86,13 +86,13 @@ def emit_kv_load(prog: Program, c: Cta, block: Reg, slot: Reg | None = None) -> 
     t, layout = c.tile, c.layout
     k_tile, v_tile, bar, _ = stage(prog, c, block if slot is None else slot)
     key0 = prog.reg("u32")
-    emit("mul.lo.u32", key0, block, BLOCK_N)
+    emit("mul.lo.u32", key0, block, layout.block_n)
     emit("mbarrier.expect_tx", bar, layout.stage_bytes)
-    _emit_rows_load(prog, c, k_tile, BLOCK_N, ("k_map", "k_tail_map"), layout.qk_tiles, t.kvh, key0, bar)
+    _emit_rows_load(prog, c, k_tile, layout.block_n, ("k_map", "k_tail_map"), layout.qk_tiles, t.kvh, key0, bar)
     if layout.is_fp8:
         emit("tma.load.3d", v_tile, c.params.maps["v_map"], key0, c.thread.zero, t.bkv, bar)
     else:
-        _emit_rows_load(prog, c, v_tile, BLOCK_N, ("v_map", None), layout.v_tiles, t.kvh, key0, bar)
+        _emit_rows_load(prog, c, v_tile, layout.block_n, ("v_map", None), layout.v_tiles, t.kvh, key0, bar)
 
 
 def emit_q_load(prog: Program, c: Cta, q_tile: Reg, row: Reg) -> None:

@@ -155,7 +155,7 @@ def _emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg
     prog.emit("mov.u32", prev_slot, slot)
     prog.emit("add.u32", slot, slot, 1)
     prog.emit("add.u32", j, j, 1)
-    prog.emit("add.u32", start_n, start_n, BLOCK_N)
+    prog.emit("add.u32", start_n, start_n, c.layout.block_n)
     prog.emit("setp.ge.u32", last, j, c.tile.n_blocks)
     prog.emit("bra", "LAST_PV", guard=last)
 
@@ -299,8 +299,8 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, 
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
     emit("mov.u32", slot, base)
-    s = prog.regs("f32", ACC)
-    p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 16)]   # P(j - 1): A of the P V in flight
+    s = prog.regs("f32", c.layout.block_n // 2)
+    p_regs = [prog.regs("b32", 4) for _ in range(c.layout.block_n // 16)]   # P(j - 1): A of the P V in flight
 
     def issue_pv(block_slot) -> None:
         _, v_tile, _, _ = stage(prog, c, block_slot)
