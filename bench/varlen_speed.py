@@ -1,5 +1,6 @@
-"""Packed (varlen) batches on the GPU: zyfa's one-launch Triton path, one call a sequence, and
-FlashAttention-3's varlen function, in one process.
+"""Packed (varlen) batches on the GPU: zyfa's one-launch paths (the Triton kernel, the generated
+Hopper kernels), one call a sequence, paged caches, and FlashAttention-3's varlen function, in
+one process.
 
     python bench/varlen_speed.py [--out results.json]
 
@@ -87,8 +88,13 @@ def main(argv=None) -> int:
             "zyfa-bf16 a call a sequence": lambda: torch.cat(
                 [zyfa.flash_attn_func(q[None, c:c + m], k[None, c:c + m], v[None, c:c + m], backend="triton")[0]
                  for c, m in zip(starts, lens)]),
-            "zyfa-fp8 auto (ptx, a call a sequence)": lambda: zyfa.flash_attn_varlen_func(
-                cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx, max_seqlen_k=mx, **fp8),
+            "zyfa-fp8 ptx one launch": lambda: zyfa.flash_attn_varlen_func(
+                cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx, max_seqlen_k=mx, backend="ptx", **fp8),
+            "zyfa-bf16 ptx one launch": lambda: zyfa.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, backend="ptx"),
+            "zyfa-fp8 ptx a call a sequence": lambda: torch.cat(
+                [zyfa.flash_attn_func(x.q[:, c:c + m], x.k[:, c:c + m], x.v[:, c:c + m], backend="ptx",
+                                      **{n_: fp8[n_][i:i + 1] for n_ in ("q_descale", "k_descale", "v_descale")})[0]
+                 for i, (c, m) in enumerate(zip(starts, lens))]),
         }
         for page in PAGE_SIZES:     # the same batch from a paged cache, one launch where pages fit the tile
             kp, vp, table, used = _paged(k, v, lens, page, seed=page)
@@ -117,8 +123,13 @@ def main(argv=None) -> int:
             out = fn()
             out = out[0] if isinstance(out, tuple) else out
             rec = dict(batch=name, label=label, sequences=n, tokens=sum(lens), err_fp64_last_rows=rel_err(out[rows_], ref))
-            if label == "zyfa-bf16 one launch":
-                rec["equals_per_sequence_calls"] = bool(torch.equal(out, dense_bf16))
+            if label in ("zyfa-bf16 one launch", "zyfa-bf16 ptx one launch"):
+                per_seq = dense_bf16 if "ptx" not in label else torch.cat(
+                    [zyfa.flash_attn_func(q[None, c:c + m], k[None, c:c + m], v[None, c:c + m], backend="ptx")[0]
+                     for c, m in zip(starts, lens)])
+                rec["equals_per_sequence_calls"] = bool(torch.equal(out, per_seq))
+            if label == "zyfa-fp8 ptx one launch":
+                rec["equals_per_sequence_calls"] = bool(torch.equal(out, calls["zyfa-fp8 ptx a call a sequence"]()))
             if " paged " in label:        # the contiguous one-launch call on the same batch
                 contiguous = calls[label.split(" paged ")[0] + " one launch"]()
                 rec["equals_contiguous"] = bool(torch.equal(out, contiguous))

@@ -69,8 +69,9 @@ def test_generated_packing_puts_each_p_where_the_a_operand_reads_it(dtype):
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("dims", attn.HEAD_DIMS_16)
 @pytest.mark.parametrize("causal", [True, False])
-def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal):
-    name, ptx = attn.attention_kernel_16(dtype, causal, *dims)
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
+def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, packed):
+    name, ptx = attn.attention_kernel_16(dtype, causal, *dims, packed=packed)
     a = assemble(ptx)
     assert a.spill_bytes == 0, a.report
     sass = a.sass()

@@ -303,3 +303,18 @@ def test_fallback_is_logged_once(caplog):
         zyfa.flash_attn_func(q, k, v)
     notes = [r.message for r in caplog.records if r.message.startswith("zyfa: using")]
     assert len(notes) <= 1 and all("ptx" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("dqk", [128, 192])
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_batch_kernels_assemble(dqk, causal):
+    """The packed (varlen) variants: the per-sequence tables read from global memory, the same
+    wgmmas as the dense kernel, a serial CTA past its sequence's queries returns at once."""
+    dense = assemble(attn.attention_kernel("exact", causal, dqk=dqk)[1]).sass()
+    name, ptx = attn.attention_kernel("exact", causal, dqk=dqk, packed=True)
+    a = assemble(ptx)
+    sass = a.sass()
+    assert name.endswith("_packed") and "total_q" in ptx and "ld.global.nc.u32" in ptx
+    assert sass.count("QGMMA") == dense.count("QGMMA") and sass.count("HGMMA") == dense.count("HGMMA")
+    if dqk == 128:
+        assert a.spill_bytes == 0 and a.registers <= attn.REGISTER_BUDGET, a.report

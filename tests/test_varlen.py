@@ -295,14 +295,15 @@ def test_random_packed_batches_in_one_launch_equal_per_sequence_calls(seed):
 
 
 def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_would_run(monkeypatch):
-    """backend="auto": where a generated kernel is the choice, short sequences (mean at most
-    SHORT_MEAN_QUERIES) go to one Triton launch, long ones to a call a sequence."""
+    """backend="auto": where the gfx950 kernel (which has no packed path) is the choice, short
+    sequences (mean at most SHORT_MEAN_QUERIES) go to one Triton launch, long ones to a call a
+    sequence."""
     from zyfa import dispatch, varlen
     lens = [5, 9, 3]
     q, k, v, _ = _inputs(lens, lens, False, seed=13)
-    ptx = dataclasses.replace(dispatch.by_name("triton"), name="ptx")
+    gfx950 = dataclasses.replace(dispatch.by_name("triton"), name="gfx950")
     real_select = dispatch.select
-    monkeypatch.setattr(dispatch, "select", lambda p, b="auto": ptx if b == "auto" else real_select(p, b))
+    monkeypatch.setattr(dispatch, "select", lambda p, b="auto": gfx950 if b == "auto" else real_select(p, b))
     calls = []
     monkeypatch.setattr(varlen.api, "flash_attn_func", lambda *a, **kw: calls.append(1) or
                         zyfa.flash_attn_func(*a, **{**kw, "backend": "triton"}))
@@ -333,3 +334,46 @@ def test_paged_cache_in_one_launch_equals_contiguous(fp8, page_size, monkeypatch
     monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
     out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, "triton", cu_seqlens_k=None, block_table=table, seqused_k=used)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+H100_CLASS = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.skipif(not H100_CLASS, reason="the generated Hopper kernels need an sm_90 GPU")
+@pytest.mark.parametrize("dims", [(128, 128), (192, 128), (64, 64)], ids=lambda d: f"d{d[0]}-{d[1]}")
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_ptx_packed_batch_equals_per_sequence_calls(dims, fp8, causal, monkeypatch):
+    """The generated kernel's packed path (one launch): bit for bit its per-sequence calls, over
+    lengths of 1, odd, longer than a tile, a sequence without queries, GQA, seqused_k."""
+    if fp8 and dims == (64, 64):
+        pytest.skip("the generated FP8 kernel takes head dims 128 and 192/128")
+    d, dv = dims
+    lens_q, lens_k, used = [1, 0, 200, 77, 130], [5, 3, 260, 77, 300], [5, 3, 250, 77, 131]
+    lens_q = [min(a, b) for a, b in zip(lens_q, used)] if causal else lens_q
+    g = torch.Generator().manual_seed(d + fp8)
+    q = torch.randn(sum(lens_q), 4, d, generator=g).bfloat16().cuda()
+    k = torch.randn(sum(lens_k), 2, d, generator=g).bfloat16().cuda()
+    v = torch.randn(sum(lens_k), 2, dv, generator=g).bfloat16().cuda()
+    ds = {}
+    if fp8:
+        x = zyfa.quantize_fp8(q[None], k[None], v[None])
+        q, k, v = x.q[0], x.k[0], x.v[0]
+        f = torch.linspace(0.5, 2.0, len(lens_q), device="cuda")[:, None]
+        ds = {n: (dd * f).float() for n, dd in (("q_descale", x.q_descale), ("k_descale", x.k_descale),
+                                                ("v_descale", x.v_descale))}
+    calls = []
+    real = zyfa.flash_attn_func
+    monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    out, lse = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens_q), _cu(lens_k), max(lens_q), max(lens_k), causal=causal,
+                                           seqused_k=_t(used), return_lse=True, backend="ptx", **ds)
+    assert calls == []                                   # one launch
+    outs, lses, a, c = [], [], 0, 0
+    for i, (sq, sk, n) in enumerate(zip(lens_q, lens_k, used)):
+        if sq:
+            o, s_ = real(q[a:a + sq][None], k[c:c + n][None], v[c:c + n][None], causal=causal, return_lse=True,
+                         backend="ptx", **_seq_descales(ds, i))
+            outs.append(o[0])
+            lses.append(s_[0])
+        a, c = a + sq, c + sk
+    assert torch.equal(out, torch.cat(outs)) and torch.equal(lse, torch.cat(lses, 1))

@@ -225,11 +225,15 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seq
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
     chosen = dispatch.select(problem, backend).name
+    if chosen == "ptx" and block_table is None:
+        return _ptx_packed(q, k, v, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
+                           descales, p_rule, ref_rule, is_fp8, max(q_lens), max(k_lens))
     short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
     if chosen != "triton" and not (backend == "auto" and short and chosen in ("ptx", "gfx950")
                                    and dispatch.by_name("triton").can_implement(problem)[0]):
         return None
-    from .triton_kernels.launch import Packed, default_tile, packed_vt, triton_attention
+    from .spec.shapes import Packed
+    from .triton_kernels.launch import default_tile, packed_vt, triton_attention
     tile = None
     if block_table is not None:
         tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
@@ -256,6 +260,29 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seq
     scale = None if softmax_scale is None else float(softmax_scale)
     out, lse = triton_attention(q.unsqueeze(0), k, v, scale, causal, **descales, p_rule=p_rule, ref_rule=ref_rule,
                                 config=tile, packed=packed)
+    return out[0], lse[0]
+
+
+def _ptx_packed(q, k, v, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal, descales,
+                p_rule, ref_rule, is_fp8, max_q, max_k):
+    """(out, lse) of the packed batch from one launch of the generated Hopper kernel (FP8 V^T
+    re-packed to 16-key starts as for the Triton kernel)."""
+    from .asm.ptx.kernels import attention_16, attention_fp8
+    from .spec.shapes import Packed
+    from .triton_kernels.launch import packed_vt
+    dev = q.device
+    cu_q = cu_seqlens_q.to(dev)
+    k_start = cu_seqlens_k[:-1].to(dev)
+    k_len = seqused_k.to(dev) if seqused_k is not None else cu_seqlens_k.diff().to(dev)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    if is_fp8:
+        vt, v_starts = packed_vt(v, starts, k_lens)
+        packed = Packed(cu_q, k_start, torch.tensor(v_starts, dtype=torch.int32, device=dev), k_len, max_q, max_k)
+        out, lse = attention_fp8(q.unsqueeze(0), k.unsqueeze(0), vt, scale, causal, **descales, p_rule=p_rule,
+                                 ref_rule=ref_rule, packed=packed)
+    else:
+        packed = Packed(cu_q, k_start, k_start, k_len, max_q, max_k)
+        out, lse = attention_16(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), scale, causal, packed=packed)
     return out[0], lse[0]
 
 

@@ -1,7 +1,6 @@
 """Host side of the Triton attention kernel: strides, descales, grid, tile choice."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -13,7 +12,7 @@ from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from ..spec.key_order import hopper_vt
 from ..spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE
-from ..spec.shapes import out_dtype
+from ..spec.shapes import Packed, out_dtype
 from ..tma import tma_aligned, tma_ready
 from .attention import REF_RULE_IDS, attention_fwd_kernel
 from .p_rules import P_RULE_IDS
@@ -82,28 +81,6 @@ def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: i
     query heads a KV head, +0.1-1.7% at 32K with 1, -12% at 4K with 1 (-5% on MLA's 192/128)."""
     return (device_arch(device) == "sm90" and not interpreter_active() and head_dim == 128
             and seqlen_k * group >= 32768)
-
-
-@dataclasses.dataclass(frozen=True)
-class Packed:
-    """A packed batch for the kernel: int32 device tensors of each sequence's first query
-    (cu_seqlens_q, batch + 1 entries), first key in k and in v, and key count, and the
-    longest lengths. (FP8 V^T's sequences start at multiples of 16 keys: ``packed_vt``.)
-    A paged cache adds its block table (batch, max_pages) int32 and page size; k and v are
-    then the pools, k (and BF16 v) (1, pages * page_size, Hkv, D), FP8 v (pages, page_size,
-    Hkv, Dv) with each page's V^T contiguous."""
-    cu_q: torch.Tensor
-    k_start: torch.Tensor
-    v_start: torch.Tensor
-    k_len: torch.Tensor
-    max_seqlen_q: int
-    max_seqlen_k: int
-    block_table: torch.Tensor | None = None
-    page_size: int = 0
-
-    @property
-    def batch(self) -> int:
-        return self.cu_q.numel() - 1
 
 
 def default_tile(device: torch.device, is_fp8: bool, dqk: int, dv: int, causal: bool, seqlen_k: int) -> TileConfig:

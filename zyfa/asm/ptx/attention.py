@@ -32,6 +32,7 @@ from .layout import (  # noqa: F401
     kernel_name,
     kernel_name_16,
     layout_for,
+    params_for,
 )
 from .lean_p import HMMA_RULES, PTX_RULES  # noqa: F401
 from .serial import emit_serial
@@ -44,7 +45,7 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
-                     arch: str = "sm_90a") -> tuple[str, str]:
+                     arch: str = "sm_90a", packed: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` 128 or 192, Dv 128) for one P
     rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for
     the rules in HMMA_RULES and from the ALUs for the others (block.py).
@@ -62,19 +63,19 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
     if (dqk, HEAD_DIM) not in HEAD_DIMS:
         raise ValueError(f"the generated kernel takes head dims {HEAD_DIMS}, got ({dqk}, {HEAD_DIM})")
-    layout = layout_for(dqk)
-    name = kernel_name(rule, causal, dqk)
+    layout = layout_for(dqk, packed=packed)
+    name = kernel_name(rule, causal, dqk, packed)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if layout.specialized:
         emit_specialized(prog, rule, causal, layout)
-        return name, module(name, PARAMS, prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
+        return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
     emit_serial(prog, rule, causal, layout)
-    return name, module(name, PARAMS, prog, arch, shared)
+    return name, module(name, params_for(layout), prog, arch, shared)
 
 
 def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEAD_DIM, dv: int = HEAD_DIM,
-                        arch: str = "sm_90a", **options) -> tuple[str, str]:
+                        arch: str = "sm_90a", packed: bool = False, **options) -> tuple[str, str]:
     """(name, PTX) of the 16-bit attention kernel (``dtype`` "bf16" or "f16"; head dims in
     HEAD_DIMS_16), FlashAttention's online softmax (bf16.py). Parameters as attention_kernel's,
     read as bytes: maps of q (B, Sq, Hq, 2 Dqk), k and v (B, Sk, Hkv, 2 D) with boxes of 64 / 128
@@ -85,9 +86,9 @@ def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEA
         raise ValueError(f"the generated 16-bit kernel takes head dims {HEAD_DIMS_16}, got ({dqk}, {dv})")
     if dtype not in ("bf16", "f16"):
         raise ValueError(f"the generated 16-bit kernel takes bf16 or f16, got {dtype!r}")
-    layout = layout_for(dqk, dtype, dv)
-    name = kernel_name_16(dtype, causal, dqk, dv)
+    layout = layout_for(dqk, dtype, dv, packed)
+    name = kernel_name_16(dtype, causal, dqk, dv, packed)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     emit_specialized(prog, None, causal, layout, **options)
-    return name, module(name, PARAMS, prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
+    return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")

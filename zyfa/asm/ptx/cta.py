@@ -24,6 +24,17 @@ class Params:
     heads: Reg
     kv_heads: Reg
     batch: Reg
+    packed: "PackedParams | None" = None    # a packed batch's per-sequence tables
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedParams:
+    """layout.PACKED_PARAMS in registers."""
+    cu_q: Reg
+    k_start: Reg
+    k_len: Reg
+    v_start: Reg
+    total_q: Reg
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +68,18 @@ class Tile:
     start_m: Reg            # the warpgroup's first query row (serial: tile_m)
     n_blocks: Reg           # key blocks [0, n_blocks) hold keys some row of the CTA sees
     block_n: int = BLOCK_N  # keys a block (layout.block_n)
+    seq: "SequenceRows | None" = None   # a packed batch: where the tile's sequence lies
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceRows:
+    """A packed batch's tile: its sequence's rows in the packed tensors (emit_work writes them)."""
+    q_len: Reg              # the sequence's queries (rows past it are skipped)
+    k_len: Reg
+    q_row0: Reg             # its first row in q, out and the LSE's rows
+    k_row0: Reg             # its first key in k (and 16-bit v)
+    v_row0: Reg             # its first key in FP8 V^T
+    empty: Reg              # pred: the tile starts past the sequence's queries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +130,8 @@ def emit_prologue(prog: Program, causal: bool, layout: Layout) -> tuple[Cta, Row
         prog.emit("sub.u32", ty, nty, ty)
         prog.emit("sub.u32", ty, ty, 1)
         emit_work(prog, params, thread, tile, layout, ty, bh)
+        if layout.packed:                      # a tile past its sequence's queries: nothing to do
+            prog.emit("ret", guard=tile.seq.empty)
         rows = emit_rows(prog, params, thread, tile)
     shared = emit_shared(prog, layout)
     yes = prog.reg("pred")                     # true: wgmma's scale-d operand "add to the accumulator"
@@ -129,7 +154,14 @@ def emit_params(prog: Program, layout: Layout) -> Params:
     sizes = prog.regs("u32", 5)
     for r, name in zip(sizes, ("seqlen_q", "seqlen_k", "heads", "kv_heads", "batch")):
         emit("ld.param.u32", r, name)
-    return Params(maps, *pointers, *sizes)
+    packed = None
+    if layout.packed:
+        tables, total_q = prog.regs("u64", 4), prog.reg("u32")
+        for r, name in zip(tables, ("cu_q_ptr", "k_start_ptr", "k_len_ptr", "v_start_ptr")):
+            emit("ld.param.u64", r, name)
+        emit("ld.param.u32", total_q, "total_q")
+        packed = PackedParams(*tables, total_q)
+    return Params(maps, *pointers, *sizes, packed)
 
 
 def emit_thread(prog: Program, layout: Layout) -> Thread:
@@ -163,12 +195,15 @@ def emit_tile_registers(prog: Program, p: Params, causal: bool, layout: Layout) 
     emit = prog.emit
     group, diag, full_end, last_key = prog.regs("u32", 4)
     emit("div.u32", group, p.heads, p.kv_heads)
-    emit("sub.u32", diag, p.seqlen_k, p.seqlen_q)
-    emit("and.b32", full_end, p.seqlen_k, -layout.block_n & 0xFFFFFFFF)
-    emit("sub.u32", last_key, p.seqlen_k, 1)
+    if not layout.packed:                              # a packed batch's: per tile (emit_work)
+        emit("sub.u32", diag, p.seqlen_k, p.seqlen_q)
+        emit("and.b32", full_end, p.seqlen_k, -layout.block_n & 0xFFFFFFFF)
+        emit("sub.u32", last_key, p.seqlen_k, 1)
     b, h, kvh, bkv, tile_m, n_blocks = prog.regs("u32", 6)
     start_m = prog.reg("u32") if layout.specialized else tile_m
-    return Tile(causal, group, diag, full_end, last_key, b, h, kvh, bkv, tile_m, start_m, n_blocks, layout.block_n)
+    seq = SequenceRows(*prog.regs("u32", 5), prog.reg("pred")) if layout.packed else None
+    return Tile(causal, group, diag, full_end, last_key, b, h, kvh, bkv, tile_m, start_m, n_blocks, layout.block_n,
+                seq)
 
 
 def emit_work(prog: Program, p: Params, thread: Thread, tile: Tile, layout: Layout, m_tile: Reg, bh: Reg) -> None:
@@ -185,15 +220,40 @@ def emit_work(prog: Program, p: Params, thread: Thread, tile: Tile, layout: Layo
     if layout.specialized:                                 # consumer wg's rows: 64 (wg - 1) on
         emit("mad.lo.u32", t.start_m, thread.wg, BLOCK_M, t.tile_m)
         emit("sub.u32", t.start_m, t.start_m, BLOCK_M)
+    seqlen_k = p.seqlen_k
+    if layout.packed:
+        seqlen_k = _emit_sequence(prog, p, t)
     band_end = prog.reg("u32")
     if t.causal:
         emit("add.u32", band_end, t.tile_m, cta_rows)
         emit("add.u32", band_end, band_end, t.diag)
-        emit("min.u32", band_end, band_end, p.seqlen_k)
+        emit("min.u32", band_end, band_end, seqlen_k)
     else:
-        emit("mov.u32", band_end, p.seqlen_k)
+        emit("mov.u32", band_end, seqlen_k)
     emit("add.u32", t.n_blocks, band_end, layout.block_n - 1)
     emit("shr.u32", t.n_blocks, t.n_blocks, layout.block_n.bit_length() - 1)
+
+
+def _emit_sequence(prog: Program, p: Params, t: Tile) -> Reg:
+    """A packed batch: the tile's sequence (batch index t.b) from the tables, its key bounds,
+    and whether the tile is past its queries. Returns its key count."""
+    emit, seq, pk = prog.emit, t.seq, p.packed
+    off, addr = prog.regs("u64", 2)
+    next_row = prog.reg("u32")
+    emit("mul.wide.u32", off, t.b, 4)
+    for table, dst in ((pk.cu_q, seq.q_row0), (pk.k_start, seq.k_row0), (pk.k_len, seq.k_len),
+                       (pk.v_start, seq.v_row0)):
+        emit("add.u64", addr, table, off)
+        emit("ld.global.u32", dst, addr)
+    emit("add.u64", addr, pk.cu_q, off)
+    emit("add.u64", addr, addr, 4)
+    emit("ld.global.u32", next_row, addr)
+    emit("sub.u32", seq.q_len, next_row, seq.q_row0)
+    emit("setp.ge.u32", seq.empty, t.tile_m, seq.q_len)
+    emit("sub.u32", t.diag, seq.k_len, seq.q_len)
+    emit("and.b32", t.full_end, seq.k_len, -t.block_n & 0xFFFFFFFF)
+    emit("sub.u32", t.last_key, seq.k_len, 1)
+    return seq.k_len
 
 
 def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile) -> Rows:

@@ -23,10 +23,15 @@ def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[R
     ok = prog.regs("pred", 2)
     row_base = prog.regs("u64", 2)
     idx, bsq = prog.regs("u32", 2)
-    emit("mul.lo.u32", bsq, t.b, p.seqlen_q)
+    seq = t.seq                                   # a packed batch: the sequence's rows from q_row0
+    seqlen_q = seq.q_len if seq else p.seqlen_q
+    if seq:
+        emit("mov.u32", bsq, seq.q_row0)
+    else:
+        emit("mul.lo.u32", bsq, t.b, p.seqlen_q)
     for half in (0, 1):
         emit("rcp.f32", inv[half], l[half])
-        emit("setp.lt.u32", ok[half], rows.rows[half], p.seqlen_q)
+        emit("setp.lt.u32", ok[half], rows.rows[half], seqlen_q)
         emit("add.u32", idx, bsq, rows.rows[half])
         emit("mad.lo.u32", idx, idx, p.heads, t.h)           # (b * Sq + row) * Hq + h
         emit("mul.lo.u32", idx, idx, dv)
@@ -57,8 +62,12 @@ def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[R
     prog.comment("LSE from the first thread of each quad")
     first = prog.reg("pred")
     emit("setp.eq.u32", first, q, 0)
-    bh = prog.reg("u32")
-    emit("mad.lo.u32", bh, t.b, p.heads, t.h)
+    bh = prog.reg("u32")                          # LSE (B, Hq, Sq); packed (1, Hq, total_q)
+    if seq:
+        emit("mul.lo.u32", bh, t.h, p.packed.total_q)
+        emit("add.u32", bh, bh, seq.q_row0)
+    else:
+        emit("mad.lo.u32", bh, t.b, p.heads, t.h)
     for half in (0, 1):
         store = prog.reg("pred")
         emit("and.pred", store, ok[half], first)
@@ -67,7 +76,10 @@ def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[R
         if fp8:
             emit("sub.f32", lg[half], lg[half], f32(float(P_OFFSET_LOG2)))
         emit("mul.f32", lg[half], lg[half], f32(LN2))
-        emit("mad.lo.u32", idx, bh, p.seqlen_q, rows.rows[half])
+        if seq:
+            emit("add.u32", idx, bh, rows.rows[half])
+        else:
+            emit("mad.lo.u32", idx, bh, p.seqlen_q, rows.rows[half])
         off, addr = prog.regs("u64", 2)
         emit("mul.wide.u32", off, idx, 4)
         emit("add.u64", addr, p.lse, off)

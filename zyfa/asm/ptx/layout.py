@@ -39,6 +39,7 @@ class Layout:
     dtype: str = "e4m3"   # "e4m3": V arrives as V^T; "bf16" / "f16": V as stored (MN-major B)
     dv: int = HEAD_DIM    # V columns
     block_n: int = BLOCK_N    # keys a block (16-bit d256: 64, so that two stages fit)
+    packed: bool = False  # a packed (varlen) batch: each sequence's rows from cu_seqlens (PACKED_PARAMS)
 
     @property
     def elem_bytes(self) -> int:
@@ -118,7 +119,7 @@ class Layout:
         return THREADS * (1 + self.consumers) if self.specialized else THREADS
 
 
-def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM) -> Layout:
+def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
     v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
     warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K).
@@ -129,11 +130,11 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM) -> Layout:
     if dtype != "e4m3":
         block_n = 64 if dqk > 192 else BLOCK_N
         for stages in (4, 3, 2):
-            layout = Layout(dqk, 2, stages, dtype, dv, block_n)
+            layout = Layout(dqk, 2, stages, dtype, dv, block_n, packed)
             if layout.shared_bytes <= SHARED_LIMIT:
                 return layout
         raise ValueError(f"no 16-bit layout fits head dims ({dqk}, {dv})")
-    return Layout(dqk, 2, 4) if dqk > HEAD_DIM else Layout(dqk, 1, 2)
+    return Layout(dqk, 2, 4, packed=packed) if dqk > HEAD_DIM else Layout(dqk, 1, 2, packed=packed)
 
 
 # v_map: E4M3 V^T, or 16-bit V; the tail maps: E4M3 Dqk 192 only (16-bit tiles are all 128 bytes)
@@ -143,12 +144,23 @@ PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".a
           (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads"), (".u32", "batch")]
 
 
-def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM) -> str:
-    return f"zyfa_attn_fp8_d{dqk}_{rule}_{'causal' if causal else 'full'}"
+# a packed batch's kernel adds, per sequence (int32, batch entries; cu_q batch + 1): its first
+# query row, first key row in k (16-bit: and v), key count, first key in FP8 V^T; and the
+# total query rows (the LSE's row length). seqlen_q / seqlen_k are then the longest lengths.
+PACKED_PARAMS = [(".u64", "cu_q_ptr"), (".u64", "k_start_ptr"), (".u64", "k_len_ptr"), (".u64", "v_start_ptr"),
+                 (".u32", "total_q")]
 
 
-def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int) -> str:
-    return f"zyfa_attn_{dtype}_d{dqk}_{dv}_{'causal' if causal else 'full'}"
+def params_for(layout: Layout) -> list:
+    return PARAMS + PACKED_PARAMS if layout.packed else PARAMS
+
+
+def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False) -> str:
+    return f"zyfa_attn_fp8_d{dqk}_{rule}_{'causal' if causal else 'full'}{'_packed' if packed else ''}"
+
+
+def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False) -> str:
+    return f"zyfa_attn_{dtype}_d{dqk}_{dv}_{'causal' if causal else 'full'}{'_packed' if packed else ''}"
 
 
 def acc_row_half(i: int) -> int:

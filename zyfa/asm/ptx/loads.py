@@ -67,16 +67,22 @@ def _column(prog: Program, c: Cta, col: int) -> Reg:
 
 
 def _emit_rows_load(prog: Program, c: Cta, tile: Reg, rows: int, maps: tuple[str, str], tiles, head: Reg,
-                    row: Reg, bar: Reg) -> None:
+                    row: Reg, bar: Reg, row0: Reg | None = None) -> None:
     """TMA loads of ``rows`` rows from ``row`` of (batch, ``head``), column tile by column tile
-    (``maps``: the map of 128-byte tiles, of 64-byte ones), each tile's rows contiguous at ``tile``."""
+    (``maps``: the map of 128-byte tiles, of 64-byte ones), each tile's rows contiguous at ``tile``.
+    A packed batch (its tensors are batch 1): from row ``row0`` + ``row``."""
+    batch = c.tile.b
+    if c.layout.packed:
+        packed_row = prog.reg("u32")
+        prog.emit("add.u32", packed_row, row0, row)
+        row, batch = packed_row, c.thread.zero
     for col, width in tiles:
         dst = tile
         if col:
             dst = prog.reg("u32")
             prog.emit("add.u32", dst, tile, rows * col)
         m = c.params.maps[maps[0] if width == COLUMN_TILE else maps[1]]
-        prog.emit("tma.load.4d", dst, m, _column(prog, c, col), head, row, c.tile.b, bar)
+        prog.emit("tma.load.4d", dst, m, _column(prog, c, col), head, row, batch, bar)
 
 
 def emit_kv_load(prog: Program, c: Cta, block: Reg, slot: Reg | None = None) -> None:
@@ -88,17 +94,25 @@ def emit_kv_load(prog: Program, c: Cta, block: Reg, slot: Reg | None = None) -> 
     key0 = prog.reg("u32")
     emit("mul.lo.u32", key0, block, layout.block_n)
     emit("mbarrier.expect_tx", bar, layout.stage_bytes)
-    _emit_rows_load(prog, c, k_tile, layout.block_n, ("k_map", "k_tail_map"), layout.qk_tiles, t.kvh, key0, bar)
+    seq = t.seq
+    _emit_rows_load(prog, c, k_tile, layout.block_n, ("k_map", "k_tail_map"), layout.qk_tiles, t.kvh, key0, bar,
+                    seq and seq.k_row0)
     if layout.is_fp8:
-        emit("tma.load.3d", v_tile, c.params.maps["v_map"], key0, c.thread.zero, t.bkv, bar)
+        if layout.packed:                                  # V^T (Hkv, Dv, keys): the sequence's from v_row0
+            vkey = prog.reg("u32")
+            emit("add.u32", vkey, seq.v_row0, key0)
+            emit("tma.load.3d", v_tile, c.params.maps["v_map"], vkey, c.thread.zero, t.kvh, bar)
+        else:
+            emit("tma.load.3d", v_tile, c.params.maps["v_map"], key0, c.thread.zero, t.bkv, bar)
     else:
-        _emit_rows_load(prog, c, v_tile, layout.block_n, ("v_map", None), layout.v_tiles, t.kvh, key0, bar)
+        _emit_rows_load(prog, c, v_tile, layout.block_n, ("v_map", None), layout.v_tiles, t.kvh, key0, bar,
+                        seq and seq.k_row0)
 
 
 def emit_q_load(prog: Program, c: Cta, q_tile: Reg, row: Reg) -> None:
     """Thread 0: the Q tile(s) of 64 rows from ``row`` into ``q_tile`` (mbarrier bar_q)."""
     _emit_rows_load(prog, c, q_tile, BLOCK_M, ("q_map", "q_tail_map"), c.layout.qk_tiles, c.tile.h, row,
-                    c.shared.bar_q)
+                    c.shared.bar_q, c.tile.seq and c.tile.seq.q_row0)
 
 
 def emit_kv_wait(prog: Program, c: Cta, j: Reg, tag: str) -> None:

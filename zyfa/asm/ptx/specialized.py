@@ -91,6 +91,18 @@ def _emit_tile_loop_head(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: 
     prog.emit("sub.u32", ty, tiles.per_head, ty)
     prog.emit("sub.u32", ty, ty, 1)                       # heaviest query tile first
     emit_work(prog, c.params, c.thread, c.tile, c.layout, ty, bh)
+    if c.layout.packed:                                   # past its sequence's queries: the next tile
+        prog.emit("bra.div", f"{label}_SKIP", guard=c.tile.seq.empty)
+
+
+def _emit_tile_skip(prog: Program, c: Cta, t: Reg, label: str) -> None:
+    """A packed batch's empty tile: on to tile t + nctaid.x, no load or mbarrier phase used."""
+    if c.layout.packed:
+        n = prog.reg("u32")
+        prog.label(f"{label}_SKIP")
+        prog.emit("mov.u32", n, "%nctaid.x")
+        prog.emit("add.u32", t, t, n)
+        prog.emit("bra.div", label)
 
 
 def _phase_of(prog: Program, count: Reg, flip: bool = False) -> Reg:
@@ -136,6 +148,7 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.label("TILE_LOADED")
     _emit_next_tile(prog, t, it)
     emit("bra.div", "PRODUCE_TILE")
+    _emit_tile_skip(prog, c, t, "PRODUCE_TILE")
     prog.label("PRODUCE_TILE_DONE")
     prog.label("PRODUCER_DONE")
 
@@ -245,6 +258,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     emit("add.u32", base, base, c.tile.n_blocks)
     _emit_next_tile(prog, t, it)
     emit("bra.div", "TILE")
+    _emit_tile_skip(prog, c, t, "TILE")
     prog.label("TILE_DONE")
 
 
@@ -347,4 +361,5 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, 
     emit("add.u32", base, base, c.tile.n_blocks)
     _emit_next_tile(prog, t, it)
     emit("bra.div", "TILE")
+    _emit_tile_skip(prog, c, t, "TILE")
     prog.label("TILE_DONE")
