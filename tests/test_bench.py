@@ -125,3 +125,22 @@ def test_e2e_trained_mode_trains_and_records(tmp_path):
     assert final < losses[0] - 1.0, (losses, final)          # from ~ln 256 = 5.5 nats a byte
     kl = {row["attn_implementation"]: row.get("kl_vs_fp32_attention") for row in doc["records"]}
     assert kl["fp32_ref"] == 0 and kl["sdpa"] > 0 and kl["zyfa_fp8"] > 0
+
+
+def test_report_shows_the_bench_runs_not_the_other_records(tmp_path):
+    """RESULTS.md: the newest `zyfa bench` run first, then the earlier ones; records other
+    scripts keep in the same file (A/B sessions, end-to-end runs) are not taken for a run."""
+    from zyfa.bench.report import write_report
+    from zyfa.bench.store import bench_run_keys
+    rec = dict(gpu="G", date="d", case="c", group="quick", label="m", status="ok", tflops=1.0, err_kernel=None,
+               err_e2e=None, tflop_per_j=None, sm_clock_mhz=None)
+    entries = {"2026-01-02-g-x.json": dict(records=[{**rec, "tflops": 2.0}], versions={}),
+               "2026-01-01-g-x.json": dict(records=[rec], versions={}),
+               "2026-01-03-g-x-redesign-ab.json": dict(records=[{**rec, "tflops": 3.0}], versions={})}
+    path = tmp_path / "g-x.json"
+    path.write_text(json.dumps(entries))
+    assert bench_run_keys(entries, "g-x") == ["2026-01-01-g-x.json", "2026-01-02-g-x.json"]
+    text = open(write_report(str(path), str(tmp_path))).read()
+    first, earlier = text.split("# Earlier run: 2026-01-01-g-x.json")
+    assert "2026-01-02-g-x.json" in first and "| c | 2 |" in first and "| c | 1 |" in earlier
+    assert "| c | 3 |" not in text

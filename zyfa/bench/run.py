@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")
     ap.add_argument("--fresh", action="store_true", help="drop records of an earlier run of the same day")
-    ap.add_argument("--report-only", action="store_true", help="only regenerate RESULTS.md and plots from the newest run")
+    ap.add_argument("--report-only", action="store_true", help="only regenerate RESULTS.md and plots (the newest run first)")
     a = ap.parse_args(argv)
     from .report import write_report
     if a.report_only:
@@ -194,6 +194,6 @@ def main(argv=None) -> int:
     missing = sorted({(r["label"], r["reason"]) for r in doc["records"] if r["status"] != "ok"})
     for label, reason in missing:
         print(f"NOT MEASURED {label}: {reason}")
-    write_report(path, a.out)
+    write_report(path, a.out, run_key())
     print(f"wrote {path} ({run_key()}) and {os.path.join(a.out, 'RESULTS.md')}")
     return 0

@@ -44,8 +44,10 @@ def save_entry(path: str, key: str, doc: dict) -> None:
         json.dump(entries, f, indent=1)
 
 
-def latest_bench_key(entries: dict) -> str | None:
-    """The newest `zyfa bench` run (an entry with records and versions, not an e2e run)."""
-    keys = sorted(k for k, d in entries.items()
-                  if isinstance(d, dict) and "records" in d and "versions" in d and "e2e" not in k)
-    return keys[-1] if keys else None
+def bench_run_keys(entries: dict, slug: str | None = None) -> list[str]:
+    """The `zyfa bench` runs of a results file, oldest first: keys ``<date>-<gpu slug>.json``
+    (run_key's form), not the records other scripts keep beside them (end-to-end runs, A/B
+    sessions). ``slug``: the file's GPU (default: any)."""
+    gpu = re.escape(slug) if slug else r"[a-z0-9-]+?"
+    pattern = re.compile(rf"\d{{4}}-\d{{2}}-\d{{2}}-{gpu}\.json")
+    return sorted(k for k, d in entries.items() if pattern.fullmatch(k) and isinstance(d, dict) and "records" in d)
