@@ -25,7 +25,15 @@ from zyfa.bench.cases import attention_flops  # noqa: E402
 from zyfa.bench.measure import median_ms, rel_err  # noqa: E402
 from zyfa.spec.reference import attention_fp64  # noqa: E402
 
-VARIANTS = {"pin": {}, "pin+pingpong": {"pingpong": True}, "no pin (main)": {"pin": False}}
+VARIANTS = {"pin": {}, "pin+pingpong": {"pingpong": True}, "no pin (main)": {"pin": False},
+            "pin+persistent": {"persistent": True}}
+ORIGINAL_GRID = K._grid
+
+
+def _persistent_grid(layout, Sq, B, Hq):
+    """One CTA an SM, each taking tiles t, t + nctaid.x, ... (the specialized kernel's loop)."""
+    tiles = ORIGINAL_GRID(layout, Sq, B, Hq)[0]
+    return (min(tiles, torch.cuda.get_device_properties(0).multi_processor_count),)
 SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K", 1, 16384, 16, 16, 192, 128),
           ("d128 32 heads 32K", 1, 32768, 32, 32, 128, 128), ("d128 batch 4 4K", 4, 4096, 32, 32, 128, 128),
           ("d64 16K", 2, 16384, 32, 32, 64, 64)]
@@ -33,6 +41,9 @@ SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K"
 
 def use(opts: dict) -> None:
     """Make kernels.attention_16 build the variant with ``opts``."""
+    opts = dict(opts)
+    K._grid = _persistent_grid if opts.pop("persistent", False) else ORIGINAL_GRID
+
     @functools.cache
     def build(dtype, causal, dqk, dv, arch, device, packed=False):
         name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, **opts)
