@@ -144,3 +144,21 @@ def test_report_shows_the_bench_runs_not_the_other_records(tmp_path):
     first, earlier = text.split("# Earlier run: 2026-01-01-g-x.json")
     assert "2026-01-02-g-x.json" in first and "| c | 2 |" in first and "| c | 1 |" in earlier
     assert "| c | 3 |" not in text
+
+
+def test_error_repeat_script_records_errors_and_repeatability(tmp_path):
+    """bench/error_repeat.py on the CPU (reference backend, tiny): an error per input and length,
+    the last rows beyond 2x --last-rows, and a repeatability count."""
+    import subprocess
+    import sys
+    out = tmp_path / "er.json"
+    r = subprocess.run([sys.executable, "bench/error_repeat.py", "--backend", "reference", "--dtype", "fp8",
+                        "--seqlens", "64,200", "--last-rows", "32", "--launches", "2", "--repeat-seqlen", "64",
+                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert [(e["S"], e["input"], e["rows"]) for e in doc["errors"]] == [
+        (64, "gaussian", "0..64"), (64, "realistic", "0..64"), (200, "gaussian", "168..200"),
+        (200, "realistic", "168..200")]
+    assert all(0 < e["zyfa"] < 0.1 for e in doc["errors"])
+    assert doc["repeatability"] == {**doc["repeatability"], "launches": 2, "differing": 0}
