@@ -9,6 +9,8 @@ the fused kernel, its bandwidth counted the same way over the bytes it must move
 (q, k, v read once in BF16, written once in E4M3; its extra amax pass is not counted, so the
 figure is a lower bound of what it achieves against what it has to do). "fused_graph" replays
 the fused call from a CUDA graph: the device's time without the host's launch overhead.
+Then the default FP8 attention alone on quantized inputs, and quantize_fp8 plus that attention
+in one call (what `zyfa bench` times as `zyfa-auto-fp8+quantize`): whether the two add up.
 """
 from __future__ import annotations
 
@@ -60,6 +62,9 @@ def main(argv=None) -> int:
             zyfa.quantize_fp8(q, k, v, fused=True)
         ms = median_ms(graph.replay)
         rec.update(fused_graph_ms=ms, fused_graph_gb_s=elems * 3 / ms / 1e6)
+        x = zyfa.quantize_fp8(q, k, v)
+        rec["attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(**x.kwargs()))
+        rec["quantize_attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(**zyfa.quantize_fp8(q, k, v).kwargs()))
         rows.append(rec)
     print(f"{'B,S,Hq,Hkv,D':22s} {'copy GB/s':>10s} " + " ".join(
         f"{k[:-5]:>26s}" for k in rows[0] if k.endswith("_gb_s") and k != "copy_gb_s"))
@@ -67,6 +72,9 @@ def main(argv=None) -> int:
         cells = [f"{r[k]:8.0f} ({r[k] / r['copy_gb_s']:4.0%}) {r[k[:-5] + '_ms']:6.3f}ms"
                  for k in r if k.endswith("_gb_s") and k != "copy_gb_s"]
         print(f"{str(r['shape']):22s} {r['copy_gb_s']:10.0f} " + " ".join(f"{c:>26s}" for c in cells))
+    for r in rows:
+        print(f"{str(r['shape']):22s} attention {r['attention_ms']:.3f} ms, quantize + attention "
+              f"{r['quantize_attention_ms']:.3f} ms (the fused quantizer alone {r['fused_plain_ms']:.3f} ms)")
     if a.out:
         doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                    triton=__import__("triton").__version__, rows=rows)
