@@ -2,7 +2,8 @@
 # persistent A/B, d256, packed batches in the generated kernels); each under 10 minutes and at
 # most 8 files back under $OUT.
 #   bash bench/gpu_pending.sh 1    tests, then the A/B beside FA3 and SDPA
-#   bash bench/gpu_pending.sh 2    varlen speed (packed and paged), BF16 error and repeatability
+#   bash bench/gpu_pending.sh 2    varlen speed (packed and paged), BF16 error and repeatability,
+#                                  quantizer + attention
 # (carry .whl: the fa3-fwd and cudnn-frontend wheels)
 set -x
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -15,4 +16,5 @@ if [ "$1" = 1 ]; then
 else
   timeout 200 python3 bench/varlen_speed.py --out $OUT/varlen_speed.json 2>&1 | tee $OUT/varlen_speed.txt
   timeout 200 python3 bench/error_repeat.py --backend ptx --dtype bf16 --out $OUT/error_repeat_bf16.json 2>&1 | tail -6
+  timeout 120 python3 bench/quantizer_speed.py --out $OUT/quantizer_speed.json 2>&1 | tail -8
 fi
