@@ -170,3 +170,48 @@ def test_dispatch_selects_ptx_for_16bit_head_dims_it_takes():
     for D, Dv in attn.HEAD_DIMS_16:
         q, k, v = _inputs(1, 64, 64, 4, 2, D, Dv)
         assert zyfa.explain(q, k, v).startswith("selected: ptx")
+
+
+_TRITON_DOT = """
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+
+@triton.jit
+def dot(A, B, C):
+    r, c, kk = tl.arange(0, 64), tl.arange(0, 128), tl.arange(0, 128)
+    a = tl.load(A + r[:, None] * 128 + kk[None, :])
+    b = tl.load(B + kk[:, None] * 128 + c[None, :])
+    tl.store(C + r[:, None] * 128 + c[None, :], tl.dot(a, b))
+
+src = triton.compiler.ASTSource(fn=dot, signature={"A": "*bf16", "B": "*bf16", "C": "*fp32"}, constexprs={})
+print(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"])
+"""
+
+
+def test_descriptors_match_what_triton_writes_for_the_same_operands(tmp_path):
+    """The 16-bit kernel's wgmma descriptors, against Triton 3.6's for the same operands,
+    compiled on the CPU (in its own process: the interpreter's kernels cannot be compiled): a
+    64 x 128 by 128 x 128 BF16 dot whose A is K-major (as Q and K are for Q K^T) and B row-major,
+    MN-major (as V is for P V). The same base bits (swizzle, leading and stride byte offsets)
+    and the same steps along K (2 for A's 32 bytes, 128 for B's 16 rows)."""
+    import os
+    import subprocess
+    import sys
+    from zyfa.asm.ptx.layout import COLUMN_TILE
+    from zyfa.asm.ptx.target import SWIZZLE_128B, descriptor_bits
+    script = tmp_path / "dot.py"
+    script.write_text(_TRITON_DOT)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ptx = r.stdout
+    k_major = descriptor_bits(8 * COLUMN_TILE, SWIZZLE_128B)
+    mn_major = descriptor_bits(8 * COLUMN_TILE, SWIZZLE_128B, leading_bytes=attn.BLOCK_N * COLUMN_TILE)
+    consts = {int(x) for x in re.findall(r"or\.b64\s+%rd\d+, %rd\d+, (\d+);", ptx)}
+    assert {k_major, mn_major} <= consts, (hex(k_major), hex(mn_major), [hex(c) for c in consts])
+    adds = {int(x) for x in re.findall(r"add\.s64\s+%rd\d+, %rd\d+, (\d+);", ptx)}
+    assert {k_major + 2, k_major + 4, k_major + 6} <= adds and {mn_major + 128 * t for t in (1, 2, 3)} <= adds
+    ours = attn.attention_kernel_16("bf16", True, 128, 128)[1]
+    for bits in (k_major, mn_major):
+        assert f", {bits};" in ours, hex(bits)
+    assert all(f", {128 * t};" in ours for t in range(1, attn.BLOCK_N // 16))
