@@ -9,8 +9,8 @@ The default model is Mistral-7B-shaped with random BF16 weights (for speed: its 
 neither the diffuse nor the peaked heads of a trained model). ``--trained`` first trains a
 small byte-level decoder (6 layers, GQA 8/2, head dim 128, ~68M parameters) on the Python
 standard library's sources, which every machine with Python has, then measures it on held-out
-text. Records the run in <out>/<gpu>.json under <date>-<gpu>-e2e-transformers.json
-(zyfa.bench.store) and prints a table.
+text. Records the run in <out>/<gpu>.json under <date>-<gpu>-e2e-transformers.json (trained:
+...-e2e-transformers-trained.json; zyfa.bench.store) and prints a table.
 """
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def main():
                seqlen=a.seqlen, layers=layers, records=rows)
     import transformers
     doc["versions"]["transformers"] = transformers.__version__
-    path, key = results_file(a.out), run_key("e2e-transformers")
+    path, key = results_file(a.out), run_key("e2e-transformers-trained" if a.trained else "e2e-transformers")
     save_entry(path, key, doc)
     print(f"\n{'attention':10s} {'prefill s':>10s} {'KL vs fp32 attn':>16s} {'argmax agree':>13s}")
     for r in rows:

@@ -147,8 +147,9 @@ def e2e_markdown(e: dict, source: str) -> str:
 
 def write_report(json_path: str, out_dir: str, key: str | None = None) -> str:
     """RESULTS.md and plots from run ``key`` (default: the newest `zyfa bench` run) of a
-    results file, the newest end-to-end run beside it, then the earlier `zyfa bench` runs
-    (newest first), so that every case and method measured so far is in the file."""
+    results file, the newest end-to-end runs beside it (random and trained weights), then the
+    earlier `zyfa bench` runs (newest first), so that every case and method measured so far is
+    in the file."""
     entries = load(json_path)
     runs = bench_run_keys(entries, os.path.splitext(os.path.basename(json_path))[0])
     key = key or (runs[-1] if runs else None)
@@ -158,9 +159,10 @@ def write_report(json_path: str, out_dir: str, key: str | None = None) -> str:
     prefix = os.path.splitext(json_path)[0]
     source = os.path.basename(json_path)
     text = markdown(doc, f"{source} → {key}")
-    e2e = sorted(k for k in entries if k.endswith("-e2e-transformers.json"))
-    if e2e:
-        text += "\n" + e2e_markdown(entries[e2e[-1]], f"{source} → {e2e[-1]}")
+    for kind in ("-e2e-transformers.json", "-e2e-transformers-trained.json"):    # random weights, trained
+        e2e = sorted(k for k in entries if k.endswith(kind))
+        if e2e:
+            text += "\n" + e2e_markdown(entries[e2e[-1]], f"{source} → {e2e[-1]}")
     images = plots(doc, prefix)
     text += "\n" + "\n".join(f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images) + "\n"
     for earlier in reversed([k for k in runs if k != key]):

@@ -178,13 +178,11 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
 
 
 @triton.jit
-def _block_offsets(tb, k_off, v_off, start_n, BT, PAGE: tl.constexpr, IS_FP8: tl.constexpr):
+def _block_offsets(tb, k_off, v_off, start_n, page, PAGE: tl.constexpr, IS_FP8: tl.constexpr):
     """(V's batch coordinate, K's and V's offsets to add to start_n) of the key block at
-    ``start_n``: as given, or (PAGE > 0) from the page the block lies in, BT pointing at the
-    sequence's row of the block table. The pool is K (and BF16 V) as one batch-1 run of pages,
-    FP8 V^T page by page (pages, Hkv, Dv, PAGE)."""
+    ``start_n``: as given, or (PAGE > 0) from ``page``, the page the block lies in. The pool
+    is K (and BF16 V) as one batch-1 run of pages, FP8 V^T page by page (pages, Hkv, Dv, PAGE)."""
     if PAGE > 0:
-        page = tl.load(BT + start_n // PAGE)
         within = start_n % PAGE
         k_off = page * PAGE + within - start_n
         if IS_FP8:
@@ -277,8 +275,18 @@ def attention_fwd_kernel(
     for masked in tl.static_range(2):         # the unmasked blocks, then the masked band
         lo = band_start if masked else 0
         hi = band_end if masked else band_start
+        # a paged cache: each block's page read one block ahead (loop-carried), so that the TMA
+        # coordinates come from no load in the loop and K/V are prefetched as deep as for
+        # contiguous keys (a load in the loop cost the pipeliner a stage)
+        if PAGE > 0:
+            next_page = tl.load(table + lo // PAGE, mask=lo < hi, other=0)
+        else:
+            next_page = 0
         for start_n in range(lo, hi, BLOCK_N):
-            v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, table, PAGE, IS_FP8)
+            page = next_page
+            if PAGE > 0:
+                next_page = tl.load(table + (start_n + BLOCK_N) // PAGE, mask=start_n + BLOCK_N < hi, other=0)
+            v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, page, PAGE, IS_FP8)
             total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
                                            kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
                                            IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, masked == 1,
