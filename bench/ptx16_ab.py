@@ -26,7 +26,7 @@ from zyfa.bench.measure import median_ms, rel_err  # noqa: E402
 from zyfa.spec.reference import attention_fp64  # noqa: E402
 
 VARIANTS = {"pin": {}, "pin+pingpong": {"pingpong": True}, "no pin (main)": {"pin": False},
-            "pin+persistent": {"persistent": True}}
+            "pin+persistent": {"persistent": True}, "pin+always-rescale": {"always_rescale": True}}
 ORIGINAL_GRID = K._grid
 
 

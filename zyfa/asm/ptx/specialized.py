@@ -33,7 +33,7 @@ from .block import (
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
 from .cta import Cta, emit_positive_factor, emit_prologue, emit_rows, emit_work
 from .epilogue import emit_epilogue
-from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout
+from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout, acc_row_half
 from .loads import emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position, emit_setup, stage
 from .smem import emit_descriptor, emit_wait
 
@@ -273,7 +273,8 @@ def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
     return q_sync, q_tile, emit_descriptor(prog, q_tile)
 
 
-def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, pingpong: bool = False) -> None:
+def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, pingpong: bool = False,
+                      always_rescale: bool = False) -> None:
     """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
     P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
     P(j - 1) V is done, the output is rescaled for block j. (The two consumers taking turns
@@ -346,7 +347,11 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, 
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
-    emit_rescale(prog, total, sm.alpha, "")
+    if always_rescale:                                     # A/B option: FA3's unconditional multiply
+        for i, ti in enumerate(total):
+            emit("mul.f32", ti, ti, sm.alpha[acc_row_half(i)])
+    else:
+        emit_rescale(prog, total, sm.alpha, "")
     emit_row_update16(prog, sm, l, A)
     emit("bra", "BLOCK_LOOP")
 
