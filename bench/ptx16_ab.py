@@ -39,17 +39,22 @@ SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K"
           ("d64 16K", 2, 16384, 32, 32, 64, 64)]
 
 
+_BUILDS: dict = {}
+
+
 def use(opts: dict) -> None:
-    """Make kernels.attention_16 build the variant with ``opts``."""
+    """Make kernels.attention_16 build the variant with ``opts`` (each variant's kernels built once)."""
     opts = dict(opts)
     K._grid = _persistent_grid if opts.pop("persistent", False) else ORIGINAL_GRID
-
-    @functools.cache
-    def build(dtype, causal, dqk, dv, arch, device, packed=False):
-        name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, **opts)
-        return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                      attn.layout_for(dqk, dtype, dv).shared_bytes)
-    K._attention_16 = build
+    key = tuple(sorted(opts.items()))
+    if key not in _BUILDS:
+        @functools.cache
+        def build(dtype, causal, dqk, dv, arch, device, packed=False):
+            name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, **opts)
+            return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
+                          attn.layout_for(dqk, dtype, dv).shared_bytes)
+        _BUILDS[key] = build
+    K._attention_16 = _BUILDS[key]
 
 
 def bench(name, B, S, Hq, Hkv, D, Dv, fa3, rows):
