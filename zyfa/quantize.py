@@ -114,9 +114,10 @@ def smooth_mean(kf: torch.Tensor) -> torch.Tensor:
 
 def descale_of(amax: torch.Tensor, top: float = E4M3_MAX) -> torch.Tensor:
     """The descale of a finite amax: amax / top (the format's largest code), at least
-    AMAX_FLOOR / top, correctly rounded. (top as a tensor: PyTorch divides a CUDA tensor by
-    a Python number as a multiply by its reciprocal, one ulp off on the H200.)"""
-    return torch.clamp(amax, min=AMAX_FLOOR) / torch.tensor(top, dtype=amax.dtype, device=amax.device)
+    AMAX_FLOOR / top, correctly rounded. (top as a tensor on amax's device, filled there: PyTorch
+    divides a CUDA tensor by a Python number as a multiply by its reciprocal, one ulp off on
+    the H200, and a tensor copied from the host would synchronize.)"""
+    return torch.clamp(amax, min=AMAX_FLOOR) / torch.full((), top, dtype=amax.dtype, device=amax.device)
 
 
 def _finite_abs(x: torch.Tensor) -> torch.Tensor:
