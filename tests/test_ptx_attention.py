@@ -318,3 +318,23 @@ def test_packed_batch_kernels_assemble(dqk, causal):
     assert sass.count("QGMMA") == dense.count("QGMMA") and sass.count("HGMMA") == dense.count("HGMMA")
     if dqk == 128:
         assert a.spill_bytes == 0 and a.registers <= attn.REGISTER_BUDGET, a.report
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 5, 6, 7])
+def test_ring_position_is_the_quotient_and_remainder(stages):
+    """loads.emit_ring_position for every 32-bit n: a mask and shift for powers of two, a
+    multiply-high by a magic number for 3, 5, 6 (checked here at the edges and at random), a
+    division otherwise; the magic's bound is what makes it exact."""
+    import random
+    from zyfa.asm.ptx.loads import _division_magic
+    magic = _division_magic(stages)
+    if stages & (stages - 1) == 0:
+        return
+    if stages == 7:
+        assert magic is None                       # no 32-bit magic with a small enough error
+        return
+    m, s = magic
+    rng = random.Random(stages)
+    for n in [0, 1, stages - 1, stages, 2 ** 31, 2 ** 32 - 1, 2 ** 32 - stages] + \
+             [rng.getrandbits(32) for _ in range(20000)]:
+        assert (n * m) >> (32 + s) == n // stages, n
