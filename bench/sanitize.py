@@ -1,7 +1,8 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
 synccheck): the generated Hopper FP8 kernel (serial d128 and specialized MLA, every P rule,
-causal and not: all 20 it builds) and 16-bit kernel (d64, d128, MLA; BF16 and FP16), the Triton attention kernels (FP8 exact, BF16; d64 / d128 / MLA /
-d256) and the fused quantizer. Each output is checked against float64 (the quantizer against
+causal and not: all 20 it builds) and 16-bit kernel (d64, d128, MLA, d256; BF16 and FP16),
+their packed (varlen) variants, the Triton attention kernels (FP8 exact, BF16; d64 / d128 /
+MLA / d256) and the fused quantizer. Each output is checked against float64 (the quantizer against
 the PyTorch quantizer's bits) so a run that "passes" the sanitizer also computed the right thing.
 
     /usr/local/cuda/bin/compute-sanitizer --tool memcheck python3 bench/sanitize.py
@@ -27,6 +28,7 @@ CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, caus
     ("ptx", "bf16", (1, 130, 130, 2, 2, 128, 128), False),
     ("ptx", "fp16", (1, 150, 150, 2, 1, 64, 64), True),
     ("ptx", "bf16", (1, 150, 170, 2, 2, 192, 128), True),
+    ("ptx", "bf16", (1, 150, 150, 2, 1, 256, 256), True),
     ("triton", "fp8", (1, 200, 300, 2, 1, 128, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 192, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 64, 64), False),
@@ -67,7 +69,37 @@ def main() -> int:
         failed += not same
         print(f"quantizer fused {'+'.join(opts) or 'plain':18s}: {'bits equal the PyTorch path' if same else 'WRONG'}",
               flush=True)
+    failed += _packed_batches()
     return 1 if failed else 0
+
+
+def _packed_batches() -> int:
+    """The generated kernels' packed (varlen) variants: a batch of lengths 1, 130 and 77 in one
+    launch, equal bit for bit to a call a sequence."""
+    failed = 0
+    lens = [1, 130, 77]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    for dtype, D in (("fp8", 128), ("fp8", 192), ("bf16", 128), ("bf16", 256)):
+        Dv = 128 if D == 192 else D
+        q, k, v = (t[0] for t in make("realistic", 1, sum(lens), 2, 1, D, Dv, seed=3, device="cuda"))
+        if dtype == "fp8":
+            x = zyfa.quantize_fp8(q[None], k[None], v[None])
+            q, k, v = x.q[0], x.k[0], x.v[0]
+            scales = dict(q_descale=x.q_descale.expand(len(lens), -1), k_descale=x.k_descale.expand(len(lens), -1),
+                          v_descale=x.v_descale.expand(len(lens), -1))
+            one = dict(q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
+        else:
+            q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+            scales, one = {}, {}
+        out = zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), backend="ptx", **scales)
+        parts = [zyfa.flash_attn_func(q[None, a:b], k[None, a:b], v[None, a:b], backend="ptx", **one)[0]
+                 for a, b in zip(cu.tolist(), cu.tolist()[1:])]
+        torch.cuda.synchronize()
+        same = torch.equal(out, torch.cat(parts))
+        failed += not same
+        print(f"ptx packed {dtype:5s} d{D}/{Dv} lengths {lens}: {'equal to a call a sequence' if same else 'WRONG'}",
+              flush=True)
+    return failed
 
 
 if __name__ == "__main__":

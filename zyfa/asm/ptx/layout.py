@@ -102,16 +102,22 @@ class Layout:
         return 1 + self.stages + (self.stages + 1 if self.specialized else 0)
 
     @property
+    def pins_softmax(self) -> bool:
+        """16-bit kernels with Dqk = Dv: each block's row sums are stored to a scratch word
+        before P V(j - 1) is waited for, which keeps ptxas from hoisting that wait above the
+        softmax. Measured on the H200 (bench/PTX_NOTES.md, 16-bit v4): +2-7% at d128, even at
+        d64, -16% at MLA 192/128, which therefore goes without."""
+        return not self.is_fp8 and self.dqk == self.dv
+
+    @property
     def scratch_offset(self) -> int:
-        """16-bit kernels: a word per consumer thread after the mbarriers, which each block's
-        row sums are stored to before P V is waited for: the store keeps ptxas from moving
-        that wait above the softmax (bf16.py)."""
+        """A word per consumer thread after the mbarriers (pins_softmax)."""
         return self.bar_offset + 8 * self.barriers
 
     @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the kernel (+ slack to align the base to 1024)."""
-        scratch = 0 if self.is_fp8 else 4 * THREADS * self.consumers
+        scratch = 4 * THREADS * self.consumers if self.pins_softmax else 0
         return self.scratch_offset + scratch + 1024
 
     @property

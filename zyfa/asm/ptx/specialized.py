@@ -33,7 +33,7 @@ from .block import (
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
 from .cta import Cta, emit_positive_factor, emit_prologue, emit_rows, emit_work
 from .epilogue import emit_epilogue
-from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout, acc_row_half
+from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout
 from .loads import emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position, emit_setup, stage
 from .smem import emit_descriptor, emit_wait
 
@@ -51,7 +51,7 @@ class TileLoop:
     q_free: Reg             # mbarrier: the consumers are done with the Q tiles
 
 
-def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, **options) -> None:
+def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     emit = prog.emit
     c, _ = emit_prologue(prog, causal, layout)
     params, shared = c.params, c.shared
@@ -72,7 +72,7 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, **o
     if layout.is_fp8:
         _emit_consumer(prog, c, tiles, rule, ones)
     else:
-        _emit_consumer_16(prog, c, tiles, **options)
+        _emit_consumer_16(prog, c, tiles)
     emit("ret")
     prog.label("PRODUCER")
     _emit_producer(prog, c, tiles)
@@ -273,33 +273,20 @@ def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
     return q_sync, q_tile, emit_descriptor(prog, q_tile)
 
 
-def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, pingpong: bool = False,
-                      always_rescale: bool = False) -> None:
+def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
     P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
     P(j - 1) V is done, the output is rescaled for block j. (The two consumers taking turns
-    to issue, FlashAttention-3's ping-pong, measured 2-5% slower here: bench/PTX_NOTES.md.)"""
+    to issue, FlashAttention-3's ping-pong, a persistent grid and an unconditional rescale all
+    measured slower here: bench/PTX_NOTES.md.)"""
     emit = prog.emit
     _, q_tile, dq = _emit_consumer_start(prog, c)
-    scratch = prog.reg("u32")                             # this thread's scratch word
-    emit("mov.u32", scratch, "%tid.x")
-    emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
-    emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
-    mine, other = prog.regs("u32", 2)                     # A/B option: named barriers 5, 6 (turns)
-    emit("add.u32", mine, c.thread.wg, 4)
-    emit("sub.u32", other, 7, c.thread.wg)
-    if pingpong:
-        second = prog.reg("pred")
-        emit("setp.eq.u32", second, c.thread.wg, 2)
-        emit("bar.arrive.n", other, 2 * THREADS, guard=second)
-
-    def my_turn() -> None:
-        if pingpong:
-            emit("bar.sync.n", mine, 2 * THREADS)
-
-    def your_turn() -> None:
-        if pingpong:
-            emit("bar.arrive.n", other, 2 * THREADS)
+    pin = c.layout.pins_softmax
+    if pin:
+        scratch = prog.reg("u32")                         # this thread's scratch word
+        emit("mov.u32", scratch, "%tid.x")
+        emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
+        emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
     t, it, base = prog.regs("u32", 3)
     emit("mov.u32", t, "%ctaid.x")
     emit("mov.u32", it, 0)
@@ -323,9 +310,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, 
 
     prog.comment("block 0: its GEMM phase has Q K^T alone")
     emit_kv_wait(prog, c, slot, "_FIRST")
-    my_turn()
     emit_scores(prog, c, q_tile, dq, slot, s, "_FIRST", wait=False)
-    your_turn()
     emit("wgmma.wait", 0)
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "_FIRST")
     emit_row_update16(prog, sm, l, A)
@@ -334,10 +319,8 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, 
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
     _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
-    my_turn()
     emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
     issue_pv(prev_slot)
-    your_turn()
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
     if pin:
@@ -347,18 +330,12 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, pin: bool = True, 
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
-    if always_rescale:                                     # A/B option: FA3's unconditional multiply
-        for i, ti in enumerate(total):
-            emit("mul.f32", ti, ti, sm.alpha[acc_row_half(i)])
-    else:
-        emit_rescale(prog, total, sm.alpha, "")
+    emit_rescale(prog, total, sm.alpha, "")
     emit_row_update16(prog, sm, l, A)
     emit("bra", "BLOCK_LOOP")
 
     prog.label("LAST_PV")
-    my_turn()
     issue_pv(prev_slot)
-    your_turn()
     emit("wgmma.wait", 0)
     _emit_release(prog, c, _free_bar(prog, c, prev_slot))
     _emit_release(prog, c, tiles.q_free)
