@@ -11,6 +11,8 @@ figure is a lower bound of what it achieves against what it has to do). "fused_g
 the fused call from a CUDA graph: the device's time without the host's launch overhead.
 Then the default FP8 attention alone on quantized inputs, and quantize_fp8 plus that attention
 in one call (what `zyfa bench` times as `zyfa-auto-fp8+quantize`): whether the two add up.
+The same for the INT8 Q.K^T mode (`quantize_int8_qk`, PyTorch and fused; its attention runs
+on the Triton kernel).
 """
 from __future__ import annotations
 
@@ -56,6 +58,10 @@ def main(argv=None) -> int:
                 key = f"{'fused' if fused else 'pytorch'}_{name}"
                 rec[key + "_ms"] = ms
                 rec[key + "_gb_s"] = elems * 3 / ms / 1e6       # 2 bytes read + 1 written
+        for fused in (False, True):                          # the INT8 Q.K^T mode's quantizer (smooth_k + hadamard)
+            ms = median_ms(lambda: zyfa.quantize_int8_qk(q, k, v, fused=fused))
+            rec[f"{'fused' if fused else 'pytorch'}_int8qk_ms"] = ms
+            rec[f"{'fused' if fused else 'pytorch'}_int8qk_gb_s"] = elems * 3 / ms / 1e6
         graph = torch.cuda.CUDAGraph()
         zyfa.quantize_fp8(q, k, v)                           # compiled before the capture
         with torch.cuda.graph(graph):
@@ -65,6 +71,10 @@ def main(argv=None) -> int:
         x = zyfa.quantize_fp8(q, k, v)
         rec["attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(**x.kwargs()))
         rec["quantize_attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(**zyfa.quantize_fp8(q, k, v).kwargs()))
+        x = zyfa.quantize_int8_qk(q, k, v)
+        rec["int8qk_attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(**x.kwargs()))
+        rec["int8qk_quantize_attention_ms"] = median_ms(
+            lambda: zyfa.flash_attn_func(**zyfa.quantize_int8_qk(q, k, v).kwargs()))
         rows.append(rec)
     print(f"{'B,S,Hq,Hkv,D':22s} {'copy GB/s':>10s} " + " ".join(
         f"{k[:-5]:>26s}" for k in rows[0] if k.endswith("_gb_s") and k != "copy_gb_s"))
@@ -74,7 +84,9 @@ def main(argv=None) -> int:
         print(f"{str(r['shape']):22s} {r['copy_gb_s']:10.0f} " + " ".join(f"{c:>26s}" for c in cells))
     for r in rows:
         print(f"{str(r['shape']):22s} attention {r['attention_ms']:.3f} ms, quantize + attention "
-              f"{r['quantize_attention_ms']:.3f} ms (the fused quantizer alone {r['fused_plain_ms']:.3f} ms)")
+              f"{r['quantize_attention_ms']:.3f} ms (the fused quantizer alone {r['fused_plain_ms']:.3f} ms); "
+              f"INT8 Q.K^T {r['int8qk_attention_ms']:.3f} ms, quantize + attention "
+              f"{r['int8qk_quantize_attention_ms']:.3f} ms (its fused quantizer {r['fused_int8qk_ms']:.3f} ms)")
     if a.out:
         doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                    triton=__import__("triton").__version__, rows=rows)

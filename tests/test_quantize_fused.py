@@ -4,8 +4,8 @@ import pytest
 import torch
 from conftest import DEVICE
 
-from zyfa.quantize import quantize_fp8
-from zyfa.triton_kernels.quantize import quantize_fp8_fused
+from zyfa.quantize import quantize_fp8, quantize_int8_qk
+from zyfa.triton_kernels.quantize import quantize_fp8_fused, quantize_int8_qk_fused
 
 OPTIONS = [{}, {"smooth_k": True}, {"hadamard": True}, {"smooth_k": True, "hadamard": True}]
 # (D, Dv, Hq, Hkv, Sq, Sk): GQA, odd lengths, 192-128
@@ -141,13 +141,62 @@ def test_fused_kernel_compiles_for_sm90_and_gfx950():
     import subprocess
     import sys
     code = """
-from zyfa.verify.triton_compile import compile_quantizer
+from zyfa.verify.triton_compile import compile_int8_quantizer, compile_quantizer
 for target in ("sm90", "gfx950"):
     for mode, had, smooth, tensor in ((0, False, False, False), (1, True, True, False), (1, False, False, True),
                                       (2, True, True, False), (2, True, False, True), (2, False, False, False)):
         compile_quantizer(target, mode, had, smooth, per_tensor=tensor)
+    for had, smooth in ((True, True), (False, False)):
+        compile_int8_quantizer(target, had, smooth)
 print("ok")
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+
+
+def assert_same_int8(a, b):
+    """quantize_int8_qk's outputs: int8 q and k, E4M3 V^T (whole padded buffer), descales with
+    their NaNs in the same places."""
+    for name in "qk":
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype == torch.int8 and x.shape == y.shape and x.stride() == y.stride(), name
+        assert torch.equal(x, y), f"{name}: {int((x != y).sum())} codes differ"
+    assert a.v.dtype == b.v.dtype == torch.float8_e4m3fn and a.v.stride() == b.v.stride()
+    assert bytes(a.v.untyped_storage().cpu()) == bytes(b.v.untyped_storage().cpu())
+    for name in ("q_descale", "k_descale", "v_descale"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.shape == y.shape and torch.equal(x.isnan(), y.isnan()), name
+        assert torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0)), f"{name} differs"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}-{}_h{}-{}_s{}-{}".format(*s))
+@pytest.mark.parametrize("opts", [{}, {"smooth_k": False}, {"hadamard": False, "key_block": 16},
+                                  {"key_block": 20}], ids=["default", "no-smooth", "no-hadamard-kb16", "kb20"])
+def test_int8_fused_equals_pytorch(shape, opts):
+    """The INT8 Q.K^T quantizer in Triton gives quantize_int8_qk's bits: per-token q scales, k
+    scales per key block (blocks of 16 and 20 keys cut the 17-50-key sequences mid-tile)."""
+    q, k, v = _inputs(shape, seed=5)
+    assert_same_int8(quantize_int8_qk(q, k, v, fused=False, **opts), quantize_int8_qk_fused(q, k, v, **opts))
+
+
+def test_int8_fused_rounding_ties_and_nonfinite():
+    """float32 rows whose scaled values are ties (x.5: half to even) and +-127 (amax 127 gives
+    descale 1 exactly), and a NaN in q and an Inf in k: their tokens' descales are NaN and
+    their codes 0, every other token as the PyTorch path."""
+    S, D = 40, 64
+    ties = torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 126.5, -126.5, 127.0, -127.0, 3.5])
+    q = torch.randn(1, S, 2, D, generator=torch.Generator().manual_seed(2))
+    q[0, :, :, :10] = ties
+    q[0, :, :, 10:] = q[0, :, :, 10:].clamp(-100, 100)
+    k = q[:, :, :1].clone()
+    v = torch.randn(1, S, 1, D)
+    q[0, 5, 1, 7], k[0, 9, 0, 3] = float("nan"), float("inf")
+    q, k, v = (x.to(DEVICE) for x in (q, k, v))
+    opts = {"smooth_k": False, "hadamard": False}
+    a, b = quantize_int8_qk(q, k, v, fused=False, **opts), quantize_int8_qk(q, k, v, fused=True, **opts)
+    assert_same_int8(a, b)
+    assert b.q[0, 0, 0, :10].tolist() == [0, 2, 2, 0, -2, 126, -126, 127, -127, 4]
+    assert int(b.q_descale.isnan().sum()) == 1 and int(b.k_descale.isnan().sum()) == 1
+    assert b.q_descale[0, 1, 5].isnan() and b.k_descale[0, 0, 9].isnan()
+    assert int(b.q[0, 5, 1, 7]) == 0 and int(b.k[0, 9, 0, 3]) == 0

@@ -256,7 +256,7 @@ def _to_int8(x: torch.Tensor, amax: torch.Tensor):
 
 
 def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
-                     key_block: int = 128) -> FP8Inputs:
+                     key_block: int = 128, fused: bool | None = None) -> FP8Inputs:
     """The INT8 Q.K^T mode: q and k to int8, v to E4M3, for flash_attn_func(**x.kwargs()).
 
     q and k are rotated by the randomized Hadamard matrix of the head dim (``hadamard``; q.k
@@ -266,11 +266,15 @@ def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed
     error of Q.K^T. v is E4M3 with one scale a (batch, kv head), written transposed as
     quantize_fp8 writes it, not rotated. The kernels' scores are exact integers, so the
     Triton kernel and the spec agree bit for bit on them. Runs on the Triton kernel and the
-    reference (the generated kernels read E4M3 q and k).
+    reference (the generated kernels read E4M3 q and k). ``fused`` as quantize_fp8's: the
+    Triton quantizer (the same bits) by default on NVIDIA GPUs.
     """
     B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, "head", 64, seed)
     if not isinstance(key_block, int) or isinstance(key_block, bool) or key_block < 1:
         raise ValueError(f"key_block must be a positive int, got {key_block!r}")
+    if _use_fused(fused, q, k, v, "head"):
+        from .triton_kernels.quantize import quantize_int8_qk_fused
+        return quantize_int8_qk_fused(q, k, v, smooth_k=smooth_k, hadamard=hadamard, seed=seed, key_block=key_block)
     qf, kf, vf = q.float(), k.float(), v.float()
     if smooth_k:
         kf = kf - smooth_mean(kf)

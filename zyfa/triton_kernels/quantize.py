@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
-from ..spec.constants import AMAX_FLOOR, E4M3_MAX, MAGIC, MAGIC_BITS
+from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, MAGIC, MAGIC_BITS
 
 _MODE_SUM: tl.constexpr = tl.constexpr(0)       # per-channel float64 sums and counts of finite k
 _MODE_AMAX: tl.constexpr = tl.constexpr(1)      # finite amax of the transformed values
@@ -228,3 +228,125 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
     v8 = vt.view(f8)[..., :k.shape[1]].permute(0, 3, 1, 2)
     v_rot = hadamard_matrix(Dv, seed + 1, q.device).float() if hadamard else None
     return FP8Inputs(q8.view(f8), k8.view(f8), v8, qd, kd, vd, v_rot)
+
+
+# The INT8 Q.K^T mode's quantizer (zyfa.quantize_int8_qk, bit for bit): q one scale a token and
+# head, k one a block of key_block keys and kv head, both int8 after smoothing and rotation;
+# v E4M3 a (batch, kv head), transposed. One launch for q, k and v's amax, one for v's codes.
+_INT8: tl.constexpr = tl.constexpr(INT8_MAX)
+
+
+@triton.jit
+def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H,
+               SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
+               PER_ROW: tl.constexpr, NSUB: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
+    """Rows lo..hi of head h of batch b: int8 codes, and per row the descale (NaN where the
+    row has a non-finite value, whose code is 0). The scale is each row's (PER_ROW) or one for
+    all the rows, found in a first sweep over them (NSUB tiles of BS rows)."""
+    d = tl.arange(0, BD)
+    dmask = d < D
+    amax = 0.0
+    if not PER_ROW:
+        for i in range(NSUB):
+            s = lo + i * BS + tl.arange(0, BS)
+            m = (s[:, None] < hi) & dmask[None, :]
+            x = tl.load(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0).to(tl.float32)
+            if SMOOTH:
+                x = x - mean[None, :]
+            if HAD:
+                x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+            fin = m & (tl.abs(x) < float("inf"))
+            amax = tl.maximum(amax, tl.max(tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1), axis=0))
+    for i in range(NSUB):
+        s = lo + i * BS + tl.arange(0, BS)
+        m = (s[:, None] < hi) & dmask[None, :]
+        x = tl.load(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0).to(tl.float32)
+        if SMOOTH:
+            x = x - mean[None, :]
+        if HAD:
+            x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+        fin = tl.abs(x) < float("inf")
+        if PER_ROW:
+            row_amax = tl.max(tl.where(fin & m, tl.abs(x), 0.0), axis=1)
+        else:
+            row_amax = tl.zeros((BS,), tl.float32) + amax
+        descale = tl.math.div_rn(tl.maximum(row_amax, _AMAX_FLOOR), _INT8)          # descale_of(amax, 127)
+        y = tl.minimum(tl.maximum(tl.math.div_rn(x, descale[:, None]), -_INT8), _INT8)
+        code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)  # round half to even
+        tl.store(out_ptr + ((b * S + s[:, None]) * H + h) * D + d[None, :], code.to(tl.int8), mask=m)
+        bad = tl.sum(m.to(tl.int32) * (1 - fin.to(tl.int32)), axis=1)
+        tl.store(ds_ptr + (b * H + h) * S + s, tl.where(bad == 0, descale, float("nan")), mask=s < hi)
+
+
+@triton.jit
+def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr, signs_ptr, scale_ptr,
+                    v_amax, dummy, Sq, Sk, D, Dv, qsb, qss, qsh, qsd, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd,
+                    HKV, NTQ, NTK, NTV, KEY_BLOCK,
+                    GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
+                    HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
+                    BD_V: tl.constexpr):
+    """Grid (batch * kv heads, the most tiles of the three, 3): axis 2 = 0 a tile of BS queries
+    of the group's heads, 1 a block of KEY_BLOCK keys, 2 a tile of v's amax pass."""
+    pid = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1)
+    which = tl.program_id(2)
+    b = pid // HKV
+    hk = pid % HKV
+    d = tl.arange(0, BD)
+    signs = d * 0.0
+    hscale = 1.0
+    if HAD:
+        signs = tl.load(signs_ptr + d)
+        hscale = tl.load(scale_ptr)
+    if which == 0:
+        if tile < NTQ:
+            for g in range(GROUP):
+                _int8_rows(q_ptr, q_out, qd_ptr, d * 0.0, signs, hscale, b, hk * GROUP + g, tile * BS,
+                           tl.minimum(tile * BS + BS, Sq), Sq, D, qsb, qss, qsh, qsd, HKV * GROUP,
+                           False, HAD, HBLOCK, HSTAGES, True, 1, BS, BD)
+    elif which == 1:
+        if tile < NTK:
+            mean = d * 0.0
+            if SMOOTH:
+                mean = tl.load(mean_ptr + pid * BD + d)
+            _int8_rows(k_ptr, k_out, kd_ptr, mean, signs, hscale, b, hk, tile * KEY_BLOCK,
+                       tl.minimum(tile * KEY_BLOCK + KEY_BLOCK, Sk), Sk, D, ksb, kss, ksh, ksd, HKV,
+                       SMOOTH, HAD, HBLOCK, HSTAGES, False, NSUB_K, BS, BD)
+    else:
+        if tile < NTV:
+            _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, dummy, dummy, pid, tile, Sk, Sk, Dv,
+                  vsb, vss, vsh, vsd, HKV, NTV, 1, 1, False, False, 1, 0, False, False, BS, BD_V)
+
+
+def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
+                           key_block: int = 128) -> FP8Inputs:
+    """zyfa.quantize_int8_qk in Triton kernels, bit for bit: the channel sums (smooth_k), one
+    launch for q and k's codes and v's amax, one for v's codes."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    dev = q.device
+    dummy = torch.zeros(1, dtype=torch.float32, device=dev)
+    signs, scale, block = _rotation(D, seed, dev) if hadamard else (dummy, dummy, 1)
+    mean = dummy
+    if smooth_k:
+        part, cnt = _channel_sums(k, dummy)
+        mean = (part.sum(dim=1) / cnt.sum(dim=1).clamp(min=1)).float().contiguous()
+    q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
+    k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
+    qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
+    kd = torch.empty(B, Hkv, Sk, dtype=torch.float32, device=dev)
+    v_amax = torch.zeros(B * Hkv, dtype=torch.int32, device=dev)              # float bits of 0.0
+    vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
+    vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=dev)
+    ntq, ntk, ntv = triton.cdiv(Sq, BLOCK_S), triton.cdiv(Sk, key_block), triton.cdiv(vt.shape[-1], BLOCK_S)
+    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
+    _int8_qk_v_amax[(B * Hkv, max(ntq, ntk, ntv), 3)](
+        q, k, v, q8, k8, qd, kd, mean, signs, scale, v_amax, dummy, Sq, Sk, D, Dv,
+        *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
+        GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
+        NSUB_K=triton.cdiv(key_block, BLOCK_S), BS=BLOCK_S, BD=bd, BD_V=bd_v)
+    _quant_pass[(B * Hkv, ntv)](v, vt, dummy, dummy, dummy, v_amax, vd, dummy, dummy, Sk, vt.shape[-1], Dv,
+                                *v.stride(), Hkv, ntv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
+                                HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v)
+    v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
+    return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))
