@@ -96,7 +96,8 @@ def main(argv=None) -> int:
                                       **{n_: fp8[n_][i:i + 1] for n_ in ("q_descale", "k_descale", "v_descale")})[0]
                  for i, (c, m) in enumerate(zip(starts, lens))]),
         }
-        for page in PAGE_SIZES:     # the same batch from a paged cache, one launch where pages fit the tile
+        for page in PAGE_SIZES:     # the same batch from a paged cache: Triton reads pages of a multiple of its
+            # tile in place (others gathered first); the generated kernel always takes them gathered
             kp, vp, table, used = _paged(k, v, lens, page, seed=page)
             calls[f"zyfa-bf16 paged {page}"] = (lambda kp=kp, vp=vp, table=table, used=used: zyfa.flash_attn_varlen_func(
                 q, kp, vp, cu, None, mx, mx, block_table=table, seqused_k=used, backend="triton"))
@@ -105,6 +106,11 @@ def main(argv=None) -> int:
             calls[f"zyfa-fp8 paged {page}"] = (lambda kp=kp8, vp=vp8, table=table8, used=used8: zyfa.flash_attn_varlen_func(
                 k=kp, v=vp, cu_seqlens_q=cu, cu_seqlens_k=None, max_seqlen_q=mx, max_seqlen_k=mx, block_table=table,
                 seqused_k=used, backend="triton", **f8))
+            calls[f"zyfa-bf16 ptx paged {page}"] = (lambda kp=kp, vp=vp, table=table, used=used: zyfa.flash_attn_varlen_func(
+                q, kp, vp, cu, None, mx, mx, block_table=table, seqused_k=used, backend="ptx"))
+            calls[f"zyfa-fp8 ptx paged {page}"] = (lambda kp=kp8, vp=vp8, table=table8, used=used8: zyfa.flash_attn_varlen_func(
+                k=kp, v=vp, cu_seqlens_q=cu, cu_seqlens_k=None, max_seqlen_q=mx, max_seqlen_k=mx, block_table=table,
+                seqused_k=used, backend="ptx", **f8))
         if fa3 is not None:
             v8 = x.v[0].contiguous()
             calls["fa3-bf16"] = lambda: fa3.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True)

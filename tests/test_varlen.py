@@ -26,10 +26,11 @@ def _rand(n, h, seed, d=D):
     return torch.randn(n, h, d, generator=g).to(torch.bfloat16).to(DEVICE)
 
 
-def _inputs(lens_q, lens_k, fp8, hq=2, hkv=1, seed=0):
+def _inputs(lens_q, lens_k, fp8, hq=2, hkv=1, seed=0, d=D):
     """Packed q, k, v and kwargs (descales for FP8: per (sequence, kv head), V transposed as
     quantize_fp8 writes it)."""
-    q, k, v = _rand(sum(lens_q), hq, seed), _rand(sum(lens_k), hkv, seed + 1), _rand(sum(lens_k), hkv, seed + 2)
+    q, k, v = (_rand(n, h, seed + i, d) for i, (n, h) in enumerate(((sum(lens_q), hq), (sum(lens_k), hkv),
+                                                                     (sum(lens_k), hkv))))
     if not fp8:
         return q, k, v, {}
     x = zyfa.quantize_fp8(q[None], k[None], v[None])
@@ -318,14 +319,11 @@ def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_woul
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("page_size", [32, 64, 128, 256])
 def test_paged_cache_in_one_launch_equals_contiguous(fp8, page_size, monkeypatch):
-    """Pages of a multiple of the key tile: the kernel reads the shuffled page pool in place,
-    one launch (no per-sequence call), bit for bit the contiguous result; pages smaller than
-    the tile take a call a sequence (test_paged_equals_contiguous)."""
-    from zyfa.triton_kernels.launch import default_tile
+    """One launch (no per-sequence call), bit for bit the contiguous result: pages of a
+    multiple of the key tile read in place from the shuffled pool, smaller ones gathered into
+    a packed batch first."""
     lens_q, lens_k = [3, 1, 30], [70, 1, 300]
     q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2, seed=17)
-    if page_size % default_tile(q.device, fp8, D, D, True, max(lens_k)).block_n:
-        pytest.skip("pages smaller than this device's key tile take a call a sequence")
     kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=page_size + 1)
     ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, "triton")
 
@@ -334,6 +332,23 @@ def test_paged_cache_in_one_launch_equals_contiguous(fp8, page_size, monkeypatch
     monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
     out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, "triton", cu_seqlens_k=None, block_table=table, seqused_k=used)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_paged_cache_gathered_only_when_not_read_in_place(fp8, monkeypatch):
+    """Pages of 16 keys (below any key tile) are gathered into a packed batch; pages of 256
+    are read in place (no gather)."""
+    import zyfa.varlen as zv
+    lens_q, lens_k = [3, 30], [70, 300]
+    q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2, seed=19)
+    gathers = []
+    real = zv._gathered_pages
+    monkeypatch.setattr(zv, "_gathered_pages", lambda *a: gathers.append(1) or real(*a))
+    for page_size, want in ((16, [1]), (256, [])):
+        gathers.clear()
+        kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=3)
+        _varlen(q, kp, vp, ds, lens_q, lens_k, "triton", cu_seqlens_k=None, block_table=table, seqused_k=used)
+        assert gathers == want, page_size
 
 
 H100_CLASS = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
@@ -377,3 +392,21 @@ def test_ptx_packed_batch_equals_per_sequence_calls(dims, fp8, causal, monkeypat
             lses.append(s_[0])
         a, c = a + sq, c + sk
     assert torch.equal(out, torch.cat(outs)) and torch.equal(lse, torch.cat(lses, 1))
+
+
+@pytest.mark.skipif(not H100_CLASS, reason="the generated Hopper kernels need an sm_90 GPU")
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("page_size", [16, 64, 128])
+def test_ptx_paged_cache_equals_contiguous(fp8, page_size, monkeypatch):
+    """A paged cache on the generated kernel: its pages gathered into a packed batch, one launch,
+    bit for bit the contiguous packed call."""
+    lens_q, lens_k = [3, 1, 200], [70, 1, 300]
+    q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2, seed=23, d=128)
+    ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, "ptx")
+    kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=page_size)
+
+    def per_sequence_call(*a, **kw):
+        raise AssertionError("a per-sequence call: the paged batch was not one launch")
+    monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
+    out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, "ptx", cu_seqlens_k=None, block_table=table, seqused_k=used)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)

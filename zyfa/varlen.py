@@ -1,11 +1,12 @@
 """Variable-length (packed) batches and a paged KV cache, FlashAttention's varlen layout.
 
-A batch whose backend is the Triton kernel runs in one launch over all sequences
-(zyfa.triton_kernels.attention's VARLEN; a paged cache too when its pages are a multiple of
-the key tile and its pools are laid out as the kernel reads them, PAGE). Everything else --
-the generated kernels, the reference, other page layouts -- runs one ``zyfa.flash_attn_func``
-call per sequence and concatenates the results. Either way the sequence lengths are read on
-the host (they are validated there).
+A batch whose backend is the Triton kernel or the generated Hopper kernel runs in one
+launch over all sequences (zyfa.triton_kernels.attention's VARLEN, the generated kernels'
+packed variants). The Triton kernel reads a paged cache in place when its pages are a
+multiple of the key tile and its pools are laid out as the kernel reads them (PAGE); other
+paged caches are first gathered into a packed batch (one copy of the used pages). The
+reference and gfx950 run one ``zyfa.flash_attn_func`` call per sequence and concatenate the
+results. Either way the sequence lengths are read on the host (they are validated there).
 """
 from __future__ import annotations
 
@@ -160,9 +161,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     LSE (heads, total_q), as FlashAttention's varlen function does.
 
     The backend is chosen as for one sequence of the longest lengths; where that is the
-    Triton kernel (or, with "auto", a generated kernel but the sequences average at most
-    SHORT_MEAN_QUERIES queries), one launch of the Triton kernel runs the whole packed batch.
-    Otherwise (and for a paged cache) one zyfa.flash_attn_func call a sequence on ``backend``,
+    generated Hopper kernel or the Triton kernel (also, with "auto", where gfx950's kernel
+    would be chosen but the sequences average at most SHORT_MEAN_QUERIES queries), one launch
+    runs the whole packed batch, a paged cache read in place or gathered first (see the
+    module's note). Otherwise one zyfa.flash_attn_func call a sequence on ``backend``,
     concatenated.
     """
     _check_tensor_dim("q", q, 3, "(total_q, heads, head_dim)")
@@ -218,27 +220,35 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seq
                 descales, backend, p_rule, ref_rule, is_fp8, block_table=None):
     """(out, lse) from one launch of the Triton kernel over the packed batch, or None when the
     backend chosen for the longest sequence is another one (with "auto": unless that is a
-    generated kernel and the sequences are short, SHORT_MEAN_QUERIES), or a paged cache's
-    layout does not suit the kernel (_pages_fit). The kernel reads the caller's (validated)
-    index tensors."""
+    generated kernel and the sequences are short, SHORT_MEAN_QUERIES). A paged cache is read
+    in place by the Triton kernel where its layout suits it (_pages_fit), else gathered into
+    a packed batch first (_gathered_pages). The kernel reads the caller's (validated) index
+    tensors."""
     problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
     chosen = dispatch.select(problem, backend).name
-    if chosen == "ptx" and block_table is None:
-        return _ptx_packed(q, k, v, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
-                           descales, p_rule, ref_rule, is_fp8, max(q_lens), max(k_lens))
     short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
-    if chosen != "triton" and not (backend == "auto" and short and chosen in ("ptx", "gfx950")
-                                   and dispatch.by_name("triton").can_implement(problem)[0]):
-        return None
+    use_triton = chosen == "triton" or (backend == "auto" and short and chosen in ("ptx", "gfx950")
+                                        and dispatch.by_name("triton").can_implement(problem)[0])
     from .spec.shapes import Packed
     from .triton_kernels.launch import default_tile, packed_vt, triton_attention
     tile = None
     if block_table is not None:
-        tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
-        if not _pages_fit(k, v, is_fp8, tile.block_n):
-            return None
+        if use_triton:
+            tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
+        if not (use_triton and _pages_fit(k, v, is_fp8, tile.block_n)):
+            if not (use_triton or chosen == "ptx"):
+                return None
+            k, v, cu_seqlens_k, starts = _gathered_pages(k, v, starts)
+            return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k,
+                               torch.tensor(k_lens, dtype=torch.int32, device=q.device), softmax_scale, causal,
+                               descales, backend, p_rule, ref_rule, is_fp8)
+    if chosen == "ptx" and block_table is None:
+        return _ptx_packed(q, k, v, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
+                           descales, p_rule, ref_rule, is_fp8, max(q_lens), max(k_lens))
+    if not use_triton:
+        return None
     dev = q.device
     cu_q = cu_seqlens_q.to(dev)
     k_len = seqused_k.to(dev) if seqused_k is not None else cu_seqlens_k.diff().to(dev)
@@ -284,6 +294,19 @@ def _ptx_packed(q, k, v, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, 
         packed = Packed(cu_q, k_start, k_start, k_len, max_q, max_k)
         out, lse = attention_16(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), scale, causal, packed=packed)
     return out[0], lse[0]
+
+
+def _gathered_pages(k, v, pages):
+    """A paged cache the kernel cannot read in place, copied into a packed layout: each
+    sequence's pages in order, one gather a pool: (k, v (total, kv_heads, d), cu_seqlens_k of
+    the whole pages (int32), each sequence's first key); seqused_k then says how many count."""
+    page = k.shape[1]
+    order = torch.cat(pages)
+    k, v = (x.index_select(0, order).flatten(0, 1) for x in (k, v))
+    cu = [0]
+    for p in pages:
+        cu.append(cu[-1] + len(p) * page)
+    return k, v, torch.tensor(cu, dtype=torch.int32, device=k.device), cu[:-1]
 
 
 def _pages_fit(k, v, is_fp8: bool, block_n: int) -> bool:
