@@ -410,3 +410,24 @@ def test_ptx_paged_cache_equals_contiguous(fp8, page_size, monkeypatch):
     monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
     out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, "ptx", cu_seqlens_k=None, block_table=table, seqused_k=used)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_auto_paged_route_where_the_generated_kernel_is_chosen(fp8, monkeypatch):
+    """With "auto" choosing the generated kernel: FP8 pages the Triton kernel can read in place
+    go to it (measured faster than gathering them), BF16 pages are gathered for the generated
+    kernel's packed launch (sequences longer than SHORT_MEAN_QUERIES on average: no kernel runs)."""
+    import types
+    import zyfa.varlen as zv
+    lens_q, lens_k = [zv.SHORT_MEAN_QUERIES + 1, zv.SHORT_MEAN_QUERIES + 3], [zv.SHORT_MEAN_QUERIES + 1, 2 ** 12]
+    q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2, seed=29)
+    kp, vp, table, used = _paged(k, v, lens_k, 256, seed=5)
+    routes = []
+    monkeypatch.setattr(zv.dispatch, "select", lambda problem, backend: types.SimpleNamespace(name="ptx"))
+    monkeypatch.setattr(zv, "_ptx_packed", lambda *a: routes.append("ptx packed") or (None, None))
+    monkeypatch.setattr(zv, "_gathered_pages", lambda *a: routes.append("gathered") or (a[0], a[1], None, a[2]))
+    monkeypatch.setattr("zyfa.triton_kernels.launch.triton_attention",
+                        lambda *a, **kw: routes.append("triton in place") or (q[None], q[None]))
+    zv._one_launch(q, kp, vp, lens_q, used.tolist(), [torch.arange(1)] * 2, _cu(lens_q), None, used, None, True,
+                   ds, "auto", "exact", "per_block", fp8, table)
+    assert routes == (["triton in place"] if fp8 else ["gathered", "ptx packed"])

@@ -235,10 +235,15 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seq
     from .triton_kernels.launch import default_tile, packed_vt, triton_attention
     tile = None
     if block_table is not None:
-        if use_triton:
+        # FP8 pages the Triton kernel reads in place beat gathering them for the generated kernel
+        # (H200, bench/NOTES.md: 495 against 426 TFLOP/s on 8 x 1K..8K tokens, pages of 128)
+        triton_ok = use_triton or (backend == "auto" and is_fp8 and chosen == "ptx"
+                                   and dispatch.by_name("triton").can_implement(problem)[0])
+        if triton_ok:
             tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
-        if not (use_triton and _pages_fit(k, v, is_fp8, tile.block_n)):
-            if not (use_triton or chosen == "ptx"):
+        use_triton = triton_ok and _pages_fit(k, v, is_fp8, tile.block_n)
+        if not use_triton:
+            if not (triton_ok or chosen == "ptx"):
                 return None
             k, v, cu_seqlens_k, starts = _gathered_pages(k, v, starts)
             return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k,
