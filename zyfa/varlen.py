@@ -67,7 +67,8 @@ def _check_max(name: str, given, lengths: list[int], what: str) -> None:
 
 
 def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
-    """Keys per sequence, and each sequence's pages (paged cache) or start offset (packed)."""
+    """Keys per sequence, and each sequence's pages (paged cache: host lists, as validated) or
+    start offset (packed)."""
     if block_table is None:
         if cu_seqlens_k is None:
             raise ValueError("cu_seqlens_k is None: pass cu_seqlens_k for packed k/v, or block_table and "
@@ -109,7 +110,7 @@ def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
         bad = [p for p in table[i][:n] if not 0 <= p < num_pages]
         if bad:
             raise ValueError(f"block_table row {i} uses page {bad[0]}, outside [0, num_pages={num_pages})")
-        pages.append(block_table[i, :n].to(device=k.device, dtype=torch.long))
+        pages.append(table[i][:n])
     return used, pages
 
 
@@ -206,7 +207,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if block_table is None:
             ks, vs = (x[where[i]:where[i] + sk].unsqueeze(0) for x in (k, v))
         else:
-            ks, vs = (x.index_select(0, where[i]).flatten(0, 1)[:sk].unsqueeze(0) for x in (k, v))
+            ks, vs = (x.index_select(0, torch.tensor(where[i], device=x.device)).flatten(0, 1)[:sk].unsqueeze(0)
+                      for x in (k, v))
         out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=softmax_scale,
                                        causal=causal, return_lse=True, backend=backend, **rules,
                                        **{n: _descale_for(d, i) for n, d in descales.items()})
@@ -306,7 +308,7 @@ def _gathered_pages(k, v, pages):
     sequence's pages in order, one gather a pool: (k, v (total, kv_heads, d), cu_seqlens_k of
     the whole pages (int32), each sequence's first key); seqused_k then says how many count."""
     page = k.shape[1]
-    order = torch.cat(pages)
+    order = torch.tensor([p for seq in pages for p in seq], dtype=torch.long, device=k.device)   # one copy
     k, v = (x.index_select(0, order).flatten(0, 1) for x in (k, v))
     cu = [0]
     for p in pages:
