@@ -54,12 +54,6 @@ def fa3_fp8_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     return (out[0] if isinstance(out, tuple) else out).to(query.dtype), None
 
 
-def zyfa_int8qk_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
-    """zyfa's INT8 Q.K^T mode (zyfa.quantize_int8_qk: smoothed, rotated int8 q and k, E4M3 v)."""
-    x = zyfa.quantize_int8_qk(*(t.transpose(1, 2) for t in (query, key, value)))
-    return zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=True).to(query.dtype), None
-
-
 def fa3_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
     import fa3_fwd_interface
     out = fa3_fwd_interface.flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
@@ -70,7 +64,8 @@ def fa3_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
 def register_extra():
     zt.register()
     for name, fn in (("fp32_ref", fp32_attention), ("fa3", fa3_attention), ("fa3_fp8", fa3_fp8_attention),
-                     ("fp8_inputs_fp32", fp8_inputs_fp32_attention), ("zyfa_int8qk", zyfa_int8qk_attention)):
+                     ("fp8_inputs_fp32", fp8_inputs_fp32_attention),
+                     ("zyfa_int8qk", zt.int8_attention_forward)):      # zyfa_int8, under its earlier records' label
         zt.register_backend(name, fn)
 
 

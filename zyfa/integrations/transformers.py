@@ -1,19 +1,22 @@
-"""Hugging Face transformers attention backends: ``zyfa`` (BF16/FP16) and ``zyfa_fp8``
-(q, k, v quantized to E4M3 on the fly with zyfa.quantize_fp8).
+"""Hugging Face transformers attention backends: ``zyfa`` (BF16/FP16), ``zyfa_fp8`` (q, k, v
+quantized to E4M3 on the fly with zyfa.quantize_fp8) and ``zyfa_int8`` (the INT8 Q.K^T mode,
+zyfa.quantize_int8_qk: int8 q and k with per-token and per-key-block scales, E4M3 v; the
+most accurate FP8 path, run by the Triton kernel).
 
     import zyfa.integrations.transformers as zt
     zt.register()
     model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="zyfa_fp8")
 
-Both names are registered with AttentionInterface (the attention call) and with
+The names are registered with AttentionInterface (the attention call) and with
 AttentionMaskInterface (the mask builder; without it transformers would hand a custom
 backend no causal information). The mask builder is SDPA's: it returns None when the
 mask is plain causal, which zyfa runs with flash_attn_func. A boolean mask that is causal
 over padded sequences (checked element by element) runs with flash_attn_varlen_func: the
 batch is unpadded by the mask, attended, and padded back (zeros at padded query positions).
 Anything else -- a sliding-window or other custom mask, a decode step (one query), dropout,
-soft-capping, attention sinks, a head size or dtype zyfa does not take -- goes to SDPA, with
-one log line per reason.
+soft-capping, attention sinks, a head size or dtype zyfa does not take, a padded batch in the
+INT8 mode (its per-token scales do not go through the varlen call) -- goes to SDPA, with one
+log line per reason.
 """
 from __future__ import annotations
 
@@ -23,12 +26,13 @@ import torch
 
 import zyfa
 
-from ..quantize import quantize_fp8
+from ..quantize import quantize_fp8, quantize_int8_qk
 from ..spec.shapes import HEAD_DIMS
 from ..validation import HALF_DTYPES
 
 log = logging.getLogger("zyfa")
-NAMES = ("zyfa", "zyfa_fp8")
+NAMES = ("zyfa", "zyfa_fp8", "zyfa_int8")
+QUANTIZERS = {"fp8": quantize_fp8, "int8": quantize_int8_qk}
 _logged: set[str] = set()
 
 
@@ -107,33 +111,41 @@ def _varlen(query, key, value, valid_q, valid_k, scaling, fp8):
     return out.to(query.dtype)
 
 
-def _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, fp8):
+def _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, quant=None):
+    """``quant``: None (BF16/FP16), "fp8" or "int8" (QUANTIZERS)."""
     reason = _fallback_reason(module, query, key, value, dropout, kwargs)
     padding = None
     if reason is None and attention_mask is not None:
         padding = _padding(attention_mask, query.shape[2])
         if padding is None:
             reason = "an attention mask other than causal over padding (sliding window or custom)"
+        elif quant == "int8":
+            reason = "a padded batch in the INT8 mode (per-token scales do not go through the varlen call)"
     if reason:
         return _sdpa(module, query, key, value, attention_mask, reason, dropout=dropout, scaling=scaling, **kwargs)
     if padding is not None:
-        return _varlen(query, key, value, *padding, scaling, fp8), None
+        return _varlen(query, key, value, *padding, scaling, quant == "fp8"), None
     q, k, v, causal = _zyfa_layout(module, query, key, value, kwargs)
-    if not fp8:
+    if quant is None:
         return zyfa.flash_attn_func(q, k, v, softmax_scale=scaling, causal=causal), None
-    x = quantize_fp8(q, k, v)
+    x = QUANTIZERS[quant](q, k, v)
     out = zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=causal)
     return out.to(query.dtype), None
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """zyfa in BF16/FP16; returns (out (B, S, H, Dv), None) as transformers expects."""
-    return _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, fp8=False)
+    return _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs)
 
 
 def fp8_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """zyfa on E4M3 inputs quantized per (batch, kv head) on the fly; output in the query's dtype."""
-    return _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, fp8=True)
+    return _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, "fp8")
+
+
+def int8_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """zyfa's INT8 Q.K^T mode on inputs quantized on the fly; output in the query's dtype."""
+    return _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, "int8")
 
 
 def register_backend(name: str, attention_fn, mask_fn=None) -> None:
@@ -146,6 +158,6 @@ def register_backend(name: str, attention_fn, mask_fn=None) -> None:
 
 
 def register() -> None:
-    """Make attn_implementation="zyfa" and "zyfa_fp8" available (idempotent)."""
-    for name, fn in zip(NAMES, (attention_forward, fp8_attention_forward)):
+    """Make attn_implementation "zyfa", "zyfa_fp8" and "zyfa_int8" available (idempotent)."""
+    for name, fn in zip(NAMES, (attention_forward, fp8_attention_forward, int8_attention_forward)):
         register_backend(name, fn)
