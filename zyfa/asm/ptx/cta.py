@@ -99,6 +99,8 @@ class Shared:
     bar_q: Reg              # mbarrier: the Q tiles have landed
     bar0: Reg               # mbarrier of stage 0 (one a stage, 8 bytes apart): K / V^T landed
     free0: Reg | None       # specialized: the "stage free" mbarrier of stage 0, then Q free
+    v_full0: Reg | None = None   # split_kv: V landed (stage 0's; one a stage), then V free (v_free0)
+    v_free0: Reg | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,11 +307,15 @@ def emit_shared(prog: Program, layout: Layout) -> Shared:
     emit("and.b32", base, raw, -1024 & 0xFFFFFFFF)
     emit("add.u32", bar_q, base, layout.bar_offset)
     emit("add.u32", bar0, bar_q, 8)
-    free0 = None
+    free0 = v_full0 = v_free0 = None
     if layout.specialized:
         free0 = prog.reg("u32")
         emit("add.u32", free0, bar0, 8 * layout.stages)
-    return Shared(base, bar_q, bar0, free0)
+    if layout.split_kv:
+        v_full0, v_free0 = prog.regs("u32", 2)
+        emit("add.u32", v_full0, free0, 8 * (layout.stages + 1))
+        emit("add.u32", v_free0, v_full0, 8 * layout.stages)
+    return Shared(base, bar_q, bar0, free0, v_full0, v_free0)
 
 
 def emit_positive_factor(prog: Program, c: Cta, rows: Rows, q_tile: Reg | None = None, sync=None) -> None:

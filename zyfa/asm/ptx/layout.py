@@ -96,18 +96,27 @@ class Layout:
         return self.stage0 + self.stages * self.stage_bytes
 
     @property
+    def split_kv(self) -> bool:
+        """16-bit kernels: K and V of a stage have their own "full" and "free" mbarriers, so
+        K(j) is released once S(j) is done and the producer reloads it a block earlier than
+        if it waited for P V(j) too (FlashAttention-3 keeps K and V in separate pipelines)."""
+        return not self.is_fp8 and self.specialized
+
+    @property
     def barriers(self) -> int:
         """Q full and one "full" per stage; the specialized kernel adds one "free" per stage
-        and Q free (its producer waits on them before reusing a buffer)."""
-        return 1 + self.stages + (self.stages + 1 if self.specialized else 0)
+        and Q free (its producer waits on them before reusing a buffer); split_kv adds V's
+        "full" and "free" per stage."""
+        return 1 + self.stages + (self.stages + 1 if self.specialized else 0) + (2 * self.stages if self.split_kv else 0)
 
     @property
     def pins_softmax(self) -> bool:
-        """16-bit kernels with Dqk = Dv: each block's row sums are stored to a scratch word
-        before P V(j - 1) is waited for, which keeps ptxas from hoisting that wait above the
-        softmax. Measured on the H200 (bench/PTX_NOTES.md, 16-bit v4): +2-7% at d128, even at
-        d64, -16% at MLA 192/128, which therefore goes without."""
-        return not self.is_fp8 and self.dqk == self.dv
+        """16-bit kernels: each block's row sums are stored to a scratch word before P V(j - 1)
+        is waited for, which keeps ptxas from hoisting that wait above the softmax. Measured on
+        the H200 (bench/PTX_NOTES.md, 16-bit v4): +2-7% at d128, even at d64, -16% at MLA
+        192/128 while K and V shared their mbarriers (the release after P V came later still);
+        with split_kv: to measure."""
+        return not self.is_fp8
 
     @property
     def scratch_offset(self) -> int:

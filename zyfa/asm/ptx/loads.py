@@ -88,15 +88,30 @@ def _emit_rows_load(prog: Program, c: Cta, tile: Reg, rows: int, maps: tuple[str
 def emit_kv_load(prog: Program, c: Cta, block: Reg, slot: Reg | None = None) -> None:
     """Thread 0 (the caller guards): K block ``block`` and its V^T (16-bit: V) into the stage of
     load number ``slot`` (default: ``block``; specialized.py counts its loads across tiles)."""
+    k_tile, v_tile, bar, _ = stage(prog, c, block if slot is None else slot)
+    key0 = emit_first_key(prog, c, block)
+    prog.emit("mbarrier.expect_tx", bar, c.layout.stage_bytes)
+    emit_k_rows(prog, c, k_tile, key0, bar)
+    emit_v_rows(prog, c, v_tile, key0, bar)
+
+
+def emit_first_key(prog: Program, c: Cta, block: Reg) -> Reg:
+    key0 = prog.reg("u32")
+    prog.emit("mul.lo.u32", key0, block, c.layout.block_n)
+    return key0
+
+
+def emit_k_rows(prog: Program, c: Cta, k_tile: Reg, key0: Reg, bar: Reg) -> None:
+    """The TMA loads of a K block from key ``key0`` into ``k_tile``, completing on ``bar``."""
+    _emit_rows_load(prog, c, k_tile, c.layout.block_n, ("k_map", "k_tail_map"), c.layout.qk_tiles, c.tile.kvh, key0,
+                    bar, c.tile.seq and c.tile.seq.k_row0)
+
+
+def emit_v_rows(prog: Program, c: Cta, v_tile: Reg, key0: Reg, bar: Reg) -> None:
+    """The TMA load(s) of the block's V^T (16-bit: V) from key ``key0`` into ``v_tile``."""
     emit = prog.emit
     t, layout = c.tile, c.layout
-    k_tile, v_tile, bar, _ = stage(prog, c, block if slot is None else slot)
-    key0 = prog.reg("u32")
-    emit("mul.lo.u32", key0, block, layout.block_n)
-    emit("mbarrier.expect_tx", bar, layout.stage_bytes)
     seq = t.seq
-    _emit_rows_load(prog, c, k_tile, layout.block_n, ("k_map", "k_tail_map"), layout.qk_tiles, t.kvh, key0, bar,
-                    seq and seq.k_row0)
     if layout.is_fp8:
         if layout.packed:                                  # V^T (Hkv, Dv, keys): the sequence's from v_row0
             vkey = prog.reg("u32")

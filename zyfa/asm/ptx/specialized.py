@@ -34,7 +34,8 @@ from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
 from .cta import Cta, emit_positive_factor, emit_prologue, emit_rows, emit_work
 from .epilogue import emit_epilogue
 from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout
-from .loads import emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position, emit_setup, stage
+from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
+                    emit_setup, emit_v_rows, stage)
 from .smem import emit_descriptor, emit_wait
 
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
@@ -57,9 +58,12 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     params, shared = c.params, c.shared
     producer = prog.reg("pred")
     emit("setp.eq.u32", producer, c.thread.wg, 0)
-    # mbarriers: Q full, stages full, stages free, Q free
+    # mbarriers: Q full, stages full, stages free, Q free (split_kv: then V full, V free)
     n = layout.stages
-    ones = emit_setup(prog, c, rule, [1] + [1] * n + [CONSUMER_WARPS] * (n + 1), writers=producer)
+    counts = [1] + [1] * n + [CONSUMER_WARPS] * (n + 1)
+    if layout.split_kv:                                    # V full, V free
+        counts += [1] * n + [CONSUMER_WARPS] * n
+    ones = emit_setup(prog, c, rule, counts, writers=producer)
     q_free, per_head, count = prog.regs("u32", 3)
     emit("add.u32", q_free, shared.free0, 8 * n)
     emit("add.u32", per_head, params.seqlen_q, 2 * BLOCK_M - 1)
@@ -141,7 +145,10 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("bra.div", "TILE_LOADED", guard=done)
     _, rounds = emit_ring_position(prog, c.layout.stages, slot)
     emit_wait(prog, _free_bar(prog, c, slot), _phase_of(prog, rounds, flip=True), "WAIT_FREE")
-    emit_kv_load(prog, c, j, slot)
+    if c.layout.split_kv:
+        _emit_split_load(prog, c, j, slot, rounds)
+    else:
+        emit_kv_load(prog, c, j, slot)
     emit("add.u32", j, j, 1)
     emit("add.u32", slot, slot, 1)
     emit("bra.div", "LOAD_LOOP")
@@ -151,6 +158,18 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     _emit_tile_skip(prog, c, t, "PRODUCE_TILE")
     prog.label("PRODUCE_TILE_DONE")
     prog.label("PRODUCER_DONE")
+
+
+def _emit_split_load(prog: Program, c: Cta, block: Reg, slot: Reg, rounds: Reg) -> None:
+    """split_kv: K into the stage now (its K is free), V once the stage's V is free too."""
+    k_tile, v_tile, bar, _ = stage(prog, c, slot)
+    key0 = emit_first_key(prog, c, block)
+    prog.emit("mbarrier.expect_tx", bar, c.layout.k_bytes)
+    emit_k_rows(prog, c, k_tile, key0, bar)
+    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_free0), _phase_of(prog, rounds, flip=True), "WAIT_V_FREE")
+    v_full = _v_bar(prog, c, slot, c.shared.v_full0)
+    prog.emit("mbarrier.expect_tx", v_full, c.layout.stage_bytes - c.layout.k_bytes)
+    emit_v_rows(prog, c, v_tile, key0, v_full)
 
 
 def _emit_next_tile(prog: Program, t: Reg, it: Reg) -> None:
@@ -184,6 +203,21 @@ def _free_bar(prog: Program, c: Cta, slot: Reg) -> Reg:
     stage_, _ = emit_ring_position(prog, c.layout.stages, slot)
     prog.emit("mad.lo.u32", bar, stage_, 8, c.shared.free0)
     return bar
+
+
+def _v_bar(prog: Program, c: Cta, slot: Reg, first: Reg) -> Reg:
+    """split_kv: V's "full" (``first`` = shared.v_full0) or "free" (v_free0) mbarrier of load
+    number ``slot``'s stage."""
+    bar = prog.reg("u32")
+    stage_, _ = emit_ring_position(prog, c.layout.stages, slot)
+    prog.emit("mad.lo.u32", bar, stage_, 8, first)
+    return bar
+
+
+def _emit_v_wait(prog: Program, c: Cta, slot: Reg, tag: str) -> None:
+    """split_kv: spin until load number ``slot``'s V has landed."""
+    _, rounds = emit_ring_position(prog, c.layout.stages, slot)
+    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_full0), _phase_of(prog, rounds), f"WAIT_V{tag}")
 
 
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
@@ -276,7 +310,8 @@ def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
 def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
     P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
-    P(j - 1) V is done, the output is rescaled for block j. (The two consumers taking turns
+    P(j - 1) V is done, the output is rescaled for block j. K(j) is released as soon as S(j)
+    is done, V(j - 1) once P(j - 1) V is (Layout.split_kv). (The two consumers taking turns
     to issue, FlashAttention-3's ping-pong, a persistent grid and an unconditional rescale all
     measured slower here: bench/PTX_NOTES.md.)"""
     emit = prog.emit
@@ -309,9 +344,10 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         emit_pv16(prog, c, p_regs, v_tile, total)
 
     prog.comment("block 0: its GEMM phase has Q K^T alone")
-    emit_kv_wait(prog, c, slot, "_FIRST")
+    emit_kv_wait(prog, c, slot, "_FIRST")                 # K(0) (split_kv: the stage's "full" is K's)
     emit_scores(prog, c, q_tile, dq, slot, s, "_FIRST", wait=False)
     emit("wgmma.wait", 0)
+    _emit_release(prog, c, _free_bar(prog, c, slot))      # K(0) read
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "_FIRST")
     emit_row_update16(prog, sm, l, A)
     emit_pack16(prog, c, sm.p, p_regs)
@@ -320,24 +356,27 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
     emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
+    _emit_v_wait(prog, c, prev_slot, "")
     issue_pv(prev_slot)
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
+    _emit_release(prog, c, _free_bar(prog, c, slot))      # K(j) read: the producer may reload it
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
     if pin:
         both = prog.reg("f32")                             # the softmax stays before the wait (layout.scratch_offset)
         emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
         emit("st.shared.f32", scratch, both)
     emit("wgmma.wait", 0)                                  # P(j - 1) V
-    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+    _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
     emit_rescale(prog, total, sm.alpha, "")
     emit_row_update16(prog, sm, l, A)
     emit("bra", "BLOCK_LOOP")
 
     prog.label("LAST_PV")
+    _emit_v_wait(prog, c, prev_slot, "_LAST")
     issue_pv(prev_slot)
     emit("wgmma.wait", 0)
-    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+    _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
     _emit_release(prog, c, tiles.q_free)
     emit_epilogue(prog, c, rows, total, A, l)
     emit("add.u32", base, base, c.tile.n_blocks)
