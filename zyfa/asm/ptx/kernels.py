@@ -45,9 +45,14 @@ def _batch(q, k, packed: Packed | None) -> tuple[int, int, int, list]:
     return packed.batch, packed.max_seqlen_q, packed.max_seqlen_k, tables + [ctypes.c_uint32(q.shape[1])]
 
 
-def _grid(layout, Sq: int, B: int, Hq: int) -> tuple:
+def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device) -> tuple:
     if layout.specialized:                         # a line of CTAs, one a 128-row tile
-        return (-(-Sq // (2 * attn.BLOCK_M)) * B * Hq,)
+        tiles = -(-Sq // (2 * attn.BLOCK_M)) * B * Hq
+        if layout.packed:                          # one CTA an SM over the tiles: a packed batch's
+            # short sequences leave each tile a few blocks, and a CTA's producer loads the next
+            # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
+            return (min(tiles, torch.cuda.get_device_properties(device).multi_processor_count),)
+        return (tiles,)
     return (-(-Sq // attn.BLOCK_M), B * Hq)
 
 
@@ -79,7 +84,7 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", _device_index(dev), packed is not None)
-    kernel(_grid(layout, Sq, B, Hq), (layout.threads,), maps + ptrs + sizes + extra)
+    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
     return out, lse
 
 
@@ -117,5 +122,5 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, packed=packed is not None)
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None)
-    kernel(_grid(layout, Sq, B, Hq), (layout.threads,), maps + ptrs + sizes + extra)
+    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
     return out, lse
