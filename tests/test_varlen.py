@@ -41,6 +41,12 @@ def _inputs(lens_q, lens_k, fp8, hq=2, hkv=1, seed=0, d=D):
     return x.q[0], x.k[0], x.v[0], ds
 
 
+def _forbid_per_sequence_calls(monkeypatch):
+    def per_sequence_call(*a, **kw):
+        raise AssertionError("a per-sequence call: the paged batch was not one launch")
+    monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
+
+
 def _seq_descales(ds, i):
     return {n: d[i:i + 1] for n, d in ds.items()}
 
@@ -326,10 +332,7 @@ def test_paged_cache_in_one_launch_equals_contiguous(fp8, page_size, monkeypatch
     q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2, seed=17)
     kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=page_size + 1)
     ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, "triton")
-
-    def per_sequence_call(*a, **kw):
-        raise AssertionError("a per-sequence call: the paged batch was not one launch")
-    monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
+    _forbid_per_sequence_calls(monkeypatch)
     out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, "triton", cu_seqlens_k=None, block_table=table, seqused_k=used)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
 
@@ -404,10 +407,7 @@ def test_ptx_paged_cache_equals_contiguous(fp8, page_size, monkeypatch):
     q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2, seed=23, d=128)
     ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, "ptx")
     kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=page_size)
-
-    def per_sequence_call(*a, **kw):
-        raise AssertionError("a per-sequence call: the paged batch was not one launch")
-    monkeypatch.setattr("zyfa.varlen.api.flash_attn_func", per_sequence_call)
+    _forbid_per_sequence_calls(monkeypatch)
     out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, "ptx", cu_seqlens_k=None, block_table=table, seqused_k=used)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
 

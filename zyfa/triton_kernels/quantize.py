@@ -237,6 +237,18 @@ _INT8: tl.constexpr = tl.constexpr(INT8_MAX)
 
 
 @triton.jit
+def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
+                      HSTAGES: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
+    """A tile loaded as float32 (zeros where masked), minus the channel means, rotated."""
+    x = tl.load(ptrs, mask=m, other=0.0).to(tl.float32)
+    if SMOOTH:
+        x = x - mean[None, :]
+    if HAD:
+        x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+    return x
+
+
+@triton.jit
 def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H,
                SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
                PER_ROW: tl.constexpr, NSUB: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
@@ -250,21 +262,15 @@ def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, 
         for i in range(NSUB):
             s = lo + i * BS + tl.arange(0, BS)
             m = (s[:, None] < hi) & dmask[None, :]
-            x = tl.load(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0).to(tl.float32)
-            if SMOOTH:
-                x = x - mean[None, :]
-            if HAD:
-                x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+            x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
+                                  SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
             fin = m & (tl.abs(x) < float("inf"))
             amax = tl.maximum(amax, tl.max(tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1), axis=0))
     for i in range(NSUB):
         s = lo + i * BS + tl.arange(0, BS)
         m = (s[:, None] < hi) & dmask[None, :]
-        x = tl.load(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0).to(tl.float32)
-        if SMOOTH:
-            x = x - mean[None, :]
-        if HAD:
-            x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+        x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
+                              SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
         fin = tl.abs(x) < float("inf")
         if PER_ROW:
             row_amax = tl.max(tl.where(fin & m, tl.abs(x), 0.0), axis=1)

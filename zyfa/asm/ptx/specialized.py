@@ -289,9 +289,14 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     _emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     fold(o, "_LAST")
     emit_epilogue(prog, c, rows, total, A, l)
-    emit("add.u32", base, base, c.tile.n_blocks)
+    _emit_tile_end(prog, c, t, it, base)
+
+
+def _emit_tile_end(prog: Program, c: Cta, t: Reg, it: Reg, base: Reg) -> None:
+    """A consumer after a tile's epilogue: its block slots advanced, on to the next tile."""
+    prog.emit("add.u32", base, base, c.tile.n_blocks)
     _emit_next_tile(prog, t, it)
-    emit("bra.div", "TILE")
+    prog.emit("bra.div", "TILE")
     _emit_tile_skip(prog, c, t, "TILE")
     prog.label("TILE_DONE")
 
@@ -379,8 +384,4 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
     _emit_release(prog, c, tiles.q_free)
     emit_epilogue(prog, c, rows, total, A, l)
-    emit("add.u32", base, base, c.tile.n_blocks)
-    _emit_next_tile(prog, t, it)
-    emit("bra.div", "TILE")
-    _emit_tile_skip(prog, c, t, "TILE")
-    prog.label("TILE_DONE")
+    _emit_tile_end(prog, c, t, it, base)
