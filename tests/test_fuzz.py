@@ -86,7 +86,7 @@ def test_draws_are_deterministic_and_cover_the_axes():
         assert seen["dtype"] == {"bf16", "fp16", "fp8"}
         assert seen["dims"] == {(64, 64), (128, 128), (256, 256), (192, 128)}
         assert {1, 2, 4, "mqa"} <= seen["gqa"] and seen["B"] == {1, 2}
-        assert seen["granularity"] == {"head", "tensor", "fine"}
+        assert seen["granularity"] == {"head", "tensor", "fine", "int8"}
         assert seen["layout"] == {"scalar", "hkv", "b_hkv", "token"}
         assert len(seen["p_rule"]) == 5 and len(seen["ref_rule"]) == 3
         for axis in ("causal", "kind", "scale", "sq1", "sk>sq"):

@@ -19,7 +19,8 @@ Every case ends in one of:
 
 Bounds (``Bounds``): each is relative to a baseline computed in the same case, against float64
 attention (``attention_fp64``) on the very values the path was given (for FP8: the dequantized
-FP8 values, so the bound is on the kernel's error, not the quantizer's):
+FP8 values, so the bound is on the kernel's error, not the quantizer's; a share of the FP8
+cases are the INT8 Q.K^T mode, quantize_int8_qk's int8 q and k, held to the same bound):
 
   BF16/FP16  rel_err(out) <= K_HALF * rel_err(torch's own attention in that dtype) + floor;
              K_HALF = 3: torch (SDPA, float32 softmax) rounds only its output, a flash kernel

@@ -53,7 +53,7 @@ class Case:
     p_rule: str
     ref_rule: str
     scale_mult: float | None         # softmax_scale = scale_mult / sqrt(D); None: the default
-    granularity: str | None = None   # FP8: quantize_fp8's granularity
+    granularity: str | None = None   # FP8: quantize_fp8's granularity, or "int8": quantize_int8_qk
     block_size: int = 64             # FP8 "fine": tokens a scale
     layouts: tuple = ()              # FP8: (q, k, v) descale layouts, see _relayout
     invalid: str | None = None       # a deliberate misuse (INVALID), or None
@@ -67,7 +67,7 @@ class Case:
         words = [f"{self.path}#{self.seed}", f"B{self.B}", f"Sq{self.Sq}", f"Sk{self.Sk}", f"H{self.Hq}/{self.Hkv}",
                  f"d{self.D}/{self.Dv}", "causal" if self.causal else "full", self.dtype, self.input]
         if self.dtype == "fp8":
-            words += [f"{self.granularity}{self.block_size if self.granularity == 'fine' else ''}",
+            words += [f"{self.granularity}{self.block_size if self.granularity in ('fine', 'int8') else ''}",
                       "/".join(self.layouts), f"{self.p_rule}/{self.ref_rule}"]
         if self.scale_mult is not None:
             words.append(f"scale*{self.scale_mult:.3g}")
@@ -95,6 +95,8 @@ def expected_refusal(case: Case) -> list[str] | None:
             why.append("ref_rule")
         if case.dtype == "fp8" and "token" in case.layouts[:2]:
             why.append("per-token")
+        if case.granularity == "int8":
+            why.append("INT8")
         return why or None
     if case.path == "gfx950_emulator":
         why = []
@@ -105,6 +107,8 @@ def expected_refusal(case: Case) -> list[str] | None:
         if not (case.D in (64, 128, 192, 256) and case.Dv in (32, 64, 128)
                 and (case.D < 256 or case.Dv <= 64)):
             why += ["head_dim", "value_dim", "head dims"]
+        if case.granularity == "int8":
+            why.append("INT8")
         if case.layouts[0] == "token":
             why.append("q_descale")
         if case.layouts[1] == "token":
@@ -185,6 +189,9 @@ def _draw_dims(rng, path: str, prof: Profile):
     return _weighted(rng, HEAD_DIMS, weights)
 
 
+INT8_SHARE = {"reference": 0.15, "triton": 0.15, "ptx": 0.05, "gfx950_emulator": 0.05}   # of FP8 cases
+
+
 def _draw_fp8(rng, path: str):
     """(granularity, block_size, layouts) for an FP8 case.
 
@@ -240,6 +247,9 @@ def draw_case(path: str, seed: int, profile: str = "cpu") -> Case:
         p_rule = rng.choice(P_RULES)
         ref_rule = _weighted(rng, REF_RULES, (0.93, 0.03, 0.04) if path == "ptx" else (0.4, 0.3, 0.3))
     gran, block_size, layouts = _draw_fp8(rng, path) if dtype == "fp8" else (None, 64, ())
+    # the INT8 Q.K^T mode, from a stream of its own so the other draws stay as they were
+    if dtype == "fp8" and random.Random(f"{path}:{profile}:{seed}:int8").random() < INT8_SHARE.get(path, 0.0):
+        gran, layouts = "int8", ("token", "token", "b_hkv")       # block_size: k's key block
     scale_mult = math.exp(rng.uniform(math.log(0.25), math.log(2.0))) if rng.random() < 0.25 else None
     invalid = None
     if path != "gfx950_emulator" and rng.random() < 0.12:
@@ -292,13 +302,15 @@ def _relayout(x, case: Case, gen: torch.Generator):
 
 def make_inputs(case: Case, device="cpu") -> dict:
     """flash_attn_func's keyword arguments for the case (before any misuse)."""
-    from ... import quantize_fp8
+    from ... import quantize_fp8, quantize_int8_qk
     from ...activations import make
     src = torch.bfloat16 if case.dtype == "fp8" else DTYPES[case.dtype]
     q, k, v = make(case.input, case.B, case.Sq, case.Hq, case.Hkv, case.D, case.Dv, seqlen_k=case.Sk,
                    seed=case.input_seed, dtype=src, device=device)
     kw = dict(q=q, k=k, v=v)
-    if case.dtype == "fp8":
+    if case.granularity == "int8":
+        kw = quantize_int8_qk(q, k, v, key_block=case.block_size).kwargs()
+    elif case.dtype == "fp8":
         x = quantize_fp8(q, k, v, granularity=case.granularity, block_size=case.block_size)
         x = _relayout(x, case, torch.Generator().manual_seed(case.input_seed))
         kw = x.kwargs()
