@@ -16,7 +16,7 @@ else
   timeout 100 python3 -m pytest tests/test_int8_qk.py -q -p no:cacheprovider 2>&1 | tail -5 > $OUT/pytest-int8.txt
   cat $OUT/pytest-int8.txt
   mkdir -p $OUT/results; cp bench/results/nvidia-h200.json $OUT/results/
-  timeout 420 python3 -m zyfa bench --cases models,quick,sweep --methods zyfa-auto-bf16,fa3-bf16,sdpa_cudnn-bf16 \
+  timeout 390 python3 -m zyfa bench --cases models,quick,sweep --methods zyfa-auto-bf16,fa3-bf16,sdpa_cudnn-bf16 \
     --out $OUT/results 2>&1 | tr '\r' '\n' | grep TFLOP > $OUT/bench-bf16.txt
   rm -f $OUT/results/*.png $OUT/results/*.md; tail -40 $OUT/bench-bf16.txt
 fi
