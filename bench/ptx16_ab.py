@@ -1,0 +1,132 @@
+"""A/B of the generated 16-bit kernel in one process, beside FA3 BF16 and SDPA cuDNN: this tree's
+kernel (K and V released on their own mbarriers), the same with the output's rescale moved
+beside the next S GEMM (``late_rescale``), and a baseline commit's kernel, whose PTX is
+generated on the CPU beforehand (its generator is not importable beside this one):
+
+    python bench/ptx16_ab.py --prepare-baseline main         # CPU, writes _exp/ptx16_baseline.json
+    python bench/ptx16_ab.py --out results.json              # GPU (carry _exp)
+
+(branch bf16-split-kv: the options are measured, then the losers are deleted.)
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+BASELINE = os.path.join(ROOT, "_exp", "ptx16_baseline.json")
+SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K", 1, 16384, 16, 16, 192, 128),
+          ("d128 32 heads 32K", 1, 32768, 32, 32, 128, 128), ("d128 batch 4 4K", 4, 4096, 32, 32, 128, 128),
+          ("d64 16K", 2, 16384, 32, 32, 64, 64), ("d256 16K", 2, 16384, 8, 8, 256, 256)]
+_GEN = """
+import json, sys
+from zyfa.asm.ptx.attention import attention_kernel_16, layout_for
+out = dict()
+for d, dv in {dims}:
+    name, ptx = attention_kernel_16("bf16", True, d, dv, "sm_90a")
+    out[f"{{d}},{{dv}}"] = dict(name=name, ptx=ptx, shared_bytes=layout_for(d, "bf16", dv).shared_bytes)
+json.dump(out, sys.stdout)
+"""
+
+
+def prepare_baseline(ref: str) -> None:
+    """The baseline commit's PTX for SHAPES' head dims, from its own tree (git archive)."""
+    dims = sorted({(s[5], s[6]) for s in SHAPES})
+    with tempfile.TemporaryDirectory() as tree:
+        archive = subprocess.run(["git", "archive", ref, "zyfa"], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+        env = dict(os.environ, PYTHONPATH=tree)
+        r = subprocess.run([sys.executable, "-c", _GEN.format(dims=dims)], cwd=tree, env=env, check=True,
+                           capture_output=True, text=True)
+    doc = dict(ref=ref, commit=subprocess.run(["git", "rev-parse", ref], cwd=ROOT, capture_output=True,
+                                              text=True).stdout.strip(), kernels=json.loads(r.stdout))
+    os.makedirs(os.path.dirname(BASELINE), exist_ok=True)
+    with open(BASELINE, "w") as f:
+        json.dump(doc, f)
+    print(f"wrote {BASELINE}: {doc['ref']} {doc['commit'][:10]}, head dims {dims}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prepare-baseline", metavar="REF")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    if a.prepare_baseline:
+        prepare_baseline(a.prepare_baseline)
+        return 0
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import zyfa
+    from zyfa.activations import make
+    from zyfa.asm.ptx import attention as attn
+    from zyfa.asm.ptx import kernels as K
+    from zyfa.asm.ptx.assemble import assemble
+    from zyfa.asm.ptx.loader import Kernel
+    from zyfa.bench.cases import attention_flops
+    from zyfa.bench.measure import median_ms, rel_err
+    from zyfa.spec.reference import attention_fp64
+    with open(BASELINE) as f:
+        base = json.load(f)
+
+    @functools.cache
+    def branch(late_rescale, dtype, causal, dqk, dv, arch, device, packed=False):
+        name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, late_rescale=late_rescale)
+        return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
+                      attn.layout_for(dqk, dtype, dv).shared_bytes)
+
+    @functools.cache
+    def baseline(dtype, causal, dqk, dv, arch, device, packed=False):
+        k = base["kernels"][f"{dqk},{dv}"]
+        return Kernel(assemble(k["ptx"], arch).cubin, k["name"], torch.device("cuda", device), k["shared_bytes"])
+
+    variants = {"split": functools.partial(branch, False), "split+late_rescale": functools.partial(branch, True),
+                f"baseline {base['ref']}": baseline}
+    try:
+        import fa3_fwd_interface as fa3
+    except ImportError:
+        fa3 = None
+    rows = []
+    for name, B, S, Hq, Hkv, D, Dv in SHAPES:
+        q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, head_dim_v=Dv, seed=0, device="cuda"))
+        flops = attention_flops(B, Hq, S, S, D, Dv, True)
+        last = slice(S - 256, S)
+        ref = attention_fp64(q[:, last], k, v)
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+
+        def sdpa():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
+                                                                        enable_gqa=Hq != Hkv).transpose(1, 2)
+        calls = {f"ptx {label}": (build, lambda: K.attention_16(q, k, v)[0]) for label, build in variants.items()}
+        if fa3 is not None:
+            calls["fa3"] = (None, lambda: fa3.flash_attn_func(q, k, v, causal=True))
+        calls["sdpa-cudnn"] = (None, sdpa)
+        line = [f"{name:22s}"]
+        for label, (build, fn) in calls.items():
+            if build is not None:
+                K._attention_16 = build
+            out = fn()
+            out = out[0] if isinstance(out, tuple) else out
+            err = rel_err(out[:, last], ref)
+            ms = median_ms(fn)
+            rows.append(dict(case=name, label=label, ms=ms, tflops=flops / ms / 1e9, err_last_rows=err))
+            line.append(f"{label}={flops / ms / 1e9:.0f} ({err:.2e})")
+        print(" | ".join(line), flush=True)
+        torch.cuda.empty_cache()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, baseline=base["commit"],
+                           zyfa_version=zyfa.__version__ if hasattr(zyfa, "__version__") else None, rows=rows), f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
