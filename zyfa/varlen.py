@@ -220,9 +220,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
                 descales, backend, p_rule, ref_rule, is_fp8, block_table=None):
-    """(out, lse) from one launch of the Triton kernel over the packed batch, or None when the
-    backend chosen for the longest sequence is another one (with "auto": unless that is a
-    generated kernel and the sequences are short, SHORT_MEAN_QUERIES). A paged cache is read
+    """(out, lse) from one launch over the packed batch -- the generated Hopper kernel's packed
+    variant where it is the backend chosen for the longest sequence, else the Triton kernel --
+    or None when that backend is another one (with "auto": the Triton kernel also where a
+    generated kernel was chosen but the sequences are short, SHORT_MEAN_QUERIES). A paged cache is read
     in place by the Triton kernel where its layout suits it (_pages_fit), else gathered into
     a packed batch first (_gathered_pages). The kernel reads the caller's (validated) index
     tensors."""
