@@ -27,14 +27,14 @@ def test_flops_count_causal_pairs_exactly():
 
 @pytest.mark.skipif(HAS_GPU, reason="checks how anchors are reported on a machine without them")
 def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
-    wanted = {"zyfa-fp8-lean_cubic", "zyfa-bf16", "zyfa-auto-fp8+quantize", "zyfa-int8qk", "fa3-fp8", "cudnn-fp8",
-              "sdpa_flash-bf16"}
+    wanted = {"zyfa-fp8-lean_cubic", "zyfa-bf16", "zyfa-auto-fp8+quantize", "zyfa-int8qk", "zyfa-int8qk+quantize",
+              "fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"}
     methods = [m for m in all_methods() if m.label in wanted]
     path = str(tmp_path / "r.json")
     doc = run([TINY], methods, path, timer=lambda fn: 1.0)
     recs = {r["label"]: r for r in doc["records"]}
     assert set(recs) == wanted
-    for label in ("zyfa-fp8-lean_cubic", "zyfa-bf16", "zyfa-auto-fp8+quantize", "zyfa-int8qk"):
+    for label in ("zyfa-fp8-lean_cubic", "zyfa-bf16", "zyfa-auto-fp8+quantize", "zyfa-int8qk", "zyfa-int8qk+quantize"):
         r = recs[label]
         assert r["status"] == "ok", r
         assert r["tflops"] == pytest.approx(TINY.flops / 1e9)
@@ -48,6 +48,8 @@ def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
     # quantize + attention in the timed call: the same quantization, so the same end-to-end error class
     plus = recs["zyfa-auto-fp8+quantize"]
     assert plus["err_e2e"] > plus["err_kernel"] and plus["err_e2e"] < 0.1
+    # the INT8 mode with its quantizer in the timed call: its output, and so its errors, as without
+    assert recs["zyfa-int8qk+quantize"]["err_e2e"] == recs["zyfa-int8qk"]["err_e2e"]
     for label in ("fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"):
         assert recs[label]["status"] == "missing" and recs[label]["reason"]
     with open(path) as f:

@@ -135,12 +135,16 @@ def _zyfa_fp8(rule, backend, quant="head"):
     return build
 
 
-def _zyfa_fp8_quantize(inp: Inputs):
-    """What a user with BF16 activations runs: quantize_fp8's default, then the default path."""
-    def call():
-        x = quantize_fp8(inp.q, inp.k, inp.v)
-        return zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal, return_lse=True)
-    return call
+def _zyfa_quantize(quantizer):
+    """What a user with BF16 activations runs: ``quantizer``'s default (quantize_fp8 or
+    quantize_int8_qk), then the default path, both in the timed call."""
+    def build(inp: Inputs):
+        def call():
+            x = quantizer(inp.q, inp.k, inp.v)
+            return zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal,
+                                        return_lse=True)
+        return call
+    return build
 
 
 def _varlen_args(inp: Inputs, fp8: bool) -> dict:
@@ -320,11 +324,13 @@ def all_methods(backend: str = "triton") -> list[Method]:
     # BF16: the generated kernel, and the default path (the dispatcher's choice per shape)
     out += [Method("zyfa", b, "bf16", None, _zyfa_bf16(b), _gpu_missing if b == "ptx" else zm,
                    unsupported=_zyfa_unsupported(b, False, None)) for b in ("ptx", "auto")]
-    # INT8 Q.K^T (E4M3 P.V): the Triton kernel; label zyfa-int8qk
+    # INT8 Q.K^T (E4M3 P.V): the Triton kernel; labels zyfa-int8qk, zyfa-int8qk+quantize (below)
     out.append(Method("zyfa", "triton", "int8qk", "int8qk", _zyfa_fp8(None, "triton", "int8qk"), zm,
                       unsupported=_zyfa_unsupported("triton", True, None)))
-    out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_fp8_quantize, zm, with_quantize=True,
+    out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_quantize(quantize_fp8), zm, with_quantize=True,
                       unsupported=_zyfa_unsupported("auto", True, None)))
+    out.append(Method("zyfa", "triton", "int8qk", "int8qk", _zyfa_quantize(quantize_int8_qk), zm, with_quantize=True,
+                      unsupported=_zyfa_unsupported("triton", True, None)))
     out += [Method("zyfa", "auto", "fp8", "head", _zyfa_varlen("fp8"), zm, varlen=True),
             Method("zyfa", "auto", "bf16", None, _zyfa_varlen("bf16"), zm, varlen=True),
             Method("fa3", "fa3", "fp8", "head", _fa3_varlen_build("fp8"), _fa3_missing, varlen=True),
