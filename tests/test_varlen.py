@@ -425,9 +425,11 @@ def test_auto_paged_route_where_the_generated_kernel_is_chosen(fp8, monkeypatch)
     routes = []
     monkeypatch.setattr(zv.dispatch, "select", lambda problem, backend: types.SimpleNamespace(name="ptx"))
     monkeypatch.setattr(zv, "_ptx_packed", lambda *a: routes.append("ptx packed") or (None, None))
-    monkeypatch.setattr(zv, "_gathered_pages", lambda *a: routes.append("gathered") or (a[0], a[1], None, a[2]))
+    real = zv._gathered_pages
+    monkeypatch.setattr(zv, "_gathered_pages", lambda *a: routes.append("gathered") or real(*a))
     monkeypatch.setattr("zyfa.triton_kernels.launch.triton_attention",
                         lambda *a, **kw: routes.append("triton in place") or (q[None], q[None]))
-    zv._one_launch(q, kp, vp, lens_q, used.tolist(), [torch.arange(1)] * 2, _cu(lens_q), None, used, None, True,
+    pages = [table[i, :-(-u // 256)].tolist() for i, u in enumerate(used.tolist())]
+    zv._one_launch(q, kp, vp, lens_q, used.tolist(), pages, _cu(lens_q), None, used, None, True,
                    ds, "auto", "exact", "per_block", fp8, table)
     assert routes == (["triton in place"] if fp8 else ["gathered", "ptx packed"])

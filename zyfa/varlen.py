@@ -15,6 +15,7 @@ import torch
 from . import api, dispatch
 from .device import device_arch
 from .spec.descales import check_descale
+from .spec.shapes import Packed
 from .validation import validate
 
 PAGE_SIZES = range(16, 257, 16)
@@ -234,8 +235,7 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seq
     short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
     use_triton = chosen == "triton" or (backend == "auto" and short and chosen in ("ptx", "gfx950")
                                         and dispatch.by_name("triton").can_implement(problem)[0])
-    from .spec.shapes import Packed
-    from .triton_kernels.launch import default_tile, packed_vt, triton_attention
+    from .triton_kernels.launch import default_tile, triton_attention
     tile = None
     if block_table is not None:
         # FP8 pages the Triton kernel reads in place beat gathering them for the generated kernel
@@ -253,54 +253,56 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seq
                                torch.tensor(k_lens, dtype=torch.int32, device=q.device), softmax_scale, causal,
                                descales, backend, p_rule, ref_rule, is_fp8)
     if chosen == "ptx" and block_table is None:
-        return _ptx_packed(q, k, v, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
-                           descales, p_rule, ref_rule, is_fp8, max(q_lens), max(k_lens))
+        return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k,
+                                                     seqused_k, is_fp8), softmax_scale, causal, descales, p_rule,
+                           ref_rule, is_fp8)
     if not use_triton:
         return None
-    dev = q.device
-    cu_q = cu_seqlens_q.to(dev)
-    k_len = seqused_k.to(dev) if seqused_k is not None else cu_seqlens_k.diff().to(dev)
     if block_table is not None:                  # the pools; each sequence's keys from its pages
+        dev = q.device
         zeros = torch.zeros(len(q_lens), dtype=torch.int32, device=dev)
-        packed = Packed(cu_q, zeros, zeros, k_len, max(q_lens), max(k_lens), block_table.to(dev), k.shape[1])
+        packed = Packed(cu_seqlens_q.to(dev), zeros, zeros, _key_counts(cu_seqlens_k, seqused_k, dev), max(q_lens),
+                        max(k_lens), block_table.to(dev), k.shape[1])
         k = k.reshape(1, -1, *k.shape[2:])
         v = v if is_fp8 else v.reshape(1, -1, *v.shape[2:])
     else:
-        k_start = cu_seqlens_k[:-1].to(dev)
-        v_start = k_start
-        if is_fp8:
-            v, v_starts = packed_vt(v, starts, k_lens)
-            v_start = torch.tensor(v_starts, dtype=torch.int32, device=dev)
-        else:
-            v = v.unsqueeze(0)
+        v, packed = _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, is_fp8)
         k = k.unsqueeze(0)
-        packed = Packed(cu_q, k_start, v_start, k_len, max(q_lens), max(k_lens))
     scale = None if softmax_scale is None else float(softmax_scale)
     out, lse = triton_attention(q.unsqueeze(0), k, v, scale, causal, **descales, p_rule=p_rule, ref_rule=ref_rule,
                                 config=tile, packed=packed)
     return out[0], lse[0]
 
 
-def _ptx_packed(q, k, v, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal, descales,
-                p_rule, ref_rule, is_fp8, max_q, max_k):
-    """(out, lse) of the packed batch from one launch of the generated Hopper kernel (FP8 V^T
-    re-packed to 16-key starts as for the Triton kernel)."""
-    from .asm.ptx.kernels import attention_16, attention_fp8
-    from .spec.shapes import Packed
+def _key_counts(cu_seqlens_k, seqused_k, dev) -> torch.Tensor:
+    return seqused_k.to(dev) if seqused_k is not None else cu_seqlens_k.diff().to(dev)
+
+
+def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, is_fp8):
+    """A contiguous packed batch as both kernels take it: v (FP8: V^T re-packed to 16-key
+    starts, packed_vt; 16-bit: (1, total_k, Hkv, Dv)) and its tables (Packed)."""
     from .triton_kernels.launch import packed_vt
     dev = q.device
-    cu_q = cu_seqlens_q.to(dev)
-    k_start = cu_seqlens_k[:-1].to(dev)
-    k_len = seqused_k.to(dev) if seqused_k is not None else cu_seqlens_k.diff().to(dev)
+    k_start = v_start = cu_seqlens_k[:-1].to(dev)
+    if is_fp8:
+        v, v_starts = packed_vt(v, starts, k_lens)
+        v_start = torch.tensor(v_starts, dtype=torch.int32, device=dev)
+    else:
+        v = v.unsqueeze(0)
+    return v, Packed(cu_seqlens_q.to(dev), k_start, v_start, _key_counts(cu_seqlens_k, seqused_k, dev), max(q_lens),
+                     max(k_lens))
+
+
+def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_rule, is_fp8):
+    """(out, lse) of the packed batch (v and tables from _contiguous_tables) from one launch of
+    the generated Hopper kernel."""
+    from .asm.ptx.kernels import attention_16, attention_fp8
     scale = None if softmax_scale is None else float(softmax_scale)
     if is_fp8:
-        vt, v_starts = packed_vt(v, starts, k_lens)
-        packed = Packed(cu_q, k_start, torch.tensor(v_starts, dtype=torch.int32, device=dev), k_len, max_q, max_k)
-        out, lse = attention_fp8(q.unsqueeze(0), k.unsqueeze(0), vt, scale, causal, **descales, p_rule=p_rule,
+        out, lse = attention_fp8(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, **descales, p_rule=p_rule,
                                  ref_rule=ref_rule, packed=packed)
     else:
-        packed = Packed(cu_q, k_start, k_start, k_len, max_q, max_k)
-        out, lse = attention_16(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), scale, causal, packed=packed)
+        out, lse = attention_16(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, packed=packed)
     return out[0], lse[0]
 
 
