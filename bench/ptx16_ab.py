@@ -1,12 +1,10 @@
 """A/B of the generated 16-bit kernel in one process, beside FA3 BF16 and SDPA cuDNN: this tree's
-kernel (K and V released on their own mbarriers), the same with the output's rescale moved
-beside the next S GEMM (``late_rescale``), and a baseline commit's kernel, whose PTX is
-generated on the CPU beforehand (its generator is not importable beside this one):
+kernel against a baseline commit's, whose PTX is generated on the CPU beforehand (its generator
+is not importable beside this one). For a change to the generator: add the variant as an
+option, measure, keep the winner and delete the option.
 
     python bench/ptx16_ab.py --prepare-baseline main         # CPU, writes _exp/ptx16_baseline.json
     python bench/ptx16_ab.py --out results.json              # GPU (carry _exp)
-
-(branch bf16-split-kv: the options are measured, then the losers are deleted.)
 """
 from __future__ import annotations
 
@@ -76,8 +74,8 @@ def main(argv=None) -> int:
         base = json.load(f)
 
     @functools.cache
-    def branch(late_rescale, dtype, causal, dqk, dv, arch, device, packed=False):
-        name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, late_rescale=late_rescale)
+    def current(dtype, causal, dqk, dv, arch, device, packed=False):
+        name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch)
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                       attn.layout_for(dqk, dtype, dv).shared_bytes)
 
@@ -86,8 +84,7 @@ def main(argv=None) -> int:
         k = base["kernels"][f"{dqk},{dv}"]
         return Kernel(assemble(k["ptx"], arch).cubin, k["name"], torch.device("cuda", device), k["shared_bytes"])
 
-    variants = {"split": functools.partial(branch, False), "split+late_rescale": functools.partial(branch, True),
-                f"baseline {base['ref']}": baseline}
+    variants = {"current": current, f"baseline {base['ref']}": baseline}
     try:
         import fa3_fwd_interface as fa3
     except ImportError:

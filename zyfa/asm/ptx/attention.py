@@ -75,7 +75,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
 
 
 def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEAD_DIM, dv: int = HEAD_DIM,
-                        arch: str = "sm_90a", packed: bool = False, late_rescale: bool = False) -> tuple[str, str]:
+                        arch: str = "sm_90a", packed: bool = False) -> tuple[str, str]:
     """(name, PTX) of the 16-bit attention kernel (``dtype`` "bf16" or "f16"; head dims in
     HEAD_DIMS_16), FlashAttention's online softmax (bf16.py). Parameters as attention_kernel's,
     read as bytes: maps of q (B, Sq, Hq, 2 Dqk), k and v (B, Sk, Hkv, 2 D) with boxes of 64 / 128
@@ -90,5 +90,5 @@ def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEA
     name = kernel_name_16(dtype, causal, dqk, dv, packed)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
-    emit_specialized(prog, None, causal, layout, late_rescale)
+    emit_specialized(prog, None, causal, layout)
     return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")

@@ -37,7 +37,6 @@ from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
 from .smem import emit_descriptor, emit_wait
-from .target import f32
 
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
 MAX_REGISTERS = (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) // 3      # 168: what the launch allots
@@ -53,7 +52,7 @@ class TileLoop:
     q_free: Reg             # mbarrier: the consumers are done with the Q tiles
 
 
-def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, late_rescale: bool = False) -> None:
+def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     emit = prog.emit
     c, _ = emit_prologue(prog, causal, layout)
     params, shared = c.params, c.shared
@@ -77,7 +76,7 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, lat
     if layout.is_fp8:
         _emit_consumer(prog, c, tiles, rule, ones)
     else:
-        _emit_consumer_16(prog, c, tiles, late_rescale)
+        _emit_consumer_16(prog, c, tiles)
     emit("ret")
     prog.label("PRODUCER")
     _emit_producer(prog, c, tiles)
@@ -313,18 +312,16 @@ def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
     return q_sync, q_tile, emit_descriptor(prog, q_tile)
 
 
-def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, late_rescale: bool = False) -> None:
+def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
     P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
     P(j - 1) V is done, the output is rescaled for block j. K(j) is released as soon as S(j)
     is done, V(j - 1) once P(j - 1) V is (Layout.split_kv). (The two consumers taking turns
-    to issue, FlashAttention-3's ping-pong, a persistent grid and an unconditional rescale all
-    measured slower here: bench/PTX_NOTES.md.) A/B option ``late_rescale``: the output's rescale
-    for block j - 1 waits until S(j) is issued, so its multiplies run beside that GEMM."""
+    to issue, FlashAttention-3's ping-pong, a persistent grid, an unconditional rescale and a
+    rescale deferred beside the next S GEMM all measured slower here: bench/PTX_NOTES.md.)"""
     emit = prog.emit
     _, q_tile, dq = _emit_consumer_start(prog, c)
     pin = c.layout.pins_softmax
-    pending = prog.regs("f32", 2) if late_rescale else None   # alpha of the last block, not yet applied
     if pin:
         scratch = prog.reg("u32")                         # this thread's scratch word
         emit("mov.u32", scratch, "%tid.x")
@@ -359,16 +356,11 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, late_rescale: bool
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "_FIRST")
     emit_row_update16(prog, sm, l, A)
     emit_pack16(prog, c, sm.p, p_regs)
-    if late_rescale:
-        for half in (0, 1):
-            emit("mov.f32", pending[half], f32(1.0))        # the output is still zero
 
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
     _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
     emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
-    if late_rescale:
-        emit_rescale(prog, total, pending, "")
     _emit_v_wait(prog, c, prev_slot, "")
     issue_pv(prev_slot)
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
@@ -381,17 +373,11 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop, late_rescale: bool
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
-    if late_rescale:
-        for half in (0, 1):
-            emit("mov.f32", pending[half], sm.alpha[half])
-    else:
-        emit_rescale(prog, total, sm.alpha, "")
+    emit_rescale(prog, total, sm.alpha, "")
     emit_row_update16(prog, sm, l, A)
     emit("bra", "BLOCK_LOOP")
 
     prog.label("LAST_PV")
-    if late_rescale:
-        emit_rescale(prog, total, pending, "_LAST")
     _emit_v_wait(prog, c, prev_slot, "_LAST")
     issue_pv(prev_slot)
     emit("wgmma.wait", 0)
