@@ -25,6 +25,7 @@ import zyfa  # noqa: E402
 from zyfa.activations import make  # noqa: E402
 from zyfa.bench.measure import median_ms, rel_err  # noqa: E402
 from zyfa.spec.reference import attention_fp64  # noqa: E402
+from zyfa.varlen import paged_kv_cache  # noqa: E402
 
 BATCHES = {"32 x 64..2048": (32, 64, 2048), "128 x 16..512": (128, 16, 512), "8 x 1K..8K": (8, 1024, 8192)}
 HQ, HKV, D = 32, 8, 128
@@ -36,28 +37,6 @@ def _batch(n, lo, hi, seed=0):
     lens = [rng.randint(lo, hi) for _ in range(n)]
     q, k, v = (t.bfloat16()[0] for t in make("realistic", 1, sum(lens), HQ, HKV, D, seed=seed, device="cuda"))
     return lens, q, k, v
-
-
-def _paged(k, v, lens, page_size, seed=0):
-    """k, v (total, kv_heads, d) scattered into a shuffled pool of pages; block_table, seqused_k.
-    FP8 V goes in transposed per page, as quantize_fp8 writes V."""
-    pages = [-(-n // page_size) for n in lens]
-    pool = sum(pages)
-    perm = torch.randperm(pool, generator=torch.Generator().manual_seed(seed)).tolist()
-    kp = torch.zeros(pool, page_size, *k.shape[1:], dtype=k.dtype, device=k.device)
-    vp = torch.zeros(pool, page_size, *v.shape[1:], dtype=v.dtype, device=v.device)
-    table = torch.zeros(len(lens), max(pages), dtype=torch.int32)
-    start, used = 0, 0
-    for i, (n, p) in enumerate(zip(lens, pages)):
-        for j in range(p):
-            lo, hi = start + j * page_size, min(start + n, start + (j + 1) * page_size)
-            kp[perm[used], :hi - lo], vp[perm[used], :hi - lo] = k[lo:hi], v[lo:hi]
-            table[i, j], used = perm[used], used + 1
-        start += n
-    if vp.dtype == torch.float8_e4m3fn:
-        vp = vp.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
-    used_k = torch.tensor(lens, dtype=torch.int32, device=k.device)
-    return kp, vp, table.to(k.device), used_k
 
 
 def _flops(lens):
@@ -98,10 +77,10 @@ def main(argv=None) -> int:
         }
         for page in PAGE_SIZES:     # the same batch from a paged cache: Triton reads pages of a multiple of its
             # tile in place (others gathered first); the generated kernel always takes them gathered
-            kp, vp, table, used = _paged(k, v, lens, page, seed=page)
+            kp, vp, table, used = paged_kv_cache(k, v, cu, page, seed=page)
             calls[f"zyfa-bf16 paged {page}"] = (lambda kp=kp, vp=vp, table=table, used=used: zyfa.flash_attn_varlen_func(
                 q, kp, vp, cu, None, mx, mx, block_table=table, seqused_k=used, backend="triton"))
-            kp8, vp8, table8, used8 = _paged(x.k[0], x.v[0], lens, page, seed=page)
+            kp8, vp8, table8, used8 = paged_kv_cache(x.k[0], x.v[0], cu, page, seed=page)
             f8 = {n_: t for n_, t in fp8.items() if n_ not in ("k", "v")}
             calls[f"zyfa-fp8 paged {page}"] = (lambda kp=kp8, vp=vp8, table=table8, used=used8: zyfa.flash_attn_varlen_func(
                 k=kp, v=vp, cu_seqlens_q=cu, cu_seqlens_k=None, max_seqlen_q=mx, max_seqlen_k=mx, block_table=table,

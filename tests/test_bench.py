@@ -92,14 +92,18 @@ def test_varlen_case_measures_the_last_sequence_against_its_own_keys(tmp_path):
     from zyfa.bench.run import case_inputs
     case = Case("varlen", "tiny varlen", 3, 40, 40, 4, 2, 64, 64, lengths=(7, 19, 40))
     assert case.flops == sum(attention_flops(1, 4, n, n, 64, 64, True) for n in (7, 19, 40))
-    wanted = {"zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8", "zyfa-bf16", "fa3-varlen-bf16"}
+    wanted = {"zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8", "zyfa-bf16", "fa3-varlen-bf16",
+              "zyfa-auto-varlen-paged64-bf16", "zyfa-auto-varlen-paged128-fp8"}
     methods = [m for m in all_methods() if m.label in wanted]
     doc = run([case], methods, str(tmp_path / "r.json"), timer=lambda fn: 1.0)
     recs = {r["label"]: r for r in doc["records"]}
     assert recs["zyfa-bf16"]["status"] == "unsupported" and "varlen" in recs["zyfa-bf16"]["reason"]
     assert recs["fa3-varlen-bf16"]["status"] == "missing"
-    for label in ("zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8"):
+    for label in ("zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8", "zyfa-auto-varlen-paged64-bf16",
+                  "zyfa-auto-varlen-paged128-fp8"):
         assert recs[label]["status"] == "ok" and recs[label]["repeatable"], recs[label]
+    for dtype, page in (("bf16", 64), ("fp8", 128)):     # a paged cache gives the contiguous batch's bits
+        assert recs[f"zyfa-auto-varlen-paged{page}-{dtype}"]["err_e2e"] == recs[f"zyfa-auto-varlen-{dtype}"]["err_e2e"]
     inp = case_inputs(case, "cpu")
     assert isinstance(inp, Inputs) and inp.q.shape == (1, 66, 4, 64)
     last = slice(26, 66)

@@ -1,5 +1,6 @@
 """flash_attn_varlen_func: packed and paged batches against dense flash_attn_func calls."""
 import dataclasses
+import itertools
 import math
 
 import pytest
@@ -97,24 +98,10 @@ def test_chunked_prefill_is_the_last_rows_of_a_full_call(backend, fp8):
 
 
 def _paged(k, v, lens_k, page_size, seed):
-    """k, v scattered into a shuffled pool of pages larger than needed; block_table, seqused_k."""
-    pages = [math.ceil(n / page_size) for n in lens_k]
-    pool = sum(pages) + 3
-    perm = torch.randperm(pool, generator=torch.Generator().manual_seed(seed)).tolist()
-    kp = torch.zeros(pool, page_size, *k.shape[1:], dtype=k.dtype, device=DEVICE)
-    vp = torch.zeros(pool, page_size, *v.shape[1:], dtype=v.dtype, device=DEVICE)
-    table = torch.zeros(len(lens_k), max(pages) + 1, dtype=torch.int32)
-    start, used = 0, 0
-    for i, (n, p) in enumerate(zip(lens_k, pages)):
-        for j in range(p):
-            page, rows = perm[used], range(start + j * page_size, min(start + n, start + (j + 1) * page_size))
-            kp[page, :len(rows)], vp[page, :len(rows)] = k[rows.start:rows.stop], v[rows.start:rows.stop]
-            table[i, j], used = page, used + 1
-        start += n
-    if vp.dtype == torch.float8_e4m3fn:                # each page's V transposed, as quantize_fp8 writes V
-        vp = vp.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
-        assert vp.stride(1) == 1
-    return kp, vp, table.to(DEVICE), _t(lens_k)
+    """k, v as a shuffled pool of pages with three spare; block_table one page wider than needed."""
+    kp, vp, table, used = zyfa.varlen.paged_kv_cache(k, v, _t([0] + list(itertools.accumulate(lens_k))), page_size,
+                                                     seed=seed, spare_pages=3)
+    return kp, vp, torch.nn.functional.pad(table, (0, 1)), used
 
 
 @pytest.mark.parametrize("backend,fp8,page_size", [
@@ -433,3 +420,12 @@ def test_auto_paged_route_where_the_generated_kernel_is_chosen(fp8, monkeypatch)
     zv._one_launch(q, kp, vp, lens_q, used.tolist(), pages, _cu(lens_q), None, used, None, True,
                    ds, "auto", "exact", "per_block", fp8, table)
     assert routes == (["triton in place"] if fp8 else ["gathered", "ptx packed"])
+
+
+def test_paged_kv_cache_lays_out_each_sequence_in_its_pages():
+    k = torch.arange(10 * 2 * 16, dtype=torch.float32).reshape(10, 2, 16).bfloat16()
+    kp, vp, table, used = zyfa.varlen.paged_kv_cache(k, k, _t([0, 3, 10]).cpu(), 16, seed=1, spare_pages=3)
+    assert kp.shape == (5, 16, 2, 16) and used.tolist() == [3, 7] and table.shape == (2, 1)
+    assert torch.equal(kp[table[1, 0], :7], k[3:10]) and (kp[table[0, 0], 3:] == 0).all()
+    with pytest.raises(ValueError, match="page_size"):
+        zyfa.varlen.paged_kv_cache(k, k, _t([0, 10]).cpu(), 24)

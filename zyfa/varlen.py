@@ -326,3 +326,34 @@ def _pages_fit(k, v, is_fp8: bool, block_n: int) -> bool:
     page = k.shape[1]
     v_ok = v.permute(0, 2, 3, 1).is_contiguous() if is_fp8 else v.is_contiguous()
     return page % block_n == 0 and k.is_contiguous() and v_ok
+
+
+def paged_kv_cache(k, v, cu_seqlens_k, page_size: int, seed: int | None = 0, spare_pages: int = 0):
+    """A packed batch's keys and values (total_k, kv_heads, head_dim) as the paged KV cache
+    flash_attn_varlen_func reads: (k_pages, v_pages, block_table, seqused_k). Each sequence
+    takes ceil(len / page_size) pages of a pool with ``spare_pages`` more; ``seed`` shuffles
+    which pool page each takes (None: in order), as a serving engine's allocator leaves them.
+    Rows past a sequence's end are zero. E4M3 V keeps quantize_fp8's layout: each page's V
+    transposed (its rows contiguous), which the kernels read."""
+    starts = _int32_list("cu_seqlens_k", cu_seqlens_k, 1)
+    if page_size not in PAGE_SIZES:
+        raise ValueError(f"page_size must be a multiple of 16 in 16..256, got {page_size}")
+    lens = [b - a for a, b in zip(starts, starts[1:])]
+    pages = [-(-n // page_size) for n in lens]
+    pool = sum(pages) + spare_pages
+    order = (torch.randperm(pool, generator=torch.Generator().manual_seed(seed)) if seed is not None
+             else torch.arange(pool))
+    k_pages = k.new_zeros(pool, page_size, *k.shape[1:])
+    v_pages = v.new_zeros(pool, page_size, *v.shape[1:])
+    table = torch.zeros(len(lens), max(pages, default=0), dtype=torch.int32)
+    used = 0
+    for i, (a, n, p) in enumerate(zip(starts, lens, pages)):
+        ids = order[used:used + p]
+        table[i, :p], used = ids.to(torch.int32), used + p
+        for src, dst in ((k, k_pages), (v, v_pages)):
+            rows = torch.nn.functional.pad(src[a:a + n].unsqueeze(0), (0, 0, 0, 0, 0, p * page_size - n))
+            dst[ids.to(dst.device)] = rows.reshape(p, page_size, *src.shape[1:])
+    if v_pages.dtype == torch.float8_e4m3fn:
+        v_pages = v_pages.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    seqused_k = torch.tensor(lens, dtype=torch.int32, device=k.device)
+    return k_pages, v_pages, table.to(k.device), seqused_k

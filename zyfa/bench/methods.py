@@ -86,12 +86,14 @@ class Method:
     unsupported: Callable[[Case], str | None] = lambda case: None    # why a case is out of its reach
     with_quantize: bool = False      # the timed call quantizes the BF16 inputs too
     varlen: bool = False             # takes packed (varlen) cases only, through a varlen function
+    page_size: int | None = None     # varlen: the keys from a paged KV cache of pages this size
 
     @property
     def label(self) -> str:
         rule = f"-{self.p_rule}" if self.p_rule else ""
         path = f"-{self.backend}" if self.method == "zyfa" and self.backend != "triton" else ""
-        return (f"{self.method}{path}{'-varlen' if self.varlen else ''}-{self.dtype}{rule}"
+        paged = f"-paged{self.page_size}" if self.page_size else ""
+        return (f"{self.method}{path}{'-varlen' if self.varlen else ''}{paged}-{self.dtype}{rule}"
                 f"{'+quantize' if self.with_quantize else ''}")
 
 
@@ -160,9 +162,12 @@ def _varlen_args(inp: Inputs, fp8: bool) -> dict:
     return dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest, **ds)
 
 
-def _zyfa_varlen(dtype: str):
+def _zyfa_varlen(dtype: str, page_size: int | None = None):
     def build(inp: Inputs):
         a = _varlen_args(inp, dtype == "fp8")
+        if page_size:               # the same keys from a shuffled paged cache
+            k, v, table, used = zyfa.varlen.paged_kv_cache(a["k"], a["v"], a["cu_seqlens_k"], page_size)
+            a.update(k=k, v=v, block_table=table, seqused_k=used, cu_seqlens_k=None)
 
         def call():
             out, lse = zyfa.flash_attn_varlen_func(**a, softmax_scale=inp.scale, causal=inp.case.causal,
@@ -331,9 +336,9 @@ def all_methods(backend: str = "triton") -> list[Method]:
                       unsupported=_zyfa_unsupported("auto", True, None)))
     out.append(Method("zyfa", "triton", "int8qk", "int8qk", _zyfa_quantize(quantize_int8_qk), zm, with_quantize=True,
                       unsupported=_zyfa_unsupported("triton", True, None)))
-    out += [Method("zyfa", "auto", "fp8", "head", _zyfa_varlen("fp8"), zm, varlen=True),
-            Method("zyfa", "auto", "bf16", None, _zyfa_varlen("bf16"), zm, varlen=True),
-            Method("fa3", "fa3", "fp8", "head", _fa3_varlen_build("fp8"), _fa3_missing, varlen=True),
+    out += [Method("zyfa", "auto", dtype, "head" if dtype == "fp8" else None, _zyfa_varlen(dtype, page), zm,
+                   varlen=True, page_size=page) for page in (None, 64, 128) for dtype in ("fp8", "bf16")]
+    out += [Method("fa3", "fa3", "fp8", "head", _fa3_varlen_build("fp8"), _fa3_missing, varlen=True),
             Method("fa3", "fa3", "bf16", None, _fa3_varlen_build("bf16"), _fa3_missing, varlen=True)]
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
