@@ -52,9 +52,11 @@ def markdown(doc: dict, source: str, title: str = "zyfa benchmark results") -> s
             cases_in = _ordered(r["case"] for r in recs if r.get("run", "unrecorded") == run)
             out.append(f"* {run}: {len(cases_in)} cases × {', '.join(labels_in)}")
         out.append("")
-    labels = _ordered(r["label"] for r in recs)
     for group in _ordered(r["group"] for r in recs):
         rows = _ordered(r["case"] for r in recs if r["group"] == group)
+        # the methods measured in this group (the others are listed under "Not measured")
+        labels = (_ordered(r["label"] for r in recs if r["group"] == group and r["status"] == "ok")
+                  or _ordered(r["label"] for r in recs if r["group"] == group))
         out += [f"## {group}", ""]
         for metric, title, fmt in METRICS:
             if group == "sweep" and metric in ("err_e2e", "sm_clock_mhz"):
