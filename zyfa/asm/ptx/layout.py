@@ -113,9 +113,9 @@ class Layout:
     def pins_softmax(self) -> bool:
         """16-bit kernels: each block's row sums are stored to a scratch word before P V(j - 1)
         is waited for, which keeps ptxas from hoisting that wait above the softmax. Measured on
-        the H200 (bench/PTX_NOTES.md, 16-bit v4): +2-7% at d128, even at d64, -16% at MLA
-        192/128 while K and V shared their mbarriers (the release after P V came later still);
-        with split_kv: to measure."""
+        the H200 (bench/PTX_NOTES.md, 16-bit v4, v5): +2-7% at d128, even at d64; -16% at MLA
+        192/128 while K and V shared their mbarriers (the release after P V came later still),
+        +25% over that at MLA and +35% at d256 with split_kv."""
         return not self.is_fp8
 
     @property
