@@ -1,0 +1,45 @@
+"""V^T in the Hopper key order (zyfa.spec.key_order.hopper_vt's bytes) in one Triton launch.
+
+The FP8 kernels on Hopper read V^T with the keys of each 16-key group permuted, which no
+strides can express, so V is rewritten on every call. In PyTorch that is a seven-dimensional
+permuted copy of bytes (plus a concatenation when the key count is not a multiple of 16);
+here each program reads a (64 columns x 128 keys) tile through the permutation and writes it
+contiguous, zeros past the last key. The spec's function stays the CPU path and the contract.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..spec.key_order import HOPPER_GROUP
+
+BLOCK_D, BLOCK_K = 64, 128
+
+
+@triton.jit
+def _hopper_vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, stride_h, stride_d,
+                      BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
+    bh = tl.program_id(0)
+    b, h = bh // kv_heads, bh % kv_heads
+    slot = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)          # output column
+    s = slot % 16
+    key = slot - s + 8 * ((s % 4) // 2) + 2 * (s // 4) + s % 2          # KEY_OF_SLOT[s] in its group
+    d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
+    base = src + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+    x = tl.load(base + d[:, None].to(tl.int64) * stride_d + key[None, :].to(tl.int64) * stride_k,
+                mask=(d[:, None] < dv) & (key[None, :] < seqlen_k), other=0)
+    out = dst + (bh.to(tl.int64) * dv + d[:, None]) * padded_k + slot[None, :]
+    tl.store(out, x, mask=(d[:, None] < dv) & (slot[None, :] < padded_k))
+
+
+def hopper_vt(v: torch.Tensor) -> torch.Tensor:
+    """(B, Hkv, Dv, Sk rounded up to 16) uint8 from v (B, Sk, Hkv, Dv) of one-byte elements,
+    any strides: the bytes of zyfa.spec.key_order.hopper_vt(v)."""
+    B, Sk, Hkv, Dv = v.shape
+    u = v.view(torch.uint8)
+    padded = Sk + (-Sk) % HOPPER_GROUP
+    out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=v.device)
+    grid = (B * Hkv, triton.cdiv(padded, BLOCK_K), triton.cdiv(Dv, BLOCK_D))
+    _hopper_vt_kernel[grid](u, out, Sk, padded, Hkv, Dv, *u.stride(), BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K)
+    return out
