@@ -6,7 +6,7 @@ import zyfa
 from zyfa.activations import make
 from zyfa.asm.ptx import kernels as K
 from zyfa.spec.key_order import hopper_vt as torch_vt
-from zyfa.triton_kernels.key_order import hopper_vt as triton_vt
+from zyfa.hopper_vt import hopper_vt as triton_vt
 from zyfa.bench.cases import attention_flops
 from zyfa.bench.measure import median_ms
 import fa3_fwd_interface as fa3

@@ -6,7 +6,7 @@ import torch
 
 from conftest import DEVICE
 from zyfa.spec.key_order import hopper_vt as spec_hopper_vt
-from zyfa.triton_kernels.key_order import hopper_vt
+from zyfa.hopper_vt import hopper_vt
 
 
 def _bytes(*shape, seed):

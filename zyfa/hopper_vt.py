@@ -5,6 +5,8 @@ strides can express, so V is rewritten on every call. In PyTorch that is a seven
 permuted copy of bytes (plus a concatenation when the key count is not a multiple of 16);
 here each program reads a (64 columns x 128 keys) tile through the permutation and writes it
 contiguous, zeros past the last key. The spec's function stays the CPU path and the contract.
+Both Hopper paths call it (the generated kernel's host code and the Triton kernel's), so it
+lives outside either kernel package, as zyfa.tma does.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..spec.key_order import HOPPER_GROUP
+from .spec.key_order import HOPPER_GROUP
 
 BLOCK_D, BLOCK_K = 64, 128
 
