@@ -28,6 +28,7 @@ from .layout import (  # noqa: F401
     HEAD_DIMS_16,
     PARAMS,
     REGISTER_BUDGET,
+    REGISTER_CAP_D64,
     TAIL,
     fp8_dv,
     kernel_name,
@@ -71,7 +72,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
         emit_specialized(prog, rule, causal, layout)
         return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
     emit_serial(prog, rule, causal, layout)
-    return name, module(name, params_for(layout), prog, arch, shared)
+    cap = f".maxnreg {REGISTER_CAP_D64}" if dqk < HEAD_DIM else ""
+    return name, module(name, params_for(layout), prog, arch, shared, cap)
 
 
 def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEAD_DIM, dv: int = HEAD_DIM,

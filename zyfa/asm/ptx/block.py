@@ -66,7 +66,7 @@ def emit_scores(prog: Program, c: Cta, q_tile: Reg, dq: Reg, j: Reg, s: list[Reg
     tiles = []
     for col, width in layout.qk_tiles:                     # column tile col: BLOCK_M / BLOCK_N x col on
         if col == 0:
-            tiles.append((dq, emit_descriptor(prog, k_tile), width))
+            tiles.append((dq, emit_descriptor(prog, k_tile, width), width))
             continue
         q_col, k_col = prog.reg("u32"), prog.reg("u32")
         emit("add.u32", q_col, q_tile, BLOCK_M * col)
@@ -304,16 +304,18 @@ def emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) ->
 
 
 def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg) -> list[Reg]:
-    """Issue (and commit) block = P V^T into a fresh accumulator, which it returns."""
+    """Issue (and commit) block = P V^T (128 columns, or Dv 64's 64) into a fresh accumulator,
+    which it returns."""
     emit = prog.emit
+    n = min(c.layout.dv, HEAD_DIM)
     prog.comment("block columns 0.. = P V^T in a fresh accumulator")
-    o = prog.regs("f32", ACC)
+    o = prog.regs("f32", n // 2)
     o_list = ", ".join(map(str, o))
     emit("wgmma.fence")
     for k in range(BLOCK_N // 32):
         bk = prog.reg("u64")
         emit("add.u64", bk, dv, 2 * k)
-        emit("wgmma.m64n128k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else c.accumulate)
+        emit(f"wgmma.m64n{n}k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else c.accumulate)
     emit("wgmma.commit")
     return o
 

@@ -354,7 +354,7 @@ def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
     emit("add.u32", q_sync, c.thread.wg, Q_BARRIER - 1)
     emit("mad.lo.u32", q_tile, c.thread.wg, c.layout.q_bytes, c.shared.base)
     emit("sub.u32", q_tile, q_tile, c.layout.q_bytes)
-    return q_sync, q_tile, emit_descriptor(prog, q_tile)
+    return q_sync, q_tile, emit_descriptor(prog, q_tile, c.layout.qk_tiles[0][1])
 
 
 def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
