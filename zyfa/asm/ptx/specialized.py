@@ -366,12 +366,10 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     rescale deferred beside the next S GEMM all measured slower here: bench/PTX_NOTES.md.)"""
     emit = prog.emit
     _, q_tile, dq = _emit_consumer_start(prog, c)
-    pin = c.layout.pins_softmax
-    if pin:
-        scratch = prog.reg("u32")                         # this thread's scratch word
-        emit("mov.u32", scratch, "%tid.x")
-        emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
-        emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
+    scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
+    emit("mov.u32", scratch, "%tid.x")
+    emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
+    emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
     t, it, base = prog.regs("u32", 3)
     emit("mov.u32", t, "%ctaid.x")
     emit("mov.u32", it, 0)
@@ -411,10 +409,9 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
     _emit_release(prog, c, _free_bar(prog, c, slot))      # K(j) read: the producer may reload it
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
-    if pin:
-        both = prog.reg("f32")                             # the softmax stays before the wait (layout.scratch_offset)
-        emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
-        emit("st.shared.f32", scratch, both)
+    both = prog.reg("f32")                                 # the softmax stays before the wait
+    emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
+    emit("st.shared.f32", scratch, both)
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
