@@ -295,43 +295,22 @@ def test_ptx_kernel_agrees_with_triton(shape, rule):
 
 
 @hopper
-@pytest.mark.parametrize("shape", SHAPES)
-def test_mla_head_dims_equal_spec(shape):
-    """Dqk 192 / Dv 128: Q K^T over a 128-byte and a 64-byte column tile (64-byte swizzle).
-    Exact S: the spec's P codes (lean_cubic, bit-exact rule), so the spec's output within
-    the BF16 rounding."""
-    kw, causal = _exact_s_case(shape, seed=shape[1] + 19, head_dim=192)
-    _assert_equals_spec(kw, causal, "lean_cubic")
-
-
-@hopper
-@pytest.mark.parametrize("shape", SHAPES[4:])
-def test_mla_head_dims_vs_float64(shape):
-    x, causal = _case(shape, head_dim=192)
-    out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, return_lse=True, backend="ptx")
-    spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="exact")
-    ref = attention_fp64(*x.dequantized(), causal=causal)
-    spec_err, rounding = rel_err(spec, ref), rel_err(spec.bfloat16(), spec)
-    print(f"{shape} d192: kernel {rel_err(out, ref):.3e} spec {spec_err:.3e}")
-    assert rel_err(out, ref) <= 1.1 * math.hypot(spec_err, rounding), (rel_err(out, ref), spec_err, rounding)
-
-
-@hopper
-@pytest.mark.parametrize("head_dim", [64, 256])
+@pytest.mark.parametrize("head_dim", [64, 192, 256])
 @pytest.mark.parametrize("rule", PTX_RULES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_d64_d256_equal_spec(shape, rule, head_dim):
-    """Dqk 64 (a 64-byte column tile, P V^T m64n64k32) and Dqk 256 (consumers taking each
-    block in turn, P V^T in two halves). Exact S: the spec's P codes, so the spec's output
-    within the BF16 rounding."""
-    kw, causal = _exact_s_case(shape, seed=shape[1] + 23, head_dim=head_dim)
+def test_other_head_dims_equal_spec(shape, rule, head_dim):
+    """Dqk 64 (one 64-byte column tile, P V^T m64n64k32), MLA's 192 / 128 (a 128-byte and a
+    64-byte column tile) and 256 (consumers taking each block in turn, P V^T in two halves).
+    Exact S: the spec's P codes (the bit-exact rules), so the spec's output within the BF16
+    rounding."""
+    kw, causal = _exact_s_case(shape, seed=shape[1] + 19 + head_dim, head_dim=head_dim)
     _assert_equals_spec(kw, causal, rule)
 
 
 @hopper
-@pytest.mark.parametrize("head_dim", [64, 256])
+@pytest.mark.parametrize("head_dim", [64, 192, 256])
 @pytest.mark.parametrize("shape", SHAPES[4:])
-def test_d64_d256_vs_float64(shape, head_dim):
+def test_other_head_dims_vs_float64(shape, head_dim):
     x, causal = _case(shape, head_dim=head_dim)
     out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend="ptx")
     spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="exact")

@@ -223,19 +223,36 @@ def _emit_v_wait(prog: Program, c: Cta, slot: Reg, tag: str) -> None:
     emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_full0), _phase_of(prog, rounds), f"WAIT_V{tag}")
 
 
-def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
-    emit = prog.emit
+def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
+    """An FP8 consumer up to its tile's work: registers taken, the ones tile's descriptor, the
+    tile loop's head (label TILE), the tile's rows, Q landed and its factor made positive.
+    Returns (q_tile, dq, d_ones, rows, t, it, base); base: the load number of the tile's block 0."""
     q_sync, q_tile, dq = _emit_consumer_start(prog, c)
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
-    t, it, base = prog.regs("u32", 3)                     # base: the slot of the tile's block 0
+    rows, t, it, base = _emit_tile_entry(prog, c, tiles)
+    emit_positive_factor(prog, c, rows, q_tile, sync=lambda: prog.emit("bar.sync.n", q_sync, THREADS))
+    return q_tile, dq, d_ones, rows, t, it, base
+
+
+def _emit_tile_entry(prog: Program, c: Cta, tiles: TileLoop) -> tuple:
+    """A consumer's tile loop: its counters (t the tile, it the tiles done, base the load
+    number of the tile's block 0), the loop's head (label TILE), the tile's rows, Q landed.
+    Returns (rows, t, it, base)."""
+    emit = prog.emit
+    t, it, base = prog.regs("u32", 3)
     emit("mov.u32", t, "%ctaid.x")
     emit("mov.u32", it, 0)
     emit("mov.u32", base, 0)
 
     _emit_tile_loop_head(prog, c, tiles, t, "TILE")
     rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
-    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")
-    emit_positive_factor(prog, c, rows, q_tile, sync=lambda: emit("bar.sync.n", q_sync, THREADS))
+    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")   # 16-bit: c > 0, softmax_scale is positive
+    return rows, t, it, base
+
+
+def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
+    emit = prog.emit
+    q_tile, dq, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
 
     total, A, l = emit_accumulators(prog)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
@@ -301,17 +318,7 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
     two consumers' GEMMs overlap each other's softmax. (_emit_consumer keeps S(j) in flight
     beside P(j - 1) V^T: 64 + 64 + 128 accumulator registers at Dv 256, past the 240.)"""
     emit = prog.emit
-    q_sync, q_tile, dq = _emit_consumer_start(prog, c)
-    d_ones = emit_descriptor(prog, ones) if ones is not None else None
-    t, it, base = prog.regs("u32", 3)
-    emit("mov.u32", t, "%ctaid.x")
-    emit("mov.u32", it, 0)
-    emit("mov.u32", base, 0)
-
-    _emit_tile_loop_head(prog, c, tiles, t, "TILE")
-    rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
-    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")
-    emit_positive_factor(prog, c, rows, q_tile, sync=lambda: emit("bar.sync.n", q_sync, THREADS))
+    q_tile, dq, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
 
     total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot = prog.regs("u32", 3)
@@ -370,14 +377,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("mov.u32", scratch, "%tid.x")
     emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
     emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
-    t, it, base = prog.regs("u32", 3)
-    emit("mov.u32", t, "%ctaid.x")
-    emit("mov.u32", it, 0)
-    emit("mov.u32", base, 0)
-
-    _emit_tile_loop_head(prog, c, tiles, t, "TILE")
-    rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
-    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")     # c > 0: softmax_scale is positive
+    rows, t, it, base = _emit_tile_entry(prog, c, tiles)
 
     total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
