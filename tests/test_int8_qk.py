@@ -18,7 +18,7 @@ def _bf16(kind, S, Hq, Hkv, D, Dv=None, Sk=None, seed=3):
 def test_triton_equals_the_spec(dims, causal):
     """Integer scores are exact on every path, so with a bit-exact P rule the Triton kernel
     gives the spec's P codes. Their row sums show it: LSE within a few float32 steps (one code
-    off moves a row sum by >= 2^-13 of itself, ~100 of those steps). Outputs equal the spec's
+    off moves a row sum by >= 2^-13 of itself: hundreds of those steps). Outputs equal the spec's
     under the BF16 rounding up to float32 accumulation order on the CPU; on the GPU the FP8
     tensor cores keep ~14 bits of P.V's sums, which moves 3-4% of outputs (H200) by the
     rounding of sums that large: there the outputs' difference from the spec stays within 2^-8

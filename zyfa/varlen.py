@@ -208,8 +208,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if block_table is None:
             ks, vs = (x[where[i]:where[i] + sk].unsqueeze(0) for x in (k, v))
         else:
-            ks, vs = (x.index_select(0, torch.tensor(where[i], device=x.device)).flatten(0, 1)[:sk].unsqueeze(0)
-                      for x in (k, v))
+            pages = torch.tensor(where[i], device=k.device)          # one copy of the page list for k and v
+            ks, vs = (x.index_select(0, pages).flatten(0, 1)[:sk].unsqueeze(0) for x in (k, v))
         out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=softmax_scale,
                                        causal=causal, return_lse=True, backend=backend, **rules,
                                        **{n: _descale_for(d, i) for n, d in descales.items()})
@@ -350,9 +350,10 @@ def paged_kv_cache(k, v, cu_seqlens_k, page_size: int, seed: int | None = 0, spa
     for i, (a, n, p) in enumerate(zip(starts, lens, pages)):
         ids = order[used:used + p]
         table[i, :p], used = ids.to(torch.int32), used + p
+        ids = ids.to(k.device)
         for src, dst in ((k, k_pages), (v, v_pages)):
             rows = torch.nn.functional.pad(src[a:a + n].unsqueeze(0), (0, 0, 0, 0, 0, p * page_size - n))
-            dst[ids.to(dst.device)] = rows.reshape(p, page_size, *src.shape[1:])
+            dst[ids] = rows.reshape(p, page_size, *src.shape[1:])
     if v_pages.dtype == torch.float8_e4m3fn:
         v_pages = v_pages.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
     seqused_k = torch.tensor(lens, dtype=torch.int32, device=k.device)
