@@ -111,11 +111,55 @@ def test_mla_kernel_hands_registers_to_its_consumers(rule, causal):
     assert "SYNCS.ARRIVE.TRANS64.A1T0" in sass                             # a stage freed
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("rule", attn.ATTENTION_RULES)
+def test_d64_kernel_fits_four_ctas_an_sm(rule, causal):
+    """Dqk 64 / Dv 64: the serial kernel with one 64-byte column tile (64-byte swizzle, 2 steps
+    of Q K^T) and P V^T as m64n64k32; capped at 128 registers without spills, so four CTAs
+    (4 x 39 KB of shared memory) share an SM."""
+    layout = attn.layout_for(64, dv=64)
+    assert not layout.specialized and 4 * layout.shared_bytes <= 228 * 1024
+    name, ptx = attn.attention_kernel(rule, causal, dqk=64)
+    a = assemble(ptx)
+    sass = a.sass()
+    assert a.spill_bytes == 0 and a.registers <= attn.REGISTER_CAP_D64, a.report
+    assert sass.count("QGMMA.64x128x32") == 2 and sass.count("QGMMA.64x64x32") == 4
+    assert sass.count("HGMMA") == (8 if rule in attn.HMMA_RULES else 0)
+    assert "UTMALDG" in sass
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("rule", attn.ATTENTION_RULES)
+def test_d256_kernel_takes_each_block_in_turn(rule, causal):
+    """Dqk 256 / Dv 256: the warp-specialized kernel with three stages of 64 KB, whose
+    consumers take each block in turn: Q K^T over two 128-byte column tiles (8 steps), the
+    softmax, then P V^T in two halves of 128 columns (4 steps each), each folded into its half
+    of the 128 output registers. The exact rule's block loop neither spills nor reloads; the
+    spills are per tile (its row state), up to 136 bytes (measured)."""
+    from zyfa.asm.ptx import specialized
+    layout = attn.layout_for(256, dv=256)
+    assert layout.specialized and layout.stages == 3 and layout.shared_bytes <= 227 * 1024
+    a = assemble(attn.attention_kernel(rule, causal, dqk=256)[1])
+    sass = a.sass()
+    assert "C7515" not in a.report and "serialized" not in a.report, a.report
+    assert a.registers == specialized.MAX_REGISTERS and a.spill_bytes <= 160, a.report
+    assert "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass and "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass
+    lines = sass.splitlines()
+    gmma = [i for i, line in enumerate(lines) if "QGMMA" in line]
+    if rule == "exact":
+        assert not any("LDL" in line or "STL" in line for line in lines[gmma[0]:gmma[-1]])
+    a_operands = [lines[i].split("QGMMA")[1].split(",")[1].strip() for i in gmma]
+    assert len(gmma) == 8 + 8, "8 steps of Q K^T, 2 x 4 of P V^T"
+    assert all(a.startswith("gdesc") for a in a_operands[:8]), "Q K^T: A (Q) from shared memory"
+    assert all(a.startswith("R") for a in a_operands[8:]), "P V^T: A (P) from registers"
+    assert sass.count("HGMMA") == (8 if rule in attn.HMMA_RULES else 0)
+
+
 def test_attention_kernel_refuses_what_it_does_not_implement():
     with pytest.raises(ValueError, match="P rules"):
         attn.attention_kernel("exp")
     with pytest.raises(ValueError, match="head dims"):
-        attn.attention_kernel("exact", dqk=256)
+        attn.attention_kernel("exact", dqk=96)
 
 
 # ---------------------------------------------------------------------------- on an H200
@@ -133,7 +177,8 @@ SHAPES = [  # B, Sq, Sk, Hq, Hkv, causal
 
 def _case(shape, kind="realistic", granularity="head", head_dim=128):
     B, Sq, Sk, Hq, Hkv, causal = shape
-    q, k, v = make(kind, B, Sq, Hq, Hkv, head_dim, 128, seqlen_k=Sk, seed=Sq + 3 * Sk, device="cuda")
+    q, k, v = make(kind, B, Sq, Hq, Hkv, head_dim, attn.fp8_dv(head_dim), seqlen_k=Sk, seed=Sq + 3 * Sk,
+                   device="cuda")
     return zyfa.quantize_fp8(q, k, v, granularity=granularity), causal
 
 
@@ -146,10 +191,11 @@ def _exact_s_case(shape, seed, negative=False, head_dim=128):
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randint(-3, 4, (B, Sq, Hq, head_dim), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
     k = torch.randint(-3, 4, (B, Sk, Hkv, head_dim), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
-    v = (torch.randn(B, Sk, Hkv, 128, device="cuda", generator=g) * 64).to(torch.float8_e4m3fn)
+    dv = attn.fp8_dv(head_dim)
+    v = (torch.randn(B, Sk, Hkv, dv, device="cuda", generator=g) * 64).to(torch.float8_e4m3fn)
     q_descale = 0.25 + torch.rand(B, Hkv, device="cuda", generator=g)    # logits spread over ~16 in log2
     k_descale = 0.5 + torch.rand(B, Hkv, device="cuda", generator=g)
-    v_descale = torch.rand(B, Hkv, 128, device="cuda", generator=g) / 64
+    v_descale = torch.rand(B, Hkv, dv, device="cuda", generator=g) / 64
     if negative:
         q_descale = -q_descale
     return dict(q=q, k=k, v=v, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale), causal
@@ -183,7 +229,7 @@ def test_ptx_exact_rule_equals_spec_but_near_rounding_midpoints(shape):
 
 
 @hopper
-@pytest.mark.parametrize("head_dim", [128, 192])
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 @pytest.mark.parametrize("shape", SHAPES[4:6])
 def test_ptx_kernel_equals_spec_with_a_negative_descale(shape, head_dim):
     """A negative descale: Q's signs flipped in shared memory (for Dqk 192 by each consumer
@@ -249,24 +295,28 @@ def test_ptx_kernel_agrees_with_triton(shape, rule):
 
 
 @hopper
+@pytest.mark.parametrize("head_dim", [64, 192, 256])
+@pytest.mark.parametrize("rule", PTX_RULES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_mla_head_dims_equal_spec(shape):
-    """Dqk 192 / Dv 128: Q K^T over a 128-byte and a 64-byte column tile (64-byte swizzle).
-    Exact S: the spec's P codes (lean_cubic, bit-exact rule), so the spec's output within
-    the BF16 rounding."""
-    kw, causal = _exact_s_case(shape, seed=shape[1] + 19, head_dim=192)
-    _assert_equals_spec(kw, causal, "lean_cubic")
+def test_other_head_dims_equal_spec(shape, rule, head_dim):
+    """Dqk 64 (one 64-byte column tile, P V^T m64n64k32), MLA's 192 / 128 (a 128-byte and a
+    64-byte column tile) and 256 (consumers taking each block in turn, P V^T in two halves).
+    Exact S: the spec's P codes (the bit-exact rules), so the spec's output within the BF16
+    rounding."""
+    kw, causal = _exact_s_case(shape, seed=shape[1] + 19 + head_dim, head_dim=head_dim)
+    _assert_equals_spec(kw, causal, rule)
 
 
 @hopper
+@pytest.mark.parametrize("head_dim", [64, 192, 256])
 @pytest.mark.parametrize("shape", SHAPES[4:])
-def test_mla_head_dims_vs_float64(shape):
-    x, causal = _case(shape, head_dim=192)
-    out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, return_lse=True, backend="ptx")
+def test_other_head_dims_vs_float64(shape, head_dim):
+    x, causal = _case(shape, head_dim=head_dim)
+    out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend="ptx")
     spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="exact")
     ref = attention_fp64(*x.dequantized(), causal=causal)
     spec_err, rounding = rel_err(spec, ref), rel_err(spec.bfloat16(), spec)
-    print(f"{shape} d192: kernel {rel_err(out, ref):.3e} spec {spec_err:.3e}")
+    print(f"{shape} d{head_dim}: kernel {rel_err(out, ref):.3e} spec {spec_err:.3e}")
     assert rel_err(out, ref) <= 1.1 * math.hypot(spec_err, rounding), (rel_err(out, ref), spec_err, rounding)
 
 
@@ -274,8 +324,9 @@ def test_mla_head_dims_vs_float64(shape):
 def test_dispatch_selects_ptx_for_fp8_d128():
     x, causal = _case((1, 64, 64, 4, 2, True))
     assert zyfa.explain(**x.kwargs()).startswith("selected: ptx")
-    mla, _ = _case((1, 64, 64, 4, 2, True), head_dim=192)
-    assert zyfa.explain(**mla.kwargs()).startswith("selected: ptx")
+    for head_dim in (64, 192, 256):
+        other, _ = _case((1, 64, 64, 4, 2, True), head_dim=head_dim)
+        assert zyfa.explain(**other.kwargs()).startswith("selected: ptx")
     fine, _ = _case((1, 64, 64, 4, 2, True), granularity="fine")
     assert zyfa.explain(**fine.kwargs()).startswith("selected: triton")
     assert zyfa.explain(**x.kwargs(), p_rule="exact").startswith("selected: ptx")
@@ -305,7 +356,7 @@ def test_fallback_is_logged_once(caplog):
     assert len(notes) <= 1 and all("ptx" in n for n in notes), notes
 
 
-@pytest.mark.parametrize("dqk", [128, 192])
+@pytest.mark.parametrize("dqk", [64, 128, 192, 256])
 @pytest.mark.parametrize("causal", [True, False])
 def test_packed_batch_kernels_assemble(dqk, causal):
     """The packed (varlen) variants: the per-sequence tables read from global memory, the same
@@ -316,8 +367,9 @@ def test_packed_batch_kernels_assemble(dqk, causal):
     sass = a.sass()
     assert name.endswith("_packed") and "total_q" in ptx and "ld.global.nc.u32" in ptx
     assert sass.count("QGMMA") == dense.count("QGMMA") and sass.count("HGMMA") == dense.count("HGMMA")
-    if dqk == 128:
-        assert a.spill_bytes == 0 and a.registers <= attn.REGISTER_BUDGET, a.report
+    if dqk <= 128:                                 # the serial kernels: within their register budget
+        cap = attn.REGISTER_CAP_D64 if dqk == 64 else attn.REGISTER_BUDGET
+        assert a.spill_bytes == 0 and a.registers <= cap, a.report
 
 
 @pytest.mark.parametrize("stages", [2, 3, 4, 5, 6, 7])

@@ -14,7 +14,7 @@ import json
 from ..asm.gfx950.attention import attention_kernel as gfx950_kernel
 from ..asm.gfx950.lean_p import p_codes_kernel as gfx950_p_codes
 from ..asm.ptx.assemble import assemble
-from ..asm.ptx.attention import HEAD_DIMS_16
+from ..asm.ptx.attention import HEAD_DIMS, HEAD_DIMS_16
 from ..asm.ptx.attention import attention_kernel as ptx_kernel
 from ..asm.ptx.attention import attention_kernel_16 as ptx_kernel_16
 from ..asm.ptx.lean_p import PTX_RULES
@@ -49,7 +49,7 @@ def fingerprints(triton: bool = True) -> dict:
     out = {}
     for rule in P_RULES:
         for causal in (True, False):
-            for dqk in (128, 192):
+            for dqk, _ in HEAD_DIMS:
                 name, ptx = ptx_kernel(rule, causal, dqk=dqk)
                 out[f"ptx|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
     for dtype in ("bf16", "f16"):

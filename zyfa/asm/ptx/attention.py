@@ -28,7 +28,9 @@ from .layout import (  # noqa: F401
     HEAD_DIMS_16,
     PARAMS,
     REGISTER_BUDGET,
+    REGISTER_CAP_D64,
     TAIL,
+    fp8_dv,
     kernel_name,
     kernel_name_16,
     layout_for,
@@ -46,24 +48,23 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
                      arch: str = "sm_90a", packed: bool = False) -> tuple[str, str]:
-    """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` 128 or 192, Dv 128) for one P
-    rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for
+    """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` 128 or 192 with Dv 128, or 256 with
+    Dv 256) for one P rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for
     the rules in HMMA_RULES and from the ALUs for the others (block.py).
 
     Parameters: TMA maps of q (B, Sq, Hq, Dqk) and k (B, Sk, Hkv, Dqk) with boxes of 64 and
-    128 rows of the first 128 columns, of V^T (B * Hkv, 128, Sk padded to 16) with keys
-    permuted per 16-key group and boxes of 128 x 128, and (Dqk 192) of q and k's columns
-    128.. in boxes of 64 bytes; out (B, Sq, Hq, 128) BF16; lse (B, Hq, Sq) float32; fac
-    (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale (B, Hkv,
-    128) float32; seqlen_q, seqlen_k, heads, kv_heads, batch. Launch: layout_for(dqk)'s
+    128 rows of 128 columns (Dqk 256: two such tiles a row), of V^T (B * Hkv, Dv, Sk padded
+    to 16) with keys permuted per 16-key group and boxes of Dv x 128, and (Dqk 192) of q and
+    k's columns 128.. in boxes of 64 bytes; out (B, Sq, Hq, Dv) BF16; lse (B, Hq, Sq) float32;
+    fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale (B, Hkv,
+    Dv) float32; seqlen_q, seqlen_k, heads, kv_heads, batch. Launch: layout_for(dqk, dv=Dv)'s
     threads and shared_bytes of dynamic shared memory; grid (ceil(Sq / 64), B * Hq) for
-    Dqk 128, (ceil(Sq / 128) * B * Hq,) for Dqk 192.
+    Dqk 128, (ceil(Sq / 128) * B * Hq,) otherwise.
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
-    if (dqk, HEAD_DIM) not in HEAD_DIMS:
-        raise ValueError(f"the generated kernel takes head dims {HEAD_DIMS}, got ({dqk}, {HEAD_DIM})")
-    layout = layout_for(dqk, packed=packed)
+    dv = fp8_dv(dqk)
+    layout = layout_for(dqk, dv=dv, packed=packed)
     name = kernel_name(rule, causal, dqk, packed)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
@@ -71,7 +72,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
         emit_specialized(prog, rule, causal, layout)
         return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
     emit_serial(prog, rule, causal, layout)
-    return name, module(name, params_for(layout), prog, arch, shared)
+    cap = f".maxnreg {REGISTER_CAP_D64}" if dqk < HEAD_DIM else ""
+    return name, module(name, params_for(layout), prog, arch, shared, cap)
 
 
 def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEAD_DIM, dv: int = HEAD_DIM,

@@ -16,7 +16,7 @@ from ...spec.constants import NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import p_sources
-from .layout import ACC, BLOCK_M, BLOCK_N, acc_column, acc_row_half
+from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, acc_column, acc_row_half
 from .lean_p import (
     HMMA_RULES,
     emit_p_code,
@@ -66,7 +66,7 @@ def emit_scores(prog: Program, c: Cta, q_tile: Reg, dq: Reg, j: Reg, s: list[Reg
     tiles = []
     for col, width in layout.qk_tiles:                     # column tile col: BLOCK_M / BLOCK_N x col on
         if col == 0:
-            tiles.append((dq, emit_descriptor(prog, k_tile), width))
+            tiles.append((dq, emit_descriptor(prog, k_tile, width), width))
             continue
         q_col, k_col = prog.reg("u32"), prog.reg("u32")
         emit("add.u32", q_col, q_tile, BLOCK_M * col)
@@ -139,14 +139,26 @@ def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Re
     """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
     any wgmma still in flight), accumulation."""
     _, v_tile, _, _ = stage(prog, c, j)
-    dv = emit_descriptor(prog, v_tile)
+    dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A)
-    o = emit_pv_issue(prog, c, sm.p_regs, dv)
-    prog.emit("wgmma.wait", 0)
-    prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
-    emit_rescale(prog, total, sm.alpha, "")
-    emit_fold(prog, o, total, sm.beta)
+    for half, dv in enumerate(dvs):                        # Dv 256: two P V^T in turn
+        o = emit_pv_issue(prog, c, sm.p_regs, dv)
+        prog.emit("wgmma.wait", 0)
+        if half == 0:
+            prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
+            emit_rescale(prog, total, sm.alpha, "")
+        emit_fold(prog, o, total[half * ACC:(half + 1) * ACC], sm.beta)
     emit_row_update(prog, sm, l, A)
+
+
+def v_halves(prog: Program, v_tile: Reg, n_total: int) -> list[Reg]:
+    """The V^T tile's parts of 128 rows (Dv 256: two, 16 KB apart), one P V^T each."""
+    parts = [v_tile]
+    for half in range(1, n_total // ACC):
+        part = prog.reg("u32")
+        prog.emit("add.u32", part, v_tile, half * HEAD_DIM * BLOCK_N)    # 128 rows of 128 bytes
+        parts.append(part)
+    return parts
 
 
 def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> None:
@@ -292,16 +304,18 @@ def emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) ->
 
 
 def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg) -> list[Reg]:
-    """Issue (and commit) block = P V^T into a fresh accumulator, which it returns."""
+    """Issue (and commit) block = P V^T (128 columns, or Dv 64's 64) into a fresh accumulator,
+    which it returns."""
     emit = prog.emit
+    n = min(c.layout.dv, HEAD_DIM)
     prog.comment("block columns 0.. = P V^T in a fresh accumulator")
-    o = prog.regs("f32", ACC)
+    o = prog.regs("f32", n // 2)
     o_list = ", ".join(map(str, o))
     emit("wgmma.fence")
     for k in range(BLOCK_N // 32):
         bk = prog.reg("u64")
         emit("add.u64", bk, dv, 2 * k)
-        emit("wgmma.m64n128k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else c.accumulate)
+        emit(f"wgmma.m64n{n}k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else c.accumulate)
     emit("wgmma.commit")
     return o
 

@@ -134,7 +134,7 @@ def emit_prologue(prog: Program, causal: bool, layout: Layout) -> tuple[Cta, Row
         emit_work(prog, params, thread, tile, layout, ty, bh)
         if layout.packed:                      # a tile past its sequence's queries: nothing to do
             prog.emit("ret", guard=tile.seq.empty)
-        rows = emit_rows(prog, params, thread, tile)
+        rows = emit_rows(prog, params, thread, tile, layout.dv)
     shared = emit_shared(prog, layout)
     yes = prog.reg("pred")                     # true: wgmma's scale-d operand "add to the accumulator"
     prog.emit("setp.eq.u32", yes, thread.zero, 0)
@@ -258,9 +258,9 @@ def _emit_sequence(prog: Program, p: Params, t: Tile) -> Reg:
     return seq.k_len
 
 
-def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile) -> Rows:
+def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile, dv: int) -> Rows:
     """The thread's rows, their last visible keys, the warpgroup's first masked block and its
-    head's factors."""
+    head's factors (FP8: and where its kv head's ``dv`` v descales start)."""
     emit = prog.emit
     t = tile
     prog.comment("block bounds: keys [0, band_start) unmasked, [band_start, band_end) masked")
@@ -289,8 +289,8 @@ def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile) -> Rows:
     emit("add.u64", addr, p.fac_ptr, off)
     emit("ld.global.f32", fac, addr)
     col_idx = prog.reg("u32")
-    emit("mad.lo.u32", col_idx, t.bkv, HEAD_DIM, thread.q)
-    emit("add.u32", col_idx, col_idx, thread.q)            # bkv * 128 + 2q
+    emit("mad.lo.u32", col_idx, t.bkv, dv, thread.q)
+    emit("add.u32", col_idx, col_idx, thread.q)            # bkv * Dv + 2q
     vd_base = prog.reg("u64")
     emit("mul.wide.u32", off, col_idx, 4)
     emit("add.u64", vd_base, p.vd_ptr, off)

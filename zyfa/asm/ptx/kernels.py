@@ -22,7 +22,7 @@ from .loader import Kernel, tensor_map
 def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed: bool) -> Kernel:
     name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                  attn.layout_for(dqk, packed=packed).shared_bytes)
+                  attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed).shared_bytes)
 
 
 @functools.cache
@@ -90,7 +90,7 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
                   p_rule=DEFAULT_P_RULE, ref_rule="block", packed: Packed | None = None):
-    """FP8 attention with head dims (128, 128) or MLA's (192, 128) by the generated sm_90a
+    """FP8 attention with head dims (64, 64), (128, 128), MLA's (192, 128) or (256, 256) by the generated sm_90a
     kernel; inputs validated by flash_attn_func (coarse q/k descales, ref_rule "block", any
     P rule). Returns (out BF16, lse float32). The head dims pick the schedule and the P
     rule the row sums (attn.attention_kernel). ``packed``: q, k are a packed batch's tokens as
@@ -112,15 +112,17 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     vt = hopper_vt(v).reshape(v.shape[0] * Hkv, Dv, -1)
     out = torch.empty(q.shape[0], Sq_total, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
-    # boxes of one 128-byte column tile; Dqk 192's columns 128-191 by the tail maps, in boxes
-    # of 64 bytes with the 64-byte swizzle (the d128 kernel has the same maps again, unused)
-    tail = attn.TAIL if D > attn.HEAD_DIM else attn.HEAD_DIM        # box width = swizzle width
-    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, attn.HEAD_DIM)), tensor_map(k8, (1, attn.BLOCK_N, 1, attn.HEAD_DIM)),
+    # boxes of one 128-byte column tile; a 64-byte tile (Dqk 192's columns 128-191, d64's
+    # rows) by the tail maps, in boxes of 64 bytes with the 64-byte swizzle (kernels without
+    # such a tile get the 128-byte maps again, unused; d64 the tail maps twice)
+    tail = attn.TAIL if D % attn.HEAD_DIM else attn.HEAD_DIM        # box width = swizzle width
+    col = min(D, attn.HEAD_DIM)
+    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, col), col), tensor_map(k8, (1, attn.BLOCK_N, 1, col), col),
             tensor_map(vt, (1, Dv, attn.BLOCK_N)),
             tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), tensor_map(k8, (1, attn.BLOCK_N, 1, tail), tail)]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
-    layout = attn.layout_for(D, packed=packed is not None)
+    layout = attn.layout_for(D, dv=Dv, packed=packed is not None)
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None)
     kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
     return out, lse

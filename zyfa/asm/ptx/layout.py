@@ -7,11 +7,21 @@ from __future__ import annotations
 import dataclasses
 
 BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128     # HEAD_DIM: one 128-byte column tile (and Dv)
-HEAD_DIMS = ((128, 128), (192, 128))           # (Dqk, Dv) the FP8 kernel takes; MLA's 192 as two tiles
+# (Dqk, Dv) the FP8 kernel takes: d64 in one 64-byte column tile (64-byte swizzle); MLA's 192
+# as two tiles; d256 with V^T of 256 rows, P V^T in two halves of 128 columns
+HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
 # (Dqk, Dv) of the 16-bit kernel: rows in 128-byte column tiles; d256 in 64-key blocks (K and V
 # tiles of 128 keys would take 64 KB each)
 HEAD_DIMS_16 = ((64, 64), (128, 128), (192, 128), (256, 256))
-DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}      # input type -> bytes an element
+DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}
+
+
+def fp8_dv(dqk: int) -> int:
+    """The FP8 kernel's Dv for its Dqk (HEAD_DIMS)."""
+    dv = dict(HEAD_DIMS).get(dqk)
+    if dv is None:
+        raise ValueError(f"the generated kernel takes head dims {HEAD_DIMS}, got Dqk {dqk}")
+    return dv      # input type -> bytes an element
 COLUMN_TILE = 128                              # bytes: the 128-byte swizzle's row
 TAIL = 64      # Dqk 192: columns 128-191 as a second tile of 64-byte rows (64-byte swizzle)
 THREADS = 128                               # one warpgroup
@@ -24,6 +34,9 @@ ACC = BLOCK_N // 2                          # f32 accumulator registers per thre
 # (The half-precision row sums are waited for before P.V, so their half2 P is dead before
 # P.V's accumulator lives and they fit the same budget.)
 REGISTER_BUDGET = 168
+# d64's serial kernel needs at most 129 (ptxas, unconstrained) and fits 128 without spills: capped
+# there, four CTAs share an SM (64K registers / 4 / 128 threads) within 4 x 39 KB of shared memory
+REGISTER_CAP_D64 = 128
 SHARED_LIMIT = 227 * 1024                   # dynamic shared memory a CTA may opt into (sm_90)
 
 
@@ -137,9 +150,12 @@ class Layout:
 def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
     v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
-    warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K).
-    MLA's Dqk 192, whose K tiles leave room for two such CTAs only: the producer / two-consumer
+    warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K); E4M3
+    d64 the same (not yet measured), its rows 64 bytes. MLA's Dqk 192, whose K tiles leave room for two such CTAs only: the producer / two-consumer
     kernel ("specialized", +23%), its producer up to three blocks ahead in four stages.
+    E4M3 d256: the specialized kernel, three stages of 64 KB; its consumers take each block
+    in turn (S, softmax, P V^T in two halves), the output's 128 registers leaving no room
+    for the next S beside P V^T.
     16-bit inputs: the specialized kernel with as many stages as fit, up to four (K and V
     tiles twice the bytes: 64 KB a stage at d128, which fits three)."""
     if dtype != "e4m3":
@@ -149,7 +165,12 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
             if layout.shared_bytes <= SHARED_LIMIT:
                 return layout
         raise ValueError(f"no 16-bit layout fits head dims ({dqk}, {dv})")
-    return Layout(dqk, 2, 4, packed=packed) if dqk > HEAD_DIM else Layout(dqk, 1, 2, packed=packed)
+    if dv > HEAD_DIM:                  # d256: stages of 64 KB, as many as fit (three)
+        for stages in (4, 3, 2):
+            layout = Layout(dqk, 2, stages, dv=dv, packed=packed)
+            if layout.shared_bytes <= SHARED_LIMIT:
+                return layout
+    return Layout(dqk, 2, 4, packed=packed) if dqk > HEAD_DIM else Layout(dqk, 1, 2, dv=dv, packed=packed)
 
 
 # v_map: E4M3 V^T, or 16-bit V; the tail maps: E4M3 Dqk 192 only (16-bit tiles are all 128 bytes)

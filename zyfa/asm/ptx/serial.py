@@ -34,10 +34,10 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     prog.label("LOADS_STARTED")
     emit_wait(prog, shared.bar_q, 0, "WAIT_Q")
     emit_positive_factor(prog, c, rows)
-    dq = emit_descriptor(prog, shared.base)
+    dq = emit_descriptor(prog, shared.base, layout.qk_tiles[0][1])
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
 
-    total, A, l = emit_accumulators(prog)
+    total, A, l = emit_accumulators(prog, layout.dv // 2)
     j, start_n = prog.regs("u32", 2)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)

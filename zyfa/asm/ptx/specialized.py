@@ -23,6 +23,7 @@ import dataclasses
 from ..program import Program, Reg
 from .block import (
     emit_accumulators,
+    emit_block,
     emit_fold,
     emit_pv_issue,
     emit_rescale,
@@ -33,7 +34,7 @@ from .block import (
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
 from .cta import Cta, emit_positive_factor, emit_prologue, emit_rows, emit_work
 from .epilogue import emit_epilogue
-from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout
+from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
 from .smem import emit_descriptor, emit_wait
@@ -73,7 +74,9 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     tiles = TileLoop(per_head, count, q_free)
     emit("bra", "PRODUCER", guard=producer)
 
-    if layout.is_fp8:
+    if layout.is_fp8 and layout.dv > HEAD_DIM:
+        _emit_consumer_blockwise(prog, c, tiles, rule, ones)
+    elif layout.is_fp8:
         _emit_consumer(prog, c, tiles, rule, ones)
     else:
         _emit_consumer_16(prog, c, tiles)
@@ -220,19 +223,36 @@ def _emit_v_wait(prog: Program, c: Cta, slot: Reg, tag: str) -> None:
     emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_full0), _phase_of(prog, rounds), f"WAIT_V{tag}")
 
 
-def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
-    emit = prog.emit
+def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
+    """An FP8 consumer up to its tile's work: registers taken, the ones tile's descriptor, the
+    tile loop's head (label TILE), the tile's rows, Q landed and its factor made positive.
+    Returns (q_tile, dq, d_ones, rows, t, it, base); base: the load number of the tile's block 0."""
     q_sync, q_tile, dq = _emit_consumer_start(prog, c)
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
-    t, it, base = prog.regs("u32", 3)                     # base: the slot of the tile's block 0
+    rows, t, it, base = _emit_tile_entry(prog, c, tiles)
+    emit_positive_factor(prog, c, rows, q_tile, sync=lambda: prog.emit("bar.sync.n", q_sync, THREADS))
+    return q_tile, dq, d_ones, rows, t, it, base
+
+
+def _emit_tile_entry(prog: Program, c: Cta, tiles: TileLoop) -> tuple:
+    """A consumer's tile loop: its counters (t the tile, it the tiles done, base the load
+    number of the tile's block 0), the loop's head (label TILE), the tile's rows, Q landed.
+    Returns (rows, t, it, base)."""
+    emit = prog.emit
+    t, it, base = prog.regs("u32", 3)
     emit("mov.u32", t, "%ctaid.x")
     emit("mov.u32", it, 0)
     emit("mov.u32", base, 0)
 
     _emit_tile_loop_head(prog, c, tiles, t, "TILE")
-    rows = emit_rows(prog, c.params, c.thread, c.tile)
-    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")
-    emit_positive_factor(prog, c, rows, q_tile, sync=lambda: emit("bar.sync.n", q_sync, THREADS))
+    rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
+    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")   # 16-bit: c > 0, softmax_scale is positive
+    return rows, t, it, base
+
+
+def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
+    emit = prog.emit
+    q_tile, dq, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
 
     total, A, l = emit_accumulators(prog)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
@@ -292,6 +312,38 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     _emit_tile_end(prog, c, t, it, base)
 
 
+def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
+    """The FP8 consumer at Dv 256: each key block in turn (block.emit_block: S, the softmax,
+    P V^T in two halves of 128 columns, the fold), its stage released after its P V^T; the
+    two consumers' GEMMs overlap each other's softmax. (_emit_consumer keeps S(j) in flight
+    beside P(j - 1) V^T: 64 + 64 + 128 accumulator registers at Dv 256, past the 240.)"""
+    emit = prog.emit
+    q_tile, dq, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
+
+    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
+    j, start_n, slot = prog.regs("u32", 3)
+    emit("mov.u32", j, 0)
+    emit("mov.u32", start_n, 0)
+    emit("mov.u32", slot, base)
+    s = prog.regs("f32", ACC)
+    more = prog.reg("pred")
+    prog.label("BLOCK_LOOP")
+    emit_kv_wait(prog, c, slot, "")
+    emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
+    emit("wgmma.wait", 0)
+    emit_block(prog, c, rows, rule, slot, start_n, s, d_ones, total, A, l)
+    _emit_release(prog, c, _free_bar(prog, c, slot))
+    emit("add.u32", j, j, 1)
+    emit("add.u32", slot, slot, 1)
+    emit("add.u32", start_n, start_n, c.layout.block_n)
+    emit("setp.lt.u32", more, j, c.tile.n_blocks)
+    emit("bra", "BLOCK_LOOP", guard=more)
+
+    _emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
+    emit_epilogue(prog, c, rows, total, A, l)
+    _emit_tile_end(prog, c, t, it, base)
+
+
 def _emit_tile_end(prog: Program, c: Cta, t: Reg, it: Reg, base: Reg) -> None:
     """A consumer after a tile's epilogue: its block slots advanced, on to the next tile."""
     prog.emit("add.u32", base, base, c.tile.n_blocks)
@@ -309,7 +361,7 @@ def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
     emit("add.u32", q_sync, c.thread.wg, Q_BARRIER - 1)
     emit("mad.lo.u32", q_tile, c.thread.wg, c.layout.q_bytes, c.shared.base)
     emit("sub.u32", q_tile, q_tile, c.layout.q_bytes)
-    return q_sync, q_tile, emit_descriptor(prog, q_tile)
+    return q_sync, q_tile, emit_descriptor(prog, q_tile, c.layout.qk_tiles[0][1])
 
 
 def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
@@ -325,14 +377,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("mov.u32", scratch, "%tid.x")
     emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
     emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
-    t, it, base = prog.regs("u32", 3)
-    emit("mov.u32", t, "%ctaid.x")
-    emit("mov.u32", it, 0)
-    emit("mov.u32", base, 0)
-
-    _emit_tile_loop_head(prog, c, tiles, t, "TILE")
-    rows = emit_rows(prog, c.params, c.thread, c.tile)
-    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")     # c > 0: softmax_scale is positive
+    rows, t, it, base = _emit_tile_entry(prog, c, tiles)
 
     total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
