@@ -3,7 +3,7 @@
 The FP8 kernels on Hopper read V^T with the keys of each 16-key group permuted, which no
 strides can express, so V is rewritten on every call. In PyTorch that is a seven-dimensional
 permuted copy of bytes (plus a concatenation when the key count is not a multiple of 16);
-here each program reads a (64 columns x 128 keys) tile in key order, permutes its keys in
+here each program reads a (64 columns x 256 keys) tile in key order, permutes its keys in
 registers and writes it contiguous, zeros past the last key. The spec's function stays the
 CPU path and the contract.
 Both Hopper paths call it (the generated kernel's host code and the Triton kernel's), so it
@@ -17,7 +17,7 @@ import triton.language as tl
 
 from .spec.key_order import HOPPER_GROUP
 
-BLOCK_D, BLOCK_K = 64, 128
+BLOCK_D, BLOCK_K = 64, 256
 
 
 @triton.jit
