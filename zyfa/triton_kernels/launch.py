@@ -10,7 +10,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ..device import device_arch, hardware_rounding, interpreter_active
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
-from ..spec.key_order import hopper_vt
+from ..hopper_vt import hopper_vt
 from ..spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE
 from ..spec.shapes import Packed, out_dtype
 from ..tma import tma_aligned, tma_ready
@@ -35,8 +35,9 @@ def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor
     """(B, Hkv, Dv, Sk) view of v with Sk contiguous and 16-byte aligned rows (copies if needed).
 
     wgmma_key_order: keys reordered within each group of 16 as the kernel reorders P's columns
-    (attention.wgmma_key_order) and Sk zero-padded to a multiple of 16, in one copy
-    (zyfa.spec.key_order.hopper_vt, which the generated kernel reads too)."""
+    (attention.wgmma_key_order) and Sk zero-padded to a multiple of 16, in one launch
+    (zyfa.hopper_vt: zyfa.spec.key_order.hopper_vt's bytes, which the generated kernel
+    reads too)."""
     if wgmma_key_order:
         return hopper_vt(v).view(v.dtype)
     vt = v.permute(0, 2, 3, 1)

@@ -11,7 +11,7 @@ from ...spec.constants import LOG2E
 from ...spec.rules import DEFAULT_P_RULE
 from ...spec.shapes import Packed
 from ...spec.descales import head_factor, per_channel_v_descale
-from ...spec.key_order import hopper_vt
+from ...hopper_vt import hopper_vt
 from ...tma import tma_ready
 from . import attention as attn
 from .assemble import assemble

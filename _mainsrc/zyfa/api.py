@@ -1,0 +1,81 @@
+"""zyfa's public attention call, FlashAttention-compatible."""
+from __future__ import annotations
+
+import torch
+
+from . import backends as _backends  # noqa: F401  (registers the backends)
+from . import dispatch
+from .device import device_arch
+from .ops import flash_attn_op
+from .spec.descales import is_per_token
+from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules
+from .validation import validate
+
+
+def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale) -> dispatch.Problem:
+    return dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
+                            head_dims=(q.shape[-1], v.shape[-1]), causal=causal,
+                            seqlen_q=q.shape[1], seqlen_k=k.shape[1], p_rule=p_rule, ref_rule=ref_rule,
+                            per_token_descales=is_per_token(q_descale) or is_per_token(k_descale),
+                            int8_qk=q.dtype == torch.int8)
+
+
+def _rules(is_fp8, p_rule, ref_rule, dtype) -> tuple[str, str]:
+    """The FP8 rules (defaults for None); BF16/FP16 inputs take none: naming one is an error."""
+    if not is_fp8:
+        given = [n for n, r in (("p_rule", p_rule), ("ref_rule", ref_rule)) if r is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} apply to FP8 inputs only; got {dtype} inputs")
+    p_rule = DEFAULT_P_RULE if p_rule is None else p_rule
+    ref_rule = DEFAULT_REF_RULE if ref_rule is None else ref_rule
+    check_rules(p_rule, ref_rule)
+    return p_rule, ref_rule
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
+                    v_descale=None, return_lse=False, backend="auto", p_rule=None, ref_rule=None):
+    """Prefill attention, FlashAttention layout.
+
+    q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, kv_heads, head_dim[_v]).
+    dtypes: bfloat16, float16, or float8_e4m3fn (then q/k/v_descale are required;
+    see zyfa.spec.descales for their shapes and zyfa.quantize_fp8 to make them).
+    GQA/MQA: query head h uses kv head h // (heads // kv_heads).
+    Head dims (qk, v): (64, 64), (128, 128), (256, 256), (192, 128).
+
+    causal=True aligns the mask bottom-right (needs seqlen_q <= seqlen_k):
+    query i sees keys j <= i + seqlen_k - seqlen_q. For seqlen_q=2, seqlen_k=5:
+
+        keys:  0 1 2 3 4
+        q0     1 1 1 1 0
+        q1     1 1 1 1 1
+
+    Returns out (batch, seqlen_q, heads, head_dim_v) in bfloat16 (float16 for float16
+    inputs) and, with return_lse, the float32 natural-log LSE (batch, heads, seqlen_q).
+    p_rule / ref_rule select the FP8 probability and reference rules (zyfa.spec.rules; None:
+    "exact" and "block"); they apply to FP8 inputs only.
+
+    Forward only: a backward pass raises NotImplementedError.
+    """
+    is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
+    p_rule, ref_rule = _rules(is_fp8, p_rule, ref_rule, q.dtype)
+    b = dispatch.select(_problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale), backend)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    out, lse = flash_attn_op(q, k, v, scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, b.name)
+    return (out, lse) if return_lse else out
+
+
+def explain(q, k, v, causal=True, q_descale=None, k_descale=None, v_descale=None,
+            backend="auto", p_rule=None, ref_rule=None, softmax_scale=None) -> str:
+    """Which backend flash_attn_func would use for these inputs, and why each other would not."""
+    is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
+    p_rule, ref_rule = _rules(is_fp8, p_rule, ref_rule, q.dtype)
+    problem = _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale)
+    lines = []
+    try:
+        chosen = dispatch.select(problem, backend).name
+        lines.append(f"selected: {chosen}")
+    except (RuntimeError, ValueError) as e:
+        lines.append(f"selected: none ({e})")
+    for name, ok, why in dispatch.assess(problem):
+        lines.append(f"  {name:10s} {'can run' if ok else 'cannot'}: {why}")
+    return "\n".join(lines)

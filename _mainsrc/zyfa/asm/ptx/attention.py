@@ -1,0 +1,94 @@
+"""The generated FP8 prefill attention kernel for sm_90a (head dims 128/128 and MLA's
+192/128): the whole algorithm of ``zyfa.spec.reference.fp8_attention_spec``. This module is the
+entry point (attention_kernel); the head dims pick the schedule (layout.layout_for):
+serial.py (one warpgroup a CTA) for Dqk 128, specialized.py (a producer warpgroup and two
+consumers) for Dqk 192 and for 16-bit inputs (attention_kernel_16, whose block step is bf16.py's).
+
+  layout.py     tile sizes, the shared-memory layout, kernel names and parameters
+  cta.py        what a CTA knows (typed records) and the prologue that sets it up
+  loads.py      the K / V^T stage ring, TMA loads, mbarrier setup
+  block.py      one key block: S = Q K^T, mask, row max, P codes, row sums, P V^T, accumulation
+  epilogue.py   out and LSE
+  lean_p.py     the P rules' instructions; fragments.py the wgmma fragments P moves through
+
+V^T arrives with its keys permuted inside each 16-key group (zyfa.spec.key_order.KEY_OF_SLOT) so P
+goes from the QK^T accumulator to the A operand without moving between threads. The other
+schedules and row-sum modes tried on the way are in bench/PTX_NOTES.md with their timings.
+"""
+from __future__ import annotations
+
+# the kernel's public face: callers and tests read the layout's names here too
+from .layout import (  # noqa: F401
+    ACC,
+    BLOCK_M,
+    BLOCK_N,
+    COLUMN_TILE,
+    HEAD_DIM,
+    HEAD_DIMS,
+    HEAD_DIMS_16,
+    PARAMS,
+    REGISTER_BUDGET,
+    TAIL,
+    kernel_name,
+    kernel_name_16,
+    layout_for,
+    params_for,
+)
+from .lean_p import HMMA_RULES, PTX_RULES  # noqa: F401
+from .serial import emit_serial
+from .specialized import MAX_REGISTERS, emit_specialized
+from .target import module, program
+
+# the lean and half rules, bit-exact to the spec, and exact (MUFU.EX2 + the hardware's E4M3
+# rounding: the spec's codes but within MUFU's error of a rounding midpoint)
+ATTENTION_RULES = PTX_RULES + ("exact",)
+
+
+def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
+                     arch: str = "sm_90a", packed: bool = False) -> tuple[str, str]:
+    """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` 128 or 192, Dv 128) for one P
+    rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for
+    the rules in HMMA_RULES and from the ALUs for the others (block.py).
+
+    Parameters: TMA maps of q (B, Sq, Hq, Dqk) and k (B, Sk, Hkv, Dqk) with boxes of 64 and
+    128 rows of the first 128 columns, of V^T (B * Hkv, 128, Sk padded to 16) with keys
+    permuted per 16-key group and boxes of 128 x 128, and (Dqk 192) of q and k's columns
+    128.. in boxes of 64 bytes; out (B, Sq, Hq, 128) BF16; lse (B, Hq, Sq) float32; fac
+    (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale (B, Hkv,
+    128) float32; seqlen_q, seqlen_k, heads, kv_heads, batch. Launch: layout_for(dqk)'s
+    threads and shared_bytes of dynamic shared memory; grid (ceil(Sq / 64), B * Hq) for
+    Dqk 128, (ceil(Sq / 128) * B * Hq,) for Dqk 192.
+    """
+    if rule not in ATTENTION_RULES:
+        raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
+    if (dqk, HEAD_DIM) not in HEAD_DIMS:
+        raise ValueError(f"the generated kernel takes head dims {HEAD_DIMS}, got ({dqk}, {HEAD_DIM})")
+    layout = layout_for(dqk, packed=packed)
+    name = kernel_name(rule, causal, dqk, packed)
+    prog = program()
+    shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
+    if layout.specialized:
+        emit_specialized(prog, rule, causal, layout)
+        return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
+    emit_serial(prog, rule, causal, layout)
+    return name, module(name, params_for(layout), prog, arch, shared)
+
+
+def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEAD_DIM, dv: int = HEAD_DIM,
+                        arch: str = "sm_90a", packed: bool = False) -> tuple[str, str]:
+    """(name, PTX) of the 16-bit attention kernel (``dtype`` "bf16" or "f16"; head dims in
+    HEAD_DIMS_16), FlashAttention's online softmax (bf16.py). Parameters as attention_kernel's,
+    read as bytes: maps of q (B, Sq, Hq, 2 Dqk), k and v (B, Sk, Hkv, 2 D) with boxes of 64 / 128
+    rows of 128 bytes; out (B, Sq, Hq, Dv) in the input type; lse (B, Hq, Sq) float32; fac (B,
+    Hkv) float32 = softmax_scale * log2(e); vd_ptr and the tail maps unused. Launch:
+    layout_for(dqk, dtype, dv)'s threads and shared_bytes; grid (ceil(Sq / 128) * B * Hq,)."""
+    if (dqk, dv) not in HEAD_DIMS_16:
+        raise ValueError(f"the generated 16-bit kernel takes head dims {HEAD_DIMS_16}, got ({dqk}, {dv})")
+    if dtype not in ("bf16", "f16"):
+        raise ValueError(f"the generated 16-bit kernel takes bf16 or f16, got {dtype!r}")
+    layout = layout_for(dqk, dtype, dv, packed)
+    name = kernel_name_16(dtype, causal, dqk, dv, packed)
+    prog = program()
+    shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
+    emit_specialized(prog, None, causal, layout)
+    return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")

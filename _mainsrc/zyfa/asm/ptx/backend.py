@@ -1,0 +1,37 @@
+"""What the generated sm_90a kernels run: FP8 on Hopper, head dims (128, 128) or MLA's
+(192, 128), per-head (or per-tensor) q/k descales, every P rule, block references; BF16 and
+FP16 with head dims (64, 64), (128, 128), (192, 128) and (256, 256); they need cuda-python to load."""
+from __future__ import annotations
+
+from ...device import HAS_CUDA_PYTHON, is_rocm
+from ...spec.rules import P_RULES
+from ..limits import fp8_refusal
+from .layout import HEAD_DIMS, HEAD_DIMS_16
+
+
+def supports(p) -> tuple[bool, str]:
+    """(can run, why) for a zyfa.dispatch.Problem."""
+    if p.device.type != "cuda" or is_rocm():
+        return False, f"generated PTX runs on NVIDIA GPUs, tensors are on {p.device.type}" + (
+            " (ROCm)" if is_rocm() and p.device.type == "cuda" else "")
+    if p.arch != "sm90":
+        return False, f"generated PTX targets sm_90a (Hopper), device is {p.arch}"
+    if not p.is_fp8:
+        if p.head_dims not in HEAD_DIMS_16:
+            return False, f"the generated 16-bit kernel takes head dims {' or '.join(map(str, HEAD_DIMS_16))}, " \
+                          f"not {p.head_dims}"
+        if not HAS_CUDA_PYTHON:
+            return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
+        return True, f"generated PTX kernel for sm_90a (16-bit, d{p.head_dims[0]}/{p.head_dims[1]})"
+    refusal = fp8_refusal(p, "generated kernel", p.head_dims in HEAD_DIMS, " or ".join(map(str, HEAD_DIMS)),
+                          P_RULES, ("block",))
+    if refusal:
+        return refusal
+    if not HAS_CUDA_PYTHON:
+        return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
+    return True, f"generated PTX kernel for sm_90a (FP8, d{p.head_dims[0]}/{p.head_dims[1]})"
+
+
+def run(q, k, v, **kw):
+    from .kernels import attention_16, attention_fp8
+    return attention_fp8(q, k, v, **kw) if "p_rule" in kw else attention_16(q, k, v, **kw)

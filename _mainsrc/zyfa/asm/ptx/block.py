@@ -1,0 +1,312 @@
+"""One key block in the generated Hopper kernel: S = Q K^T, mask, row max, references, P
+codes by the P rule, row sums of the rounded P, P V^T into a fresh accumulator and the
+two-level accumulation (zyfa.spec.reference.fp8_attention_spec's block step). Each schedule
+issues and waits for these pieces in its own order.
+
+Row sums of the rounded P: for the rules in lean_p.HMMA_RULES (exact and the half rules)
+from half-precision wgmmas with float32 accumulation (P pairs are half2 A operands already);
+for the float32 lean rules in float32 on the ALUs, 2 instructions a score. Both are the
+spec's sums up to float32 ordering."""
+from __future__ import annotations
+
+import dataclasses
+
+from ...spec.rules import HALF_RULES
+from ...spec.constants import NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
+from ..program import Program, Reg
+from .cta import Cta, Rows
+from .fragments import p_sources
+from .layout import ACC, BLOCK_M, BLOCK_N, acc_column, acc_row_half
+from .lean_p import (
+    HMMA_RULES,
+    emit_p_code,
+    emit_p_code_pair,
+    emit_p_exact_pair,
+    emit_pack4,
+    emit_pack_pairs,
+    half_constants,
+)
+from .loads import stage
+from .smem import emit_descriptor, emit_wait
+from .target import f32
+
+
+@dataclasses.dataclass(frozen=True)
+class Softmax:
+    """What a block's softmax leaves for its P V^T and its row update."""
+    p_regs: list[list[Reg]]  # the A operand of P V^T: 4 k-steps x 4 words of packed E4M3 P
+    l_blk: list[Reg]         # the rows' sums of P (rows g, g + 8)
+    alpha: list[Reg]         # 2^(A - A_new): the total's factor
+    beta: list[Reg]          # 2^(m - A_new): the block's factor
+    A_new: list[Reg]         # the rows' references after this block
+
+
+def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg], list[Reg]]:
+    """The row state before the first block: total = 0 (the output accumulator, ``n``
+    registers: Dv / 2), the reference A = NEG_FLOOR and the row sum l = 0 (rows g and g + 8)."""
+    total = prog.regs("f32", n)
+    for ti in total:
+        prog.emit("mov.f32", ti, f32(0.0))
+    A, l = prog.regs("f32", 2), prog.regs("f32", 2)
+    for half in (0, 1):
+        prog.emit("mov.f32", A[half], f32(NEG_FLOOR))
+        prog.emit("mov.f32", l[half], f32(0.0))
+    return total, A, l
+
+
+def emit_scores(prog: Program, c: Cta, q_tile: Reg, dq: Reg, j: Reg, s: list[Reg], tag: str,
+                wait: bool = True) -> None:
+    """Wait for key block ``j``'s stage (unless the caller did), then issue S = Q K^T into
+    ``s`` from the Q tile(s) at ``q_tile`` (descriptor ``dq``); committed, not waited."""
+    emit = prog.emit
+    layout = c.layout
+    k_tile, _, bar, phase = stage(prog, c, j)
+    if wait:
+        emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
+    tiles = []
+    for col, width in layout.qk_tiles:                     # column tile col: BLOCK_M / BLOCK_N x col on
+        if col == 0:
+            tiles.append((dq, emit_descriptor(prog, k_tile), width))
+            continue
+        q_col, k_col = prog.reg("u32"), prog.reg("u32")
+        emit("add.u32", q_col, q_tile, BLOCK_M * col)
+        emit("add.u32", k_col, k_tile, layout.block_n * col)
+        tiles.append((emit_descriptor(prog, q_col, width), emit_descriptor(prog, k_col, width), width))
+    prog.comment("S = Q K^T")
+    s_list = ", ".join(map(str, s))
+    op = "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8 else f"wgmma.m64n{layout.block_n}k16.{layout.dtype}.ss"
+    emit("wgmma.fence")
+    first = True
+    for dq_t, dk_t, width in tiles:
+        for step in range(width // 32):                    # 32 bytes of K: 2 descriptor units
+            ak, bk = prog.regs("u64", 2)
+            emit("add.u64", ak, dq_t, 2 * step)
+            emit("add.u64", bk, dk_t, 2 * step)
+            emit(op, s_list, ak, bk, 0 if first else c.accumulate)
+            first = False
+    emit("wgmma.commit")
+
+
+def emit_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: Reg) -> None:
+    """t = -inf where key > the row's limit (causal diagonal, or past seqlen_k)."""
+    q = c.thread.q
+    reach = prog.regs("u32", 2)
+    for half in (0, 1):
+        prog.emit("sub.s32", reach[half], rows.limits[half], start_n)
+        prog.emit("sub.s32", reach[half], reach[half], q)
+        prog.emit("sub.s32", reach[half], reach[half], q)         # limit - start_n - 2q
+    for i, ti in enumerate(t):
+        past = prog.reg("pred")
+        prog.emit("setp.lt.s32", past, reach[acc_row_half(i)], acc_column(i))
+        prog.emit("mov.f32", ti, f32(float("-inf")), guard=past)
+
+
+def emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
+    """x <- op over the four threads of a quad (they hold one row's columns)."""
+    other = prog.reg("f32")
+    for lane_mask in (1, 2):
+        prog.emit("shfl.bfly", other, x, lane_mask)
+        prog.emit(op, x, x, other)
+
+
+def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg, tag: str) -> None:
+    """Mask the scores ``s`` of the block at ``start_n`` if it lies in the masked band."""
+    unmasked = prog.reg("pred")
+    prog.emit("setp.lt.u32", unmasked, start_n, rows.band_start)
+    prog.emit("bra", f"SCORES_READY{tag}", guard=unmasked)
+    emit_mask(prog, c, rows, s, start_n)
+    prog.label(f"SCORES_READY{tag}")
+
+
+def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg) -> None:
+    """m = max(S) c over the thread's row ``half`` and its quad (c > 0: rounding is monotone,
+    so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR."""
+    emit = prog.emit
+    regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
+    emit("max.nan.f32", m, regs[0], regs[1])
+    for si in regs[2:]:
+        emit("max.nan.f32", m, m, si)
+    emit_quad_reduce(prog, m, "max.nan.f32")
+    all_masked = prog.reg("pred")
+    emit("setp.eq.f32", all_masked, m, f32(float("-inf")))
+    emit("mul.f32", m, m, fac)
+    emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
+    emit("max.nan.f32", m, m, f32(NEG_FLOOR))
+
+
+def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
+               d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
+    """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
+    any wgmma still in flight), accumulation."""
+    _, v_tile, _, _ = stage(prog, c, j)
+    dv = emit_descriptor(prog, v_tile)
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A)
+    o = emit_pv_issue(prog, c, sm.p_regs, dv)
+    prog.emit("wgmma.wait", 0)
+    prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
+    emit_rescale(prog, total, sm.alpha, "")
+    emit_fold(prog, o, total, sm.beta)
+    emit_row_update(prog, sm, l, A)
+
+
+def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> None:
+    """l = l * alpha + l_blk * beta; the reference moves to A_new."""
+    for half in (0, 1):
+        prog.emit("mul.f32", l[half], l[half], sm.alpha[half])
+        prog.emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
+        prog.emit("mov.f32", A[half], sm.A_new[half])
+
+
+def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
+                 A: list[Reg], tag: str = "", wait_rowsum: bool = True) -> Softmax:
+    """Mask (in place, in the blocks that need it), row max, references, P codes packed into
+    the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
+    the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False)."""
+    emit = prog.emit
+    hmma = rule in HMMA_RULES
+    fac = rows.fac
+    emit_band_mask(prog, c, rows, s, start_n, tag)
+
+    prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
+    m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
+    A_new, alpha, beta, thr, diff = (prog.regs("f32", 2) for _ in range(5))
+    for half in (0, 1):
+        emit_row_max(prog, s, fac, half, m[half])
+        emit("mul.f32", neg_m[half], m[half], f32(-1.0))
+        moved = prog.reg("pred")
+        emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
+        emit("setp.gt.f32", moved, m[half], thr[half])
+        emit("selp.f32", A_new[half], m[half], A[half], moved)
+        emit("sub.f32", diff[half], m[half], A_new[half])
+        emit("ex2.f32", beta[half], diff[half])
+        emit("sub.f32", diff[half], A[half], A_new[half])
+        emit("ex2.f32", alpha[half], diff[half])
+
+    prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
+                 + ("(half-precision wgmma)" if hmma else "(ALU)"))
+    l_alu = None                       # the ALU row sums' registers (float32 lean rules)
+    if not hmma:
+        l_alu = prog.regs("f32", 2)
+        for half in (0, 1):
+            emit("mov.f32", l_alu[half], f32(0.0))
+    if rule == "exact":                # P = 2^(y + 8): the offset folded into the FFMA's addend
+        neg_m8 = prog.regs("f32", 2)
+        for half in (0, 1):
+            emit("add.f32", neg_m8[half], neg_m[half], f32(float(P_OFFSET_LOG2)))
+        neg_m = neg_m8
+    ys = []
+    for i, si in enumerate(s):
+        y = prog.reg("f32")
+        emit("fma.f32", y, si, fac, neg_m[acc_row_half(i)])   # the spec's y = fma(S, c, -r) (+ 8: exact)
+        ys.append(y)
+
+    if rule == "exact":
+        p_regs, p16 = _emit_p_exact(prog, ys)
+    elif rule in HALF_RULES:
+        p_regs, p16 = _emit_p_half(prog, rule, ys)
+    else:
+        p_regs = _emit_p_lean(prog, rule, ys, l_alu)
+        for half in (0, 1):
+            emit_quad_reduce(prog, l_alu[half], "add.f32")
+        return Softmax(p_regs, l_alu, alpha, beta, A_new)
+
+    sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
+    # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
+    # blocks 2 t and 2 t + 1 are the f16 A fragment (a0..a3) as they stand; B: halves of 256
+    # (P * 2^-8, the half rule) or of 1 (P, exact) (the ones tile: every element, so no
+    # descriptor step), float32 accumulation. Waited for before P.V, so the half2 P is dead
+    # before P.V's accumulator lives (registers)
+    prog.comment("row sums of P in half precision")
+    emit("wgmma.fence")
+    for t in range(BLOCK_N // 16):
+        a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
+        emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else c.accumulate)
+    emit("wgmma.commit")
+    if wait_rowsum:
+        emit("wgmma.wait", 0)
+    return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new)
+
+
+def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:
+    """The exact rule: two scores (same row, adjacent keys) a 16-bit pair of codes; the A
+    operand's words, and each pair as half2 P (E4M3 values are exact halves)."""
+    pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1]) for i in range(0, ACC, 2)}
+    p_regs = []
+    for k in range(BLOCK_N // 32):
+        p_regs.append([])
+        for src in p_sources(k):
+            word = prog.reg("b32")
+            prog.emit("mov.b32.pack", word, pairs[src[0]], pairs[src[2]])
+            p_regs[-1].append(word)
+    p16 = {}
+    for i, pair in pairs.items():
+        p16[i] = prog.reg("b32")
+        prog.emit("cvt.f16x2.e4m3x2", p16[i], pair)
+    return p_regs, p16
+
+
+def _emit_p_half(prog: Program, rule: str, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:
+    """A half rule: two scores (same row, adjacent keys) a word, codes in bytes 0 and 2; the
+    A operand's words, and each pair as half2 P * 2^-8 (an E4M3 code shifted into a half's
+    exponent/mantissa is P * 2^-8 exactly, subnormals too)."""
+    pairs, p16 = {}, {}
+    consts = half_constants(prog, rule)
+    for i in range(0, ACC, 2):
+        w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], consts, rule)
+        masked = p16[i] = prog.reg("b32")
+        prog.emit("and.b32", masked, w, "0x00FF00FF")
+        prog.emit("shl.b32", masked, masked, 7)
+    p_regs = [[emit_pack_pairs(prog, pairs[src[0]], pairs[src[2]]) for src in p_sources(k)]
+              for k in range(BLOCK_N // 32)]
+    return p_regs, p16
+
+
+def _emit_p_lean(prog: Program, rule: str, ys: list[Reg], l_alu: list[Reg]) -> list[list[Reg]]:
+    """A float32 lean rule: one code a score, packed four a word; each code added to its
+    row's sum in ``l_alu`` (the thread's part): the code shifted into a float32's
+    exponent/mantissa is P * 2^-120 exactly (subnormal codes land on float32 subnormals), so
+    a shift and one FMA a score."""
+    codes = []
+    for i, y in enumerate(ys):
+        w = emit_p_code(prog, y, rule)                       # low byte: the E4M3 code
+        codes.append(w)
+        scaled = prog.reg("b32")
+        prog.emit("shl.b32", scaled, w, 20)                  # the bits above the code are the magic's zeros
+        row_sum = l_alu[acc_row_half(i)]
+        prog.emit("fma.f32", row_sum, scaled, f32(2.0 ** 120), row_sum)
+    return [[emit_pack4(prog, [codes[r] for r in src]) for src in p_sources(k)] for k in range(BLOCK_N // 32)]
+
+
+def emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) -> None:
+    """total *= alpha, only when some row's reference moved (alpha != 1)."""
+    emit = prog.emit
+    keep = prog.regs("pred", 2)
+    for half in (0, 1):
+        emit("setp.neu.f32", keep[half], alpha[half], f32(1.0))
+    either = prog.reg("pred")
+    emit("or.pred", either, keep[0], keep[1])
+    emit("bra.div", f"RESCALED{tag}", guard=f"!{either}")
+    for i, ti in enumerate(total):
+        emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
+    prog.label(f"RESCALED{tag}")
+
+
+def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg) -> list[Reg]:
+    """Issue (and commit) block = P V^T into a fresh accumulator, which it returns."""
+    emit = prog.emit
+    prog.comment("block columns 0.. = P V^T in a fresh accumulator")
+    o = prog.regs("f32", ACC)
+    o_list = ", ".join(map(str, o))
+    emit("wgmma.fence")
+    for k in range(BLOCK_N // 32):
+        bk = prog.reg("u64")
+        emit("add.u64", bk, dv, 2 * k)
+        emit("wgmma.m64n128k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else c.accumulate)
+    emit("wgmma.commit")
+    return o
+
+
+def emit_fold(prog: Program, o: list[Reg], total: list[Reg], beta: list[Reg]) -> None:
+    """total += block * beta (the total already multiplied by alpha)."""
+    for i, (oi, ti) in enumerate(zip(o, total)):
+        prog.emit("fma.f32", ti, oi, beta[acc_row_half(i)], ti)

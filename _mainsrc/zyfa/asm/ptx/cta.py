@@ -1,0 +1,344 @@
+"""What a CTA of the generated Hopper kernel knows, as typed records, and the prologue that
+sets it up: the kernel parameters, the thread's coordinates, the tile of work and its
+key-block bounds, the thread's rows and their factors, the shared-memory addresses, and the
+sign fix of the factor (for serial.py and specialized.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+from ..program import Program, Reg
+from .layout import BLOCK_M, BLOCK_N, COLUMN_TILE, HEAD_DIM, THREADS, Layout
+from .target import f32
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    """The kernel parameters (layout.PARAMS) in registers."""
+    maps: dict[str, Reg]    # generic addresses of the TMA maps, by parameter name (tail maps: E4M3 Dqk 192)
+    out: Reg                # out (B, Sq, Hq, 128) BF16
+    lse: Reg                # lse (B, Hq, Sq) float32
+    fac_ptr: Reg            # fac (B, Hkv) float32: the log2-domain score factor c
+    vd_ptr: Reg             # v_descale (B, Hkv, 128) float32 (E4M3)
+    seqlen_q: Reg
+    seqlen_k: Reg
+    heads: Reg
+    kv_heads: Reg
+    batch: Reg
+    packed: "PackedParams | None" = None    # a packed batch's per-sequence tables
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedParams:
+    """layout.PACKED_PARAMS in registers."""
+    cu_q: Reg
+    k_start: Reg
+    k_len: Reg
+    v_start: Reg
+    total_q: Reg
+
+
+@dataclasses.dataclass(frozen=True)
+class Thread:
+    """Where the thread sits in its warpgroup (the wgmma fragments' w, g, q), and constants
+    that instructions take as registers only."""
+    wg: Reg | None          # warpgroup (specialized: 0 producer, 1 and 2 consumers)
+    warp: Reg               # warp within the warpgroup
+    g: Reg                  # quad row: the thread holds accumulator rows g and g + 8
+    q: Reg                  # quad column: the thread holds columns 2q, 2q + 1 of each 8
+    lane0: Reg | None       # specialized: lane 0 of its warp (arrives on mbarriers for the warp)
+    leader: Reg             # thread 0 of the CTA: initializes mbarriers and issues TMA loads
+    zero: Reg               # 0: TMA coordinates are registers
+    col_tail: Reg           # 128: the first column of the Q / K tail tiles (Dqk 192)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """The CTA's tile of work (registers the prologue or, per tile, specialized.py writes) and
+    the kernel-wide key bounds it is cut by."""
+    causal: bool
+    group: Reg              # heads / kv_heads (GQA)
+    diag: Reg               # seqlen_k - seqlen_q: row i sees keys <= i + diag (bottom-right)
+    full_end: Reg           # seqlen_k rounded down to a block: keys from it on are masked
+    last_key: Reg           # seqlen_k - 1
+    b: Reg                  # batch
+    h: Reg                  # head
+    kvh: Reg                # its kv head
+    bkv: Reg                # b * kv_heads + kvh
+    tile_m: Reg             # the CTA's first query row
+    start_m: Reg            # the warpgroup's first query row (serial: tile_m)
+    n_blocks: Reg           # key blocks [0, n_blocks) hold keys some row of the CTA sees
+    block_n: int = BLOCK_N  # keys a block (layout.block_n)
+    seq: "SequenceRows | None" = None   # a packed batch: where the tile's sequence lies
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceRows:
+    """A packed batch's tile: its sequence's rows in the packed tensors (emit_work writes them)."""
+    q_len: Reg              # the sequence's queries (rows past it are skipped)
+    k_len: Reg
+    q_row0: Reg             # its first row in q, out and the LSE's rows
+    k_row0: Reg             # its first key in k (and 16-bit v)
+    v_row0: Reg             # its first key in FP8 V^T
+    empty: Reg              # pred: the tile starts past the sequence's queries
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """The thread's two rows (g and g + 8 of its warp) and what only computing warpgroups need."""
+    rows: list[Reg]         # query rows
+    limits: list[Reg]       # their last visible keys
+    band_start: Reg         # the warpgroup's first block that needs the mask
+    fac: Reg                # c: t = S * c is the log2-domain score (made > 0 by emit_positive_factor)
+    vd_base: Reg            # &v_descale[b, kvh, 2q]
+
+
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """Shared-memory addresses (layout.Layout says what lies where)."""
+    base: Reg               # the dynamic shared memory, aligned to 1024: the first Q tile
+    bar_q: Reg              # mbarrier: the Q tiles have landed
+    bar0: Reg               # mbarrier of stage 0 (one a stage, 8 bytes apart): K / V^T landed
+    free0: Reg | None       # specialized: the "stage free" mbarrier of stage 0, then Q free
+    v_full0: Reg | None = None   # split_kv: V landed (stage 0's; one a stage), then V free (v_free0)
+    v_free0: Reg | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Cta:
+    """Everything a schedule's block step, loads and epilogue read."""
+    layout: Layout
+    params: Params
+    thread: Thread
+    tile: Tile
+    shared: Shared
+    accumulate: Reg         # true: wgmma's scale-d operand (add to the accumulator)
+
+
+def emit_prologue(prog: Program, causal: bool, layout: Layout) -> tuple[Cta, Rows | None]:
+    """Parameters, thread coordinates, the tile's registers and shared-memory addresses. The
+    serial kernel's one tile comes from the grid, and its rows with it (returned); the
+    specialized kernel's consumers take tiles in a loop (emit_work, emit_rows per tile)."""
+    params = emit_params(prog, layout)
+    thread = emit_thread(prog, layout)
+    tile = emit_tile_registers(prog, params, causal, layout)
+    rows = None
+    if not layout.specialized:
+        prog.comment("work: query tile from ctaid.x (last tiles first), (batch, head) from ctaid.y: the CTAs")
+        prog.comment("running together share one head's K/V, which then stays in L2 (heads fastest thrashed it)")
+        bh, ty, nty = prog.regs("u32", 3)
+        prog.emit("mov.u32", bh, "%ctaid.y")
+        prog.emit("mov.u32", ty, "%ctaid.x")
+        prog.emit("mov.u32", nty, "%nctaid.x")
+        prog.emit("sub.u32", ty, nty, ty)
+        prog.emit("sub.u32", ty, ty, 1)
+        emit_work(prog, params, thread, tile, layout, ty, bh)
+        if layout.packed:                      # a tile past its sequence's queries: nothing to do
+            prog.emit("ret", guard=tile.seq.empty)
+        rows = emit_rows(prog, params, thread, tile)
+    shared = emit_shared(prog, layout)
+    yes = prog.reg("pred")                     # true: wgmma's scale-d operand "add to the accumulator"
+    prog.emit("setp.eq.u32", yes, thread.zero, 0)
+    return Cta(layout, params, thread, tile, shared, yes), rows
+
+
+def emit_params(prog: Program, layout: Layout) -> Params:
+    emit = prog.emit
+    tmp64 = prog.reg("u64")
+    maps = {}
+    tails = any(width != COLUMN_TILE for _, width in layout.qk_tiles)
+    for name in ("q_map", "k_map", "v_map") + (("q_tail_map", "k_tail_map") if tails else ()):
+        maps[name] = prog.reg("u64")
+        emit("mov.b64", tmp64, name)
+        emit("cvta.param.u64", maps[name], tmp64)
+    pointers = prog.regs("u64", 4)
+    for r, name in zip(pointers, ("out_ptr", "lse_ptr", "fac_ptr", "vd_ptr")):
+        emit("ld.param.u64", r, name)
+    sizes = prog.regs("u32", 5)
+    for r, name in zip(sizes, ("seqlen_q", "seqlen_k", "heads", "kv_heads", "batch")):
+        emit("ld.param.u32", r, name)
+    packed = None
+    if layout.packed:
+        tables, total_q = prog.regs("u64", 4), prog.reg("u32")
+        for r, name in zip(tables, ("cu_q_ptr", "k_start_ptr", "k_len_ptr", "v_start_ptr")):
+            emit("ld.param.u64", r, name)
+        emit("ld.param.u32", total_q, "total_q")
+        packed = PackedParams(*tables, total_q)
+    return Params(maps, *pointers, *sizes, packed)
+
+
+def emit_thread(prog: Program, layout: Layout) -> Thread:
+    emit = prog.emit
+    prog.comment("thread coordinates: warp w, quad row g, quad column q")
+    tid, warp, lane, g = prog.regs("u32", 4)
+    q = prog.reg("u32")
+    emit("mov.u32", tid, "%tid.x")
+    raw_tid, wg, lane0 = tid, None, None
+    if layout.specialized:
+        tid, wg = prog.regs("u32", 2)
+        emit("and.b32", tid, raw_tid, THREADS - 1)
+        emit("shr.u32", wg, raw_tid, 7)
+    emit("shr.u32", warp, tid, 5)
+    emit("and.b32", lane, raw_tid, 31)
+    emit("shr.u32", g, lane, 2)
+    emit("and.b32", q, lane, 3)
+    if layout.specialized:
+        lane0 = prog.reg("pred")
+        emit("setp.eq.u32", lane0, lane, 0)
+    leader = prog.reg("pred")
+    emit("setp.eq.u32", leader, raw_tid, 0)
+    zero, col_tail = prog.regs("u32", 2)
+    emit("mov.u32", zero, 0)
+    emit("mov.u32", col_tail, HEAD_DIM)
+    return Thread(wg, warp, g, q, lane0, leader, zero, col_tail)
+
+
+def emit_tile_registers(prog: Program, p: Params, causal: bool, layout: Layout) -> Tile:
+    """The key bounds, and the registers of the tile (written by emit_work)."""
+    emit = prog.emit
+    group, diag, full_end, last_key = prog.regs("u32", 4)
+    emit("div.u32", group, p.heads, p.kv_heads)
+    if not layout.packed:                              # a packed batch's: per tile (emit_work)
+        emit("sub.u32", diag, p.seqlen_k, p.seqlen_q)
+        emit("and.b32", full_end, p.seqlen_k, -layout.block_n & 0xFFFFFFFF)
+        emit("sub.u32", last_key, p.seqlen_k, 1)
+    b, h, kvh, bkv, tile_m, n_blocks = prog.regs("u32", 6)
+    start_m = prog.reg("u32") if layout.specialized else tile_m
+    seq = SequenceRows(*prog.regs("u32", 5), prog.reg("pred")) if layout.packed else None
+    return Tile(causal, group, diag, full_end, last_key, b, h, kvh, bkv, tile_m, start_m, n_blocks, layout.block_n,
+                seq)
+
+
+def emit_work(prog: Program, p: Params, thread: Thread, tile: Tile, layout: Layout, m_tile: Reg, bh: Reg) -> None:
+    """The CTA's tile: query rows from tile ``m_tile`` of (batch, head) ``bh`` (= b * heads +
+    h); its kv head; key blocks [0, n_blocks) of the CTA's rows."""
+    emit = prog.emit
+    t = tile
+    cta_rows = BLOCK_M * layout.consumers
+    emit("div.u32", t.b, bh, p.heads)
+    emit("rem.u32", t.h, bh, p.heads)
+    emit("div.u32", t.kvh, t.h, t.group)
+    emit("mad.lo.u32", t.bkv, t.b, p.kv_heads, t.kvh)
+    emit("mul.lo.u32", t.tile_m, m_tile, cta_rows)
+    if layout.specialized:                                 # consumer wg's rows: 64 (wg - 1) on
+        emit("mad.lo.u32", t.start_m, thread.wg, BLOCK_M, t.tile_m)
+        emit("sub.u32", t.start_m, t.start_m, BLOCK_M)
+    seqlen_k = p.seqlen_k
+    if layout.packed:
+        seqlen_k = _emit_sequence(prog, p, t)
+    band_end = prog.reg("u32")
+    if t.causal:
+        emit("add.u32", band_end, t.tile_m, cta_rows)
+        emit("add.u32", band_end, band_end, t.diag)
+        emit("min.u32", band_end, band_end, seqlen_k)
+    else:
+        emit("mov.u32", band_end, seqlen_k)
+    emit("add.u32", t.n_blocks, band_end, layout.block_n - 1)
+    emit("shr.u32", t.n_blocks, t.n_blocks, layout.block_n.bit_length() - 1)
+
+
+def _emit_sequence(prog: Program, p: Params, t: Tile) -> Reg:
+    """A packed batch: the tile's sequence (batch index t.b) from the tables, its key bounds,
+    and whether the tile is past its queries. Returns its key count."""
+    emit, seq, pk = prog.emit, t.seq, p.packed
+    off, addr = prog.regs("u64", 2)
+    next_row = prog.reg("u32")
+    emit("mul.wide.u32", off, t.b, 4)
+    for table, dst in ((pk.cu_q, seq.q_row0), (pk.k_start, seq.k_row0), (pk.k_len, seq.k_len),
+                       (pk.v_start, seq.v_row0)):
+        emit("add.u64", addr, table, off)
+        emit("ld.global.u32", dst, addr)
+    emit("add.u64", addr, pk.cu_q, off)
+    emit("add.u64", addr, addr, 4)
+    emit("ld.global.u32", next_row, addr)
+    emit("sub.u32", seq.q_len, next_row, seq.q_row0)
+    emit("setp.ge.u32", seq.empty, t.tile_m, seq.q_len)
+    emit("sub.u32", t.diag, seq.k_len, seq.q_len)
+    emit("and.b32", t.full_end, seq.k_len, -t.block_n & 0xFFFFFFFF)
+    emit("sub.u32", t.last_key, seq.k_len, 1)
+    return seq.k_len
+
+
+def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile) -> Rows:
+    """The thread's rows, their last visible keys, the warpgroup's first masked block and its
+    head's factors."""
+    emit = prog.emit
+    t = tile
+    prog.comment("block bounds: keys [0, band_start) unmasked, [band_start, band_end) masked")
+    band_start = prog.reg("u32")
+    rows, limits = prog.regs("u32", 2), prog.regs("u32", 2)
+    emit("mad.lo.u32", rows[0], thread.warp, 16, thread.g)
+    emit("add.u32", rows[0], rows[0], t.start_m)
+    emit("add.u32", rows[1], rows[0], 8)
+    if t.causal:
+        emit("add.u32", band_start, t.start_m, t.diag)
+        emit("add.u32", band_start, band_start, 1)
+        emit("and.b32", band_start, band_start, -t.block_n & 0xFFFFFFFF)
+        emit("min.u32", band_start, band_start, t.full_end)
+        for row, lim in zip(rows, limits):
+            emit("add.u32", lim, row, t.diag)
+            emit("min.u32", lim, lim, t.last_key)
+    else:
+        emit("mov.u32", band_start, t.full_end)
+        for lim in limits:
+            emit("mov.u32", lim, t.last_key)
+
+    prog.comment("per-head factors: t = S * fac (log2 domain); v descales for the epilogue")
+    off, addr = prog.regs("u64", 2)
+    fac = prog.reg("f32")
+    emit("mul.wide.u32", off, t.bkv, 4)
+    emit("add.u64", addr, p.fac_ptr, off)
+    emit("ld.global.f32", fac, addr)
+    col_idx = prog.reg("u32")
+    emit("mad.lo.u32", col_idx, t.bkv, HEAD_DIM, thread.q)
+    emit("add.u32", col_idx, col_idx, thread.q)            # bkv * 128 + 2q
+    vd_base = prog.reg("u64")
+    emit("mul.wide.u32", off, col_idx, 4)
+    emit("add.u64", vd_base, p.vd_ptr, off)
+    return Rows(rows, limits, band_start, fac, vd_base)
+
+
+def emit_shared(prog: Program, layout: Layout) -> Shared:
+    emit = prog.emit
+    prog.comment("shared memory: Q | ones | stages of K, V^T | mbarriers (base aligned to 1024)")
+    raw = prog.reg("u32")
+    base, bar_q, bar0 = prog.regs("u32", 3)
+    emit("mov.u32", raw, "zyfa_smem")
+    emit("add.u32", raw, raw, 1023)
+    emit("and.b32", base, raw, -1024 & 0xFFFFFFFF)
+    emit("add.u32", bar_q, base, layout.bar_offset)
+    emit("add.u32", bar0, bar_q, 8)
+    free0 = v_full0 = v_free0 = None
+    if layout.specialized:
+        free0 = prog.reg("u32")
+        emit("add.u32", free0, bar0, 8 * layout.stages)
+    if layout.split_kv:
+        v_full0, v_free0 = prog.regs("u32", 2)
+        emit("add.u32", v_full0, free0, 8 * (layout.stages + 1))
+        emit("add.u32", v_free0, v_full0, 8 * layout.stages)
+    return Shared(base, bar_q, bar0, free0, v_full0, v_free0)
+
+
+def emit_positive_factor(prog: Program, c: Cta, rows: Rows, q_tile: Reg | None = None, sync=None) -> None:
+    """Make c > 0, which the row max on S needs: for a negative c (a negative descale), flip
+    the sign bits of the Q tile (``q_tile``, default the first) in shared memory (S -> -S) and
+    negate c. t = S c is unchanged. ``sync()`` emits the barrier of the threads that share
+    the tile (default: the CTA's)."""
+    emit = prog.emit
+    q_bytes = c.layout.q_bytes
+    negative = prog.reg("pred")
+    emit("setp.lt.f32", negative, rows.fac, f32(0.0))
+    emit("bra", "FACTOR_POSITIVE", guard=f"!{negative}")       # uniform: c is per (batch, kv head)
+    emit("mul.f32", rows.fac, rows.fac, f32(-1.0))
+    tid, base, addr, word = prog.regs("u32", 4)
+    emit("mov.u32", tid, "%tid.x")
+    if q_tile is not None:
+        emit("and.b32", tid, tid, THREADS - 1)
+    emit("mad.lo.u32", base, tid, q_bytes // THREADS, c.shared.base if q_tile is None else q_tile)
+    for i in range(q_bytes // THREADS // 4):
+        emit("add.u32", addr, base, 4 * i)
+        emit("ld.shared.b32", word, addr)
+        emit("xor.b32", word, word, 0x80808080)
+        emit("st.shared.b32", addr, word)
+    emit("fence.proxy.async")                  # generic-proxy writes, read next by wgmma
+    sync() if sync else emit("bar.sync", 0)
+    prog.label("FACTOR_POSITIVE")

@@ -1,0 +1,86 @@
+"""The epilogue of the generated Hopper kernel: out = total / l * v_descale in BF16 and
+LSE = ln2 (A + log2 l - 8), for the thread's two rows (16-bit inputs: out = total / l in the
+input type, LSE = ln2 (A + log2 l), l summed over the quad first)."""
+from __future__ import annotations
+
+from ...spec.constants import LN2, P_OFFSET_LOG2
+from ..program import Program, Reg
+from .block import emit_quad_reduce
+from .cta import Cta, Rows
+from .target import f32
+
+
+def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
+    """out = total / l * v_descale (BF16), LSE = ln2 (A + log2 l - 8); rows past seqlen_q skipped.
+    16-bit inputs: ``l`` holds the thread's part of each row sum; out = total / l."""
+    emit = prog.emit
+    p, t, q = c.params, c.tile, c.thread.q
+    fp8, dv = c.layout.is_fp8, c.layout.dv
+    if not fp8:
+        for half in (0, 1):
+            emit_quad_reduce(prog, l[half], "add.f32")
+    inv, lg = prog.regs("f32", 2), prog.regs("f32", 2)
+    ok = prog.regs("pred", 2)
+    row_base = prog.regs("u64", 2)
+    idx, bsq = prog.regs("u32", 2)
+    seq = t.seq                                   # a packed batch: the sequence's rows from q_row0
+    seqlen_q = seq.q_len if seq else p.seqlen_q
+    if seq:
+        emit("mov.u32", bsq, seq.q_row0)
+    else:
+        emit("mul.lo.u32", bsq, t.b, p.seqlen_q)
+    for half in (0, 1):
+        emit("rcp.f32", inv[half], l[half])
+        emit("setp.lt.u32", ok[half], rows.rows[half], seqlen_q)
+        emit("add.u32", idx, bsq, rows.rows[half])
+        emit("mad.lo.u32", idx, idx, p.heads, t.h)           # (b * Sq + row) * Hq + h
+        emit("mul.lo.u32", idx, idx, dv)
+        emit("add.u32", idx, idx, q)
+        emit("add.u32", idx, idx, q)                         # + 2q
+        off = prog.reg("u64")
+        emit("mul.wide.u32", off, idx, 2)
+        emit("add.u64", row_base[half], p.out, off)
+    convert = "cvt.f16x2.f32" if c.layout.dtype == "f16" else "cvt.bf16x2.f32"
+    for jb in range(len(total) // 4):
+        if fp8:
+            vd = prog.regs("f32", 2)
+            addr = prog.reg("u64")
+            emit("add.u64", addr, rows.vd_base, 4 * 8 * jb)
+            emit("ld.global.v2.f32", vd[0], vd[1], addr)
+        for half in (0, 1):
+            vals = prog.regs("f32", 2)
+            for e in (0, 1):
+                emit("mul.f32", vals[e], total[4 * jb + 2 * half + e], inv[half])
+                if fp8:
+                    emit("mul.f32", vals[e], vals[e], vd[e])
+            packed = prog.reg("b32")
+            emit(convert, packed, vals[1], vals[0])            # high half: the odd column
+            dst = prog.reg("u64")
+            emit("add.u64", dst, row_base[half], 2 * 8 * jb)
+            emit("st.global.b32", dst, packed, guard=ok[half])
+
+    prog.comment("LSE from the first thread of each quad")
+    first = prog.reg("pred")
+    emit("setp.eq.u32", first, q, 0)
+    bh = prog.reg("u32")                          # LSE (B, Hq, Sq); packed (1, Hq, total_q)
+    if seq:
+        emit("mul.lo.u32", bh, t.h, p.packed.total_q)
+        emit("add.u32", bh, bh, seq.q_row0)
+    else:
+        emit("mad.lo.u32", bh, t.b, p.heads, t.h)
+    for half in (0, 1):
+        store = prog.reg("pred")
+        emit("and.pred", store, ok[half], first)
+        emit("lg2.f32", lg[half], l[half])
+        emit("add.f32", lg[half], lg[half], A[half])
+        if fp8:
+            emit("sub.f32", lg[half], lg[half], f32(float(P_OFFSET_LOG2)))
+        emit("mul.f32", lg[half], lg[half], f32(LN2))
+        if seq:
+            emit("add.u32", idx, bh, rows.rows[half])
+        else:
+            emit("mad.lo.u32", idx, bh, p.seqlen_q, rows.rows[half])
+        off, addr = prog.regs("u64", 2)
+        emit("mul.wide.u32", off, idx, 4)
+        emit("add.u64", addr, p.lse, off)
+        emit("st.global.f32", addr, lg[half], guard=store)

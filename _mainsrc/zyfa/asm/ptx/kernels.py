@@ -1,0 +1,126 @@
+"""The attention kernel assembled once per specialization, and its Python call."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+
+import torch
+
+from ...spec.constants import LOG2E
+from ...spec.rules import DEFAULT_P_RULE
+from ...spec.shapes import Packed
+from ...spec.descales import head_factor, per_channel_v_descale
+from ...spec.key_order import hopper_vt
+from ...tma import tma_ready
+from . import attention as attn
+from .assemble import assemble
+from .loader import Kernel, tensor_map
+
+
+@functools.cache
+def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed: bool) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
+                  attn.layout_for(dqk, packed=packed).shared_bytes)
+
+
+@functools.cache
+def _attention_16(dtype: str, causal: bool, dqk: int, dv: int, arch: str, device: int, packed: bool) -> Kernel:
+    name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
+                  attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
+
+
+def _device_index(dev: torch.device) -> int:
+    return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+def _batch(q, k, packed: Packed | None) -> tuple[int, int, int, list]:
+    """(batch, seqlen_q, seqlen_k) the grid and descales go by, and the packed kernel's extra
+    arguments (layout.PACKED_PARAMS): a packed batch's tensors are batch 1, (1, total, heads, dim)."""
+    if packed is None:
+        return q.shape[0], q.shape[1], k.shape[1], []
+    tables = [ctypes.c_uint64(t.data_ptr()) for t in (packed.cu_q, packed.k_start, packed.k_len, packed.v_start)]
+    return packed.batch, packed.max_seqlen_q, packed.max_seqlen_k, tables + [ctypes.c_uint32(q.shape[1])]
+
+
+def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device) -> tuple:
+    if layout.specialized:                         # a line of CTAs, one a 128-row tile
+        tiles = -(-Sq // (2 * attn.BLOCK_M)) * B * Hq
+        if layout.packed:                          # one CTA an SM over the tiles: a packed batch's
+            # short sequences leave each tile a few blocks, and a CTA's producer loads the next
+            # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
+            return (min(tiles, torch.cuda.get_device_properties(device).multi_processor_count),)
+        return (tiles,)
+    return (-(-Sq // attn.BLOCK_M), B * Hq)
+
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None = None):
+    """BF16 / FP16 attention with head dims in attn.HEAD_DIMS_16 by the generated sm_90a
+    kernel; inputs validated by flash_attn_func. Returns (out in the input type, lse float32).
+    ``packed``: q, k, v are a packed batch's tokens as batch 1 (k and v share k_start); out
+    (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""
+    Sq_total, Hq, D = q.shape[1:]
+    Hkv, Dv = k.shape[2], v.shape[-1]
+    if (D, Dv) not in attn.HEAD_DIMS_16 or q.dtype not in DTYPE_NAMES:
+        raise ValueError(f"the generated 16-bit kernel takes head dims {attn.HEAD_DIMS_16} in bf16 / fp16, "
+                         f"got ({D}, {Dv}) {q.dtype}")
+    B, Sq, Sk, extra = _batch(q, k, packed)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    dev = q.device
+    dtype = DTYPE_NAMES[q.dtype]
+    fac = torch.full((B, Hkv), scale * LOG2E, dtype=torch.float32, device=dev)
+    q8, k8, v8 = (tma_ready(x).view(torch.uint8) for x in (q, k, v))
+    out = torch.empty(q.shape[0], Sq_total, Hq, Dv, dtype=q.dtype, device=dev)
+    lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
+    layout = attn.layout_for(D, dtype, Dv, packed is not None)
+    col, bn = attn.COLUMN_TILE, layout.block_n   # every tile is 128 bytes wide: no tail maps (passed again, unused)
+    q_map, k_map = tensor_map(q8, (1, attn.BLOCK_M, 1, col)), tensor_map(k8, (1, bn, 1, col))
+    maps = [q_map, k_map, tensor_map(v8, (1, bn, 1, col)), q_map, k_map]
+    ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
+    sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
+    kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", _device_index(dev), packed is not None)
+    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
+    return out, lse
+
+
+def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
+                  p_rule=DEFAULT_P_RULE, ref_rule="block", packed: Packed | None = None):
+    """FP8 attention with head dims (128, 128) or MLA's (192, 128) by the generated sm_90a
+    kernel; inputs validated by flash_attn_func (coarse q/k descales, ref_rule "block", any
+    P rule). Returns (out BF16, lse float32). The head dims pick the schedule and the P
+    rule the row sums (attn.attention_kernel). ``packed``: q, k are a packed batch's tokens as
+    batch 1 and v its V^T with sequences at 16-key starts (triton_kernels.launch.packed_vt's
+    layout, packed.v_start); descales per (sequence, kv head); out (1, total_q, Hq, Dv), lse
+    (1, Hq, total_q)."""
+    if ref_rule != "block":
+        raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
+    Sq_total, Hq, D = q.shape[1:]
+    Hkv, Dv = k.shape[2], v.shape[-1]
+    if (D, Dv) not in attn.HEAD_DIMS:
+        raise ValueError(f"the generated kernel takes head dims {attn.HEAD_DIMS}, got ({D}, {Dv})")
+    B, Sq, Sk, extra = _batch(q, k, packed)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    dev = q.device
+    fac = head_factor(q_descale, k_descale, B, Hkv, scale, dev)
+    vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
+    q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
+    vt = hopper_vt(v).reshape(v.shape[0] * Hkv, Dv, -1)
+    out = torch.empty(q.shape[0], Sq_total, Hq, Dv, dtype=torch.bfloat16, device=dev)
+    lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
+    # boxes of one 128-byte column tile; Dqk 192's columns 128-191 by the tail maps, in boxes
+    # of 64 bytes with the 64-byte swizzle (the d128 kernel has the same maps again, unused)
+    tail = attn.TAIL if D > attn.HEAD_DIM else attn.HEAD_DIM        # box width = swizzle width
+    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, attn.HEAD_DIM)), tensor_map(k8, (1, attn.BLOCK_N, 1, attn.HEAD_DIM)),
+            tensor_map(vt, (1, Dv, attn.BLOCK_N)),
+            tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), tensor_map(k8, (1, attn.BLOCK_N, 1, tail), tail)]
+    ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
+    sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
+    layout = attn.layout_for(D, packed=packed is not None)
+    kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None)
+    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
+    return out, lse

@@ -1,0 +1,188 @@
+"""Where the generated Hopper kernel keeps things: tile sizes, the two schedules' shapes and
+shared-memory layouts for E4M3 and 16-bit (BF16 / FP16) inputs, kernel names and parameters,
+and the wgmma accumulator fragment (which row and column a thread's accumulator register
+holds)."""
+from __future__ import annotations
+
+import dataclasses
+
+BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128     # HEAD_DIM: one 128-byte column tile (and Dv)
+HEAD_DIMS = ((128, 128), (192, 128))           # (Dqk, Dv) the FP8 kernel takes; MLA's 192 as two tiles
+# (Dqk, Dv) of the 16-bit kernel: rows in 128-byte column tiles; d256 in 64-key blocks (K and V
+# tiles of 128 keys would take 64 KB each)
+HEAD_DIMS_16 = ((64, 64), (128, 128), (192, 128), (256, 256))
+DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}      # input type -> bytes an element
+COLUMN_TILE = 128                              # bytes: the 128-byte swizzle's row
+TAIL = 64      # Dqk 192: columns 128-191 as a second tile of 64-byte rows (64-byte swizzle)
+THREADS = 128                               # one warpgroup
+Q_BYTES = BLOCK_M * HEAD_DIM                # one 128-byte column tile of Q
+ONES_BYTES = 8 * HEAD_DIM                   # the ones tile: B of the half-precision row-sum wgmma
+KV_BYTES = BLOCK_N * HEAD_DIM               # one K tile or one V^T tile
+ACC = BLOCK_N // 2                          # f32 accumulator registers per thread (m64n128)
+# 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 serial kernels'
+# shared memory its 227 KB: three CTAs per SM, so one's softmax can overlap another's wgmma.
+# (The half-precision row sums are waited for before P.V, so their half2 P is dead before
+# P.V's accumulator lives and they fit the same budget.)
+REGISTER_BUDGET = 168
+SHARED_LIMIT = 227 * 1024                   # dynamic shared memory a CTA may opt into (sm_90)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A kernel's shape and its shared memory, from the aligned base:
+    Q tiles | ones tile (E4M3) | stages of K tile(s), V^T (E4M3) or V (16-bit) | mbarriers.
+    Rows of Q, K and 16-bit V lie in column tiles of 128 bytes (E4M3 Dqk 192: then one of 64),
+    each tile's rows contiguous."""
+    dqk: int          # Q / K columns: 128, or MLA's 192; 16-bit: also 64
+    consumers: int    # warpgroups that compute, 64 query rows each (2: plus a producer warpgroup)
+    stages: int       # K / V stages
+    dtype: str = "e4m3"   # "e4m3": V arrives as V^T; "bf16" / "f16": V as stored (MN-major B)
+    dv: int = HEAD_DIM    # V columns
+    block_n: int = BLOCK_N    # keys a block (16-bit d256: 64, so that two stages fit)
+    packed: bool = False  # a packed (varlen) batch: each sequence's rows from cu_seqlens (PACKED_PARAMS)
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.elem_bytes == 1
+
+    @property
+    def specialized(self) -> bool:
+        """A producer warpgroup and two consumers (specialized.py), else one warpgroup."""
+        return self.consumers > 1
+
+    @property
+    def qk_tiles(self) -> list[tuple[int, int]]:
+        """(first byte, width in bytes) of each column tile of a Q / K row."""
+        row = self.dqk * self.elem_bytes
+        return [(c, min(COLUMN_TILE, row - c)) for c in range(0, row, COLUMN_TILE)]
+
+    @property
+    def v_tiles(self) -> list[tuple[int, int]]:
+        """16-bit: (first byte, width) of each column tile of a V row (E4M3 V^T: one tile)."""
+        return [(c, COLUMN_TILE) for c in range(0, self.dv * self.elem_bytes, COLUMN_TILE)]
+
+    @property
+    def q_bytes(self) -> int:
+        """One consumer's Q tiles: 64 rows x Dqk elements."""
+        return BLOCK_M * self.dqk * self.elem_bytes
+
+    @property
+    def k_bytes(self) -> int:
+        """One stage's K tile(s): 128 keys x Dqk elements."""
+        return self.block_n * self.dqk * self.elem_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        """One stage: the K tile(s), then V^T or V (128 keys x Dv elements)."""
+        return self.k_bytes + self.block_n * self.dv * self.elem_bytes
+
+    @property
+    def ones_bytes(self) -> int:
+        """The ones tile of the FP8 kernel's half-precision row sums."""
+        return ONES_BYTES if self.is_fp8 else 0
+
+    @property
+    def stage0(self) -> int:
+        """Byte offset of stage 0, after the Q tiles and the ones tile; 1024-aligned."""
+        return self.q_bytes * self.consumers + self.ones_bytes
+
+    @property
+    def bar_offset(self) -> int:
+        """Byte offset of the mbarriers, after the stages."""
+        return self.stage0 + self.stages * self.stage_bytes
+
+    @property
+    def split_kv(self) -> bool:
+        """16-bit kernels: K and V of a stage have their own "full" and "free" mbarriers, so
+        K(j) is released once S(j) is done and the producer reloads it a block earlier than
+        if it waited for P V(j) too (FlashAttention-3 keeps K and V in separate pipelines)."""
+        return not self.is_fp8 and self.specialized
+
+    @property
+    def barriers(self) -> int:
+        """Q full and one "full" per stage; the specialized kernel adds one "free" per stage
+        and Q free (its producer waits on them before reusing a buffer); split_kv adds V's
+        "full" and "free" per stage."""
+        return 1 + self.stages + (self.stages + 1 if self.specialized else 0) + (2 * self.stages if self.split_kv else 0)
+
+    @property
+    def pins_softmax(self) -> bool:
+        """16-bit kernels: each block's row sums are stored to a scratch word before P V(j - 1)
+        is waited for, which keeps ptxas from hoisting that wait above the softmax. Measured on
+        the H200 (bench/PTX_NOTES.md, 16-bit v4, v5): +2-7% at d128, even at d64; -16% at MLA
+        192/128 while K and V shared their mbarriers (the release after P V came later still),
+        +25% over that at MLA and +35% at d256 with split_kv."""
+        return not self.is_fp8
+
+    @property
+    def scratch_offset(self) -> int:
+        """A word per consumer thread after the mbarriers (pins_softmax)."""
+        return self.bar_offset + 8 * self.barriers
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory of the kernel (+ slack to align the base to 1024)."""
+        scratch = 4 * THREADS * self.consumers if self.pins_softmax else 0
+        return self.scratch_offset + scratch + 1024
+
+    @property
+    def threads(self) -> int:
+        return THREADS * (1 + self.consumers) if self.specialized else THREADS
+
+
+def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False) -> Layout:
+    """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
+    v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
+    warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K).
+    MLA's Dqk 192, whose K tiles leave room for two such CTAs only: the producer / two-consumer
+    kernel ("specialized", +23%), its producer up to three blocks ahead in four stages.
+    16-bit inputs: the specialized kernel with as many stages as fit, up to four (K and V
+    tiles twice the bytes: 64 KB a stage at d128, which fits three)."""
+    if dtype != "e4m3":
+        block_n = 64 if dqk > 192 else BLOCK_N
+        for stages in (4, 3, 2):
+            layout = Layout(dqk, 2, stages, dtype, dv, block_n, packed)
+            if layout.shared_bytes <= SHARED_LIMIT:
+                return layout
+        raise ValueError(f"no 16-bit layout fits head dims ({dqk}, {dv})")
+    return Layout(dqk, 2, 4, packed=packed) if dqk > HEAD_DIM else Layout(dqk, 1, 2, packed=packed)
+
+
+# v_map: E4M3 V^T, or 16-bit V; the tail maps: E4M3 Dqk 192 only (16-bit tiles are all 128 bytes)
+PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".align 64 .b8", "v_map[128]"),
+          (".align 64 .b8", "q_tail_map[128]"), (".align 64 .b8", "k_tail_map[128]"),
+          (".u64", "out_ptr"), (".u64", "lse_ptr"), (".u64", "fac_ptr"), (".u64", "vd_ptr"),
+          (".u32", "seqlen_q"), (".u32", "seqlen_k"), (".u32", "heads"), (".u32", "kv_heads"), (".u32", "batch")]
+
+
+# a packed batch's kernel adds, per sequence (int32, batch entries; cu_q batch + 1): its first
+# query row, first key row in k (16-bit: and v), key count, first key in FP8 V^T; and the
+# total query rows (the LSE's row length). seqlen_q / seqlen_k are then the longest lengths.
+PACKED_PARAMS = [(".u64", "cu_q_ptr"), (".u64", "k_start_ptr"), (".u64", "k_len_ptr"), (".u64", "v_start_ptr"),
+                 (".u32", "total_q")]
+
+
+def params_for(layout: Layout) -> list:
+    return PARAMS + PACKED_PARAMS if layout.packed else PARAMS
+
+
+def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False) -> str:
+    return f"zyfa_attn_fp8_d{dqk}_{rule}_{'causal' if causal else 'full'}{'_packed' if packed else ''}"
+
+
+def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False) -> str:
+    return f"zyfa_attn_{dtype}_d{dqk}_{dv}_{'causal' if causal else 'full'}{'_packed' if packed else ''}"
+
+
+def acc_row_half(i: int) -> int:
+    """0 for accumulator registers of row g, 1 for row g + 8."""
+    return (i % 4) // 2
+
+
+def acc_column(i: int) -> int:
+    """Column of accumulator register i, less the thread's 2q."""
+    return 8 * (i // 4) + i % 2

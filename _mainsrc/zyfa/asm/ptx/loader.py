@@ -1,0 +1,79 @@
+"""Load cubins and launch their kernels on PyTorch's current stream, through the CUDA
+driver API of cuda-python (``pip install 'zyfa[cuda]'``)."""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        raise ImportError("zyfa's generated kernels need cuda-python (pip install 'zyfa[cuda]')") from e
+    return driver
+
+
+def _check(result, what: str):
+    drv = _driver()
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+class Kernel:
+    """One function of a loaded cubin, bound to the device of its first use."""
+
+    def __init__(self, cubin: bytes, name: str, device: torch.device, shared_bytes: int = 0):
+        drv = _driver()
+        torch.cuda.init()
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        with torch.cuda.device(idx):
+            torch.cuda.current_stream().synchronize()        # makes the primary context current
+            _check(drv.cuInit(0), "cuInit")
+            ctx = _check(drv.cuDevicePrimaryCtxRetain(_check(drv.cuDeviceGet(idx), "cuDeviceGet")),
+                         "cuDevicePrimaryCtxRetain")
+            _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+            self._module = _check(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
+            self._fn = _check(drv.cuModuleGetFunction(self._module, name.encode()), f"cuModuleGetFunction({name})")
+            if shared_bytes > 48 * 1024:          # dynamic shared memory past 48 KB must be opted into
+                _check(drv.cuFuncSetAttribute(
+                    self._fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes), "cuFuncSetAttribute")
+        self.name, self.device, self.shared_bytes = name, idx, shared_bytes
+
+    def __call__(self, grid: tuple, block: tuple, args: list) -> None:
+        """args in the kernel's parameter order: ctypes values (c_uint64 for pointers), or
+        cuda-python structures such as a CUtensorMap (passed by value, 128 bytes)."""
+        drv = _driver()
+        ptrs = (ctypes.c_void_p * len(args))(*[a.getPtr() if hasattr(a, "getPtr") else ctypes.addressof(a)
+                                                for a in args])
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        b = tuple(block) + (1,) * (3 - len(block))
+        _check(drv.cuLaunchKernel(self._fn, *g, *b, self.shared_bytes, drv.CUstream(stream),
+                                  ctypes.addressof(ptrs), 0), f"launching {self.name}")
+
+
+def tensor_map(t: torch.Tensor, box: tuple, swizzle: int = 128):
+    """A TMA descriptor over a tensor of 1-byte elements (up to 5 dims, innermost contiguous,
+    other strides multiples of 16 bytes), loading boxes of shape ``box`` (same order as
+    t.shape). Reads past the tensor's bounds fill with zeros."""
+    drv = _driver()
+    if t.element_size() != 1 or t.stride(-1) != 1 or len(box) != t.dim() or not 1 <= t.dim() <= 5:
+        raise ValueError(f"need a 1-5 dim tensor of 1-byte elements, innermost contiguous, and a box of as "
+                         f"many dims; got {t.dtype} {tuple(t.shape)} strides {t.stride()} box {box}")
+    if t.data_ptr() % 16 or any(st % 16 for st in t.stride()[:-1]):
+        raise ValueError(f"TMA needs a 16-byte aligned base and strides, got strides {t.stride()}")
+    modes = {128: "CU_TENSOR_MAP_SWIZZLE_128B", 64: "CU_TENSOR_MAP_SWIZZLE_64B", 0: "CU_TENSOR_MAP_SWIZZLE_NONE"}
+    swizzle = getattr(drv.CUtensorMapSwizzle, modes[swizzle])
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    return _check(drv.cuTensorMapEncodeTiled(
+        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, t.dim(), t.data_ptr(),
+        [u64(n) for n in reversed(t.shape)], [u64(st) for st in reversed(t.stride()[:-1])],
+        [u32(n) for n in reversed(box)], [u32(1)] * t.dim(),
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")

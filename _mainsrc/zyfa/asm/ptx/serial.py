@@ -1,0 +1,61 @@
+"""The serial schedule of the generated Hopper kernel (the default for head dims 128 / 128):
+one CTA = one warpgroup = 64 query rows of one head, three CTAs an SM; key blocks of 128 =
+the spec's block_n; grid (query tiles, batch * heads), heaviest query tiles first.
+
+  prologue   TMA loads of the Q tile and the first K / V^T block; block bounds of the
+             unmasked part and the masked diagonal band (bottom-right causal, tails)
+  per block  thread 0 starts the TMA loads of the next block into the other stage;
+             S = Q K^T (4 x wgmma m64n128k32, both operands in shared memory), waited for;
+             the block step (block.py): mask, row max, P codes, row sums, P V^T and the
+             two-level accumulation
+  epilogue   out = total / l * v_descale in BF16, LSE = ln2 (A + log2 l - 8)
+"""
+from __future__ import annotations
+
+from ..program import Program
+from .block import emit_accumulators, emit_block, emit_scores
+from .cta import emit_positive_factor, emit_prologue
+from .epilogue import emit_epilogue
+from .layout import ACC, BLOCK_N, Layout
+from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
+from .smem import emit_descriptor, emit_wait
+
+
+def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
+    emit = prog.emit
+    c, rows = emit_prologue(prog, causal, layout)
+    thread, tile, shared = c.thread, c.tile, c.shared
+    prog.comment("thread 0: barriers, then the Q tile and the first K / V^T block")
+    ones = emit_setup(prog, c, rule, [1] * (1 + layout.stages))
+    emit("bra.div", "LOADS_STARTED", guard=f"!{thread.leader}")
+    emit("mbarrier.expect_tx", shared.bar_q, layout.q_bytes)
+    emit_q_load(prog, c, shared.base, tile.start_m)
+    emit_kv_load(prog, c, thread.zero)
+    prog.label("LOADS_STARTED")
+    emit_wait(prog, shared.bar_q, 0, "WAIT_Q")
+    emit_positive_factor(prog, c, rows)
+    dq = emit_descriptor(prog, shared.base)
+    d_ones = emit_descriptor(prog, ones) if ones is not None else None
+
+    total, A, l = emit_accumulators(prog)
+    j, start_n = prog.regs("u32", 2)
+    emit("mov.u32", j, 0)
+    emit("mov.u32", start_n, 0)
+
+    prog.comment("per block: prefetch the next block; S = Q K^T, waited for; the softmax and P V^T")
+    s = prog.regs("f32", ACC)
+    next_j, more = prog.reg("u32"), prog.reg("pred")
+    prog.label("BLOCK_LOOP")
+    emit("add.u32", next_j, j, 1)
+    emit_prefetch(prog, c, next_j)
+    emit_scores(prog, c, shared.base, dq, j, s, "")
+    emit("wgmma.wait", 0)
+    emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l)
+    emit("bar.sync", 0)                           # every warp is done with this stage
+    emit("mov.u32", j, next_j)
+    emit("add.u32", start_n, start_n, BLOCK_N)
+    emit("setp.lt.u32", more, j, tile.n_blocks)
+    emit("bra", "BLOCK_LOOP", guard=more)
+
+    emit_epilogue(prog, c, rows, total, A, l)
+    emit("ret")

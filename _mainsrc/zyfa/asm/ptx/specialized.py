@@ -1,0 +1,384 @@
+"""The warp-specialized schedule of the generated Hopper kernel (the default for MLA's head
+dims 192 / 128): FlashAttention-3's structure around the same block step (block.py) as the
+serial kernel.
+
+One CTA = 128 query rows of one head, 384 threads:
+  warpgroup 0  producer: gives up registers (setmaxnreg 24); thread 0 loads each key
+               block's K and V^T by TMA into a ring of four stages, waiting for a stage's
+               "free" mbarrier (one arrival per consumer warp) before reuse
+  warpgroups 1, 2  consumers of 64 rows each (setmaxnreg 240); per key block j one GEMM
+               phase, S(j) = Q K_j^T and P(j-1) V_{j-1}^T issued together, then the
+               softmax of S(j) while the tensor cores run the phase
+
+The arithmetic is the serial kernel's, block by block (total = total * alpha + block * beta
+in the same order), so the outputs are bit-identical to it. A CTA takes tiles x, x +
+nctaid.x, ... and counts its loads across them (the stage ring's position) and its tiles
+(the Q mbarriers' phases); the launch gives every tile its own CTA, so each runs the tile
+loop once, which stays as measured. Versions and H200 timings: bench/PTX_NOTES.md (v11-v15).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..program import Program, Reg
+from .block import (
+    emit_accumulators,
+    emit_fold,
+    emit_pv_issue,
+    emit_rescale,
+    emit_row_update,
+    emit_scores,
+    emit_softmax,
+)
+from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
+from .cta import Cta, emit_positive_factor, emit_prologue, emit_rows, emit_work
+from .epilogue import emit_epilogue
+from .layout import ACC, BLOCK_M, BLOCK_N, THREADS, Layout
+from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
+                    emit_setup, emit_v_rows, stage)
+from .smem import emit_descriptor, emit_wait
+
+PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
+MAX_REGISTERS = (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) // 3      # 168: what the launch allots
+Q_BARRIER = 3                          # named barriers 3 and 4: each consumer's own 128 threads
+CONSUMER_WARPS = 8                     # arrivals that free a stage, or the Q tiles
+
+
+@dataclasses.dataclass(frozen=True)
+class TileLoop:
+    """The tiles of 128 query rows, query tile fastest within a (batch, head)."""
+    per_head: Reg           # query tiles a (batch, head)
+    count: Reg              # tiles in all
+    q_free: Reg             # mbarrier: the consumers are done with the Q tiles
+
+
+def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
+    emit = prog.emit
+    c, _ = emit_prologue(prog, causal, layout)
+    params, shared = c.params, c.shared
+    producer = prog.reg("pred")
+    emit("setp.eq.u32", producer, c.thread.wg, 0)
+    # mbarriers: Q full, stages full, stages free, Q free (split_kv: then V full, V free)
+    n = layout.stages
+    counts = [1] + [1] * n + [CONSUMER_WARPS] * (n + 1)
+    if layout.split_kv:                                    # V full, V free
+        counts += [1] * n + [CONSUMER_WARPS] * n
+    ones = emit_setup(prog, c, rule, counts, writers=producer)
+    q_free, per_head, count = prog.regs("u32", 3)
+    emit("add.u32", q_free, shared.free0, 8 * n)
+    emit("add.u32", per_head, params.seqlen_q, 2 * BLOCK_M - 1)
+    emit("shr.u32", per_head, per_head, 7)
+    emit("mul.lo.u32", count, per_head, params.heads)
+    emit("mul.lo.u32", count, count, params.batch)
+    tiles = TileLoop(per_head, count, q_free)
+    emit("bra", "PRODUCER", guard=producer)
+
+    if layout.is_fp8:
+        _emit_consumer(prog, c, tiles, rule, ones)
+    else:
+        _emit_consumer_16(prog, c, tiles)
+    emit("ret")
+    prog.label("PRODUCER")
+    _emit_producer(prog, c, tiles)
+    emit("ret")
+
+
+def _emit_tile_loop_head(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: str) -> None:
+    """At ``label``: leave for {label}_DONE once tile ``t`` is past the last, else the tile's work."""
+    done = prog.reg("pred")
+    prog.label(label)
+    prog.emit("setp.ge.u32", done, t, tiles.count)
+    prog.emit("bra.div", f"{label}_DONE", guard=done)
+    ty, bh = prog.regs("u32", 2)
+    prog.emit("rem.u32", ty, t, tiles.per_head)
+    prog.emit("div.u32", bh, t, tiles.per_head)
+    prog.emit("sub.u32", ty, tiles.per_head, ty)
+    prog.emit("sub.u32", ty, ty, 1)                       # heaviest query tile first
+    emit_work(prog, c.params, c.thread, c.tile, c.layout, ty, bh)
+    if c.layout.packed:                                   # past its sequence's queries: the next tile
+        prog.emit("bra.div", f"{label}_SKIP", guard=c.tile.seq.empty)
+
+
+def _emit_tile_skip(prog: Program, c: Cta, t: Reg, label: str) -> None:
+    """A packed batch's empty tile: on to tile t + nctaid.x, no load or mbarrier phase used."""
+    if c.layout.packed:
+        n = prog.reg("u32")
+        prog.label(f"{label}_SKIP")
+        prog.emit("mov.u32", n, "%nctaid.x")
+        prog.emit("add.u32", t, t, n)
+        prog.emit("bra.div", label)
+
+
+def _phase_of(prog: Program, count: Reg, flip: bool = False) -> Reg:
+    """The mbarrier parity of use number ``count`` of a barrier used once per round (a
+    waiter for "free" waits for the previous round: ``flip``)."""
+    phase = prog.reg("u32")
+    prog.emit("and.b32", phase, count, 1)
+    if flip:
+        prog.emit("xor.b32", phase, phase, 1)              # a fresh barrier has completed "round -1"
+    return phase
+
+
+def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
+    """Thread 0: per tile, both Q tiles once the consumers are done with the last ones, then
+    its key blocks, each once its stage is free again."""
+    emit = prog.emit
+    shared, tile = c.shared, c.tile
+    emit("setmaxnreg.dec", PRODUCER_REGISTERS)
+    emit("bra.div", "PRODUCER_DONE", guard=f"!{c.thread.leader}")
+    t, it, slot, j = prog.regs("u32", 4)
+    emit("mov.u32", t, "%ctaid.x")
+    emit("mov.u32", it, 0)
+    emit("mov.u32", slot, 0)
+    _emit_tile_loop_head(prog, c, tiles, t, "PRODUCE_TILE")
+    emit_wait(prog, tiles.q_free, _phase_of(prog, it, flip=True), "WAIT_Q_FREE")
+    second_q, q1 = prog.regs("u32", 2)
+    emit("add.u32", second_q, tile.tile_m, BLOCK_M)
+    emit("add.u32", q1, shared.base, c.layout.q_bytes)
+    emit("mbarrier.expect_tx", shared.bar_q, 2 * c.layout.q_bytes)
+    emit_q_load(prog, c, shared.base, tile.tile_m)
+    emit_q_load(prog, c, q1, second_q)
+    emit("mov.u32", j, 0)
+    done = prog.reg("pred")
+    prog.label("LOAD_LOOP")
+    emit("setp.ge.u32", done, j, tile.n_blocks)
+    emit("bra.div", "TILE_LOADED", guard=done)
+    _, rounds = emit_ring_position(prog, c.layout.stages, slot)
+    emit_wait(prog, _free_bar(prog, c, slot), _phase_of(prog, rounds, flip=True), "WAIT_FREE")
+    if c.layout.split_kv:
+        _emit_split_load(prog, c, j, slot, rounds)
+    else:
+        emit_kv_load(prog, c, j, slot)
+    emit("add.u32", j, j, 1)
+    emit("add.u32", slot, slot, 1)
+    emit("bra.div", "LOAD_LOOP")
+    prog.label("TILE_LOADED")
+    _emit_next_tile(prog, t, it)
+    emit("bra.div", "PRODUCE_TILE")
+    _emit_tile_skip(prog, c, t, "PRODUCE_TILE")
+    prog.label("PRODUCE_TILE_DONE")
+    prog.label("PRODUCER_DONE")
+
+
+def _emit_split_load(prog: Program, c: Cta, block: Reg, slot: Reg, rounds: Reg) -> None:
+    """split_kv: K into the stage now (its K is free), V once the stage's V is free too."""
+    k_tile, v_tile, bar, _ = stage(prog, c, slot)
+    key0 = emit_first_key(prog, c, block)
+    prog.emit("mbarrier.expect_tx", bar, c.layout.k_bytes)
+    emit_k_rows(prog, c, k_tile, key0, bar)
+    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_free0), _phase_of(prog, rounds, flip=True), "WAIT_V_FREE")
+    v_full = _v_bar(prog, c, slot, c.shared.v_full0)
+    prog.emit("mbarrier.expect_tx", v_full, c.layout.stage_bytes - c.layout.k_bytes)
+    emit_v_rows(prog, c, v_tile, key0, v_full)
+
+
+def _emit_next_tile(prog: Program, t: Reg, it: Reg) -> None:
+    n = prog.reg("u32")
+    prog.emit("mov.u32", n, "%nctaid.x")
+    prog.emit("add.u32", t, t, n)
+    prog.emit("add.u32", it, it, 1)
+
+
+def _emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg) -> None:
+    """BLOCK_LOOP: on to block j + 1 (its load number, first key); past the tile's last block,
+    on to LAST_PV."""
+    last = prog.reg("pred")
+    prog.label("BLOCK_LOOP")
+    prog.emit("mov.u32", prev_slot, slot)
+    prog.emit("add.u32", slot, slot, 1)
+    prog.emit("add.u32", j, j, 1)
+    prog.emit("add.u32", start_n, start_n, c.layout.block_n)
+    prog.emit("setp.ge.u32", last, j, c.tile.n_blocks)
+    prog.emit("bra", "LAST_PV", guard=last)
+
+
+def _emit_release(prog: Program, c: Cta, bar: Reg) -> None:
+    """One arrival per warp on the "free" mbarrier at ``bar``."""
+    prog.emit("mbarrier.arrive", bar, guard=c.thread.lane0)
+
+
+def _free_bar(prog: Program, c: Cta, slot: Reg) -> Reg:
+    """The "free" mbarrier of load number ``slot``'s stage."""
+    bar = prog.reg("u32")
+    stage_, _ = emit_ring_position(prog, c.layout.stages, slot)
+    prog.emit("mad.lo.u32", bar, stage_, 8, c.shared.free0)
+    return bar
+
+
+def _v_bar(prog: Program, c: Cta, slot: Reg, first: Reg) -> Reg:
+    """split_kv: V's "full" (``first`` = shared.v_full0) or "free" (v_free0) mbarrier of load
+    number ``slot``'s stage."""
+    bar = prog.reg("u32")
+    stage_, _ = emit_ring_position(prog, c.layout.stages, slot)
+    prog.emit("mad.lo.u32", bar, stage_, 8, first)
+    return bar
+
+
+def _emit_v_wait(prog: Program, c: Cta, slot: Reg, tag: str) -> None:
+    """split_kv: spin until load number ``slot``'s V has landed."""
+    _, rounds = emit_ring_position(prog, c.layout.stages, slot)
+    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_full0), _phase_of(prog, rounds), f"WAIT_V{tag}")
+
+
+def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
+    emit = prog.emit
+    q_sync, q_tile, dq = _emit_consumer_start(prog, c)
+    d_ones = emit_descriptor(prog, ones) if ones is not None else None
+    t, it, base = prog.regs("u32", 3)                     # base: the slot of the tile's block 0
+    emit("mov.u32", t, "%ctaid.x")
+    emit("mov.u32", it, 0)
+    emit("mov.u32", base, 0)
+
+    _emit_tile_loop_head(prog, c, tiles, t, "TILE")
+    rows = emit_rows(prog, c.params, c.thread, c.tile)
+    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")
+    emit_positive_factor(prog, c, rows, q_tile, sync=lambda: emit("bar.sync.n", q_sync, THREADS))
+
+    total, A, l = emit_accumulators(prog)
+    j, start_n, slot, prev_slot = prog.regs("u32", 4)
+    emit("mov.u32", j, 0)
+    emit("mov.u32", start_n, 0)
+    emit("mov.u32", slot, base)
+    s = prog.regs("f32", ACC)
+    p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
+    alpha, beta = prog.regs("f32", 2), prog.regs("f32", 2)
+
+    def keep(sm) -> None:
+        """P, alpha and beta of this block for its P V^T, issued in the next GEMM phase."""
+        for k in range(len(p_regs)):
+            for r in range(4):
+                emit("mov.b32", p_regs[k][r], sm.p_regs[k][r])
+        for half in (0, 1):
+            emit("mov.f32", alpha[half], sm.alpha[half])
+            emit("mov.f32", beta[half], sm.beta[half])
+
+    def fold(o, tag: str) -> None:
+        emit_rescale(prog, total, alpha, tag)
+        emit_fold(prog, o, total, beta)
+
+    def issue_pv(block_slot):
+        _, v_tile, _, _ = stage(prog, c, block_slot)
+        return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile))
+
+    prog.comment("block 0: its GEMM phase has Q K^T alone")
+    emit_kv_wait(prog, c, slot, "_FIRST")
+    emit_scores(prog, c, q_tile, dq, slot, s, "_FIRST", wait=False)
+    emit("wgmma.wait", 0)
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST")
+    emit_row_update(prog, sm, l, A)
+    keep(sm)
+
+    prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1")
+    _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
+    emit_kv_wait(prog, c, slot, "")
+    emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
+    o = issue_pv(prev_slot)
+    emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V^T may still run
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "", wait_rowsum=False)
+    emit("wgmma.wait", 0)                                  # P(j - 1) V^T and block j's row sums
+    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+    fold(o, "")
+    emit_row_update(prog, sm, l, A)
+    keep(sm)
+    emit("bra", "BLOCK_LOOP")
+
+    prog.label("LAST_PV")
+    o = issue_pv(prev_slot)
+    emit("wgmma.wait", 0)
+    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+    _emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
+    fold(o, "_LAST")
+    emit_epilogue(prog, c, rows, total, A, l)
+    _emit_tile_end(prog, c, t, it, base)
+
+
+def _emit_tile_end(prog: Program, c: Cta, t: Reg, it: Reg, base: Reg) -> None:
+    """A consumer after a tile's epilogue: its block slots advanced, on to the next tile."""
+    prog.emit("add.u32", base, base, c.tile.n_blocks)
+    _emit_next_tile(prog, t, it)
+    prog.emit("bra.div", "TILE")
+    _emit_tile_skip(prog, c, t, "TILE")
+    prog.label("TILE_DONE")
+
+
+def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
+    """A consumer's registers, its Q tile and Q's descriptor; returns (q_sync, q_tile, dq)."""
+    emit = prog.emit
+    emit("setmaxnreg.inc", CONSUMER_REGISTERS)
+    q_sync, q_tile = prog.regs("u32", 2)
+    emit("add.u32", q_sync, c.thread.wg, Q_BARRIER - 1)
+    emit("mad.lo.u32", q_tile, c.thread.wg, c.layout.q_bytes, c.shared.base)
+    emit("sub.u32", q_tile, q_tile, c.layout.q_bytes)
+    return q_sync, q_tile, emit_descriptor(prog, q_tile)
+
+
+def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
+    """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
+    P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
+    P(j - 1) V is done, the output is rescaled for block j. K(j) is released as soon as S(j)
+    is done, V(j - 1) once P(j - 1) V is (Layout.split_kv). (The two consumers taking turns
+    to issue, FlashAttention-3's ping-pong, a persistent grid, an unconditional rescale and a
+    rescale deferred beside the next S GEMM all measured slower here: bench/PTX_NOTES.md.)"""
+    emit = prog.emit
+    _, q_tile, dq = _emit_consumer_start(prog, c)
+    scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
+    emit("mov.u32", scratch, "%tid.x")
+    emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
+    emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
+    t, it, base = prog.regs("u32", 3)
+    emit("mov.u32", t, "%ctaid.x")
+    emit("mov.u32", it, 0)
+    emit("mov.u32", base, 0)
+
+    _emit_tile_loop_head(prog, c, tiles, t, "TILE")
+    rows = emit_rows(prog, c.params, c.thread, c.tile)
+    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")     # c > 0: softmax_scale is positive
+
+    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
+    j, start_n, slot, prev_slot = prog.regs("u32", 4)
+    emit("mov.u32", j, 0)
+    emit("mov.u32", start_n, 0)
+    emit("mov.u32", slot, base)
+    s = prog.regs("f32", c.layout.block_n // 2)
+    p_regs = [prog.regs("b32", 4) for _ in range(c.layout.block_n // 16)]   # P(j - 1): A of the P V in flight
+
+    def issue_pv(block_slot) -> None:
+        _, v_tile, _, _ = stage(prog, c, block_slot)
+        emit_pv16(prog, c, p_regs, v_tile, total)
+
+    prog.comment("block 0: its GEMM phase has Q K^T alone")
+    emit_kv_wait(prog, c, slot, "_FIRST")                 # K(0) (split_kv: the stage's "full" is K's)
+    emit_scores(prog, c, q_tile, dq, slot, s, "_FIRST", wait=False)
+    emit("wgmma.wait", 0)
+    _emit_release(prog, c, _free_bar(prog, c, slot))      # K(0) read
+    sm = emit_softmax16(prog, c, rows, start_n, s, A, "_FIRST")
+    emit_row_update16(prog, sm, l, A)
+    emit_pack16(prog, c, sm.p, p_regs)
+
+    prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
+    _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
+    emit_kv_wait(prog, c, slot, "")
+    emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
+    _emit_v_wait(prog, c, prev_slot, "")
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
+    _emit_release(prog, c, _free_bar(prog, c, slot))      # K(j) read: the producer may reload it
+    sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
+    both = prog.reg("f32")                                 # the softmax stays before the wait
+    emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
+    emit("st.shared.f32", scratch, both)
+    emit("wgmma.wait", 0)                                  # P(j - 1) V
+    _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
+    emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
+    emit_rescale(prog, total, sm.alpha, "")
+    emit_row_update16(prog, sm, l, A)
+    emit("bra", "BLOCK_LOOP")
+
+    prog.label("LAST_PV")
+    _emit_v_wait(prog, c, prev_slot, "_LAST")
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 0)
+    _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
+    _emit_release(prog, c, tiles.q_free)
+    emit_epilogue(prog, c, rows, total, A, l)
+    _emit_tile_end(prog, c, t, it, base)

@@ -1,0 +1,102 @@
+"""Benchmark shapes and their FLOP counts."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+SWEEP_SEQLENS = (1024, 2048, 4096, 8192, 16384, 32768)
+SWEEP_TOKENS = 32768
+SWEEP_HIDDEN = 2048                       # heads = 2048 / head_dim, FlashAttention's sweep
+SWEEP_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    group: str          # "sweep", "models", "quick", "capture"
+    name: str
+    B: int
+    Sq: int
+    Sk: int
+    Hq: int
+    Hkv: int
+    D: int
+    Dv: int
+    causal: bool = True
+    input: str = "realistic"
+    softmax_scale: float | None = None
+    lengths: tuple[int, ...] | None = None    # a packed (varlen) batch: each sequence's tokens
+
+    @property
+    def flops(self) -> float:
+        if self.lengths:
+            return sum(attention_flops(1, self.Hq, n, n, self.D, self.Dv, self.causal) for n in self.lengths)
+        return attention_flops(self.B, self.Hq, self.Sq, self.Sk, self.D, self.Dv, self.causal)
+
+
+def attention_flops(B, H, Sq, Sk, Dqk, Dv, causal) -> float:
+    """2·B·H·(pairs)·(Dqk + Dv), pairs counted exactly: with bottom-right causal alignment
+    query i sees i + 1 + Sk − Sq keys (Sq·Sk/2 ≈ FlashAttention's convention when Sq = Sk)."""
+    if causal:
+        pairs = Sq * (Sk - Sq) + Sq * (Sq + 1) / 2
+    else:
+        pairs = Sq * Sk
+    return 2.0 * B * H * pairs * (Dqk + Dv)
+
+
+def sweep_cases(dims=SWEEP_DIMS, seqlens=SWEEP_SEQLENS) -> list[Case]:
+    out = []
+    for D, Dv in dims:
+        H = 16 if D == 192 else SWEEP_HIDDEN // D
+        for S in seqlens:
+            B = max(1, SWEEP_TOKENS // S)
+            out.append(Case("sweep", f"d{D}/{Dv} {S // 1024}K", B, S, S, H, H, D, Dv))
+    return out
+
+
+def model_cases() -> list[Case]:
+    """The shapes ZYFA reports at 16K, 32K Gaussian, and the issues' headline shapes: d128 with
+    32 heads at 32K on realistic activations, and batch 4 at 4K."""
+    return [
+        Case("models", "Mistral-7B 16K", 1, 16384, 16384, 32, 8, 128, 128),
+        Case("models", "Qwen3-8B 16K", 1, 16384, 16384, 32, 8, 128, 128),
+        Case("models", "DeepSeek-V2-Lite 16K", 1, 16384, 16384, 16, 16, 192, 128),
+        Case("models", "32K Gaussian d128", 1, 32768, 32768, 32, 32, 128, 128, input="gaussian"),
+        Case("models", "d128 32 heads 32K", 1, 32768, 32768, 32, 32, 128, 128),
+        Case("models", "d128 batch 4 4K", 4, 4096, 4096, 32, 32, 128, 128),
+    ]
+
+
+def quick_cases() -> list[Case]:
+    """A subset that runs in under a minute (49 s on an H200 with every anchor)."""
+    return [Case("quick", "Mistral-7B 8K", 1, 8192, 8192, 32, 8, 128, 128),
+            Case("quick", "d128 4K", 8, 4096, 4096, 16, 16, 128, 128, input="gaussian")]
+
+
+# 16 sequences of 512 to 16K tokens, 64K in all, two of odd length, the longest last (its last
+# rows are where the error is measured)
+VARLEN_LENGTHS = (512, 8192, 1024, 6144, 2048, 4096, 3072, 1536, 5120, 768, 7168, 2560, 3584, 1279, 2049, 16384)
+
+
+def varlen_cases() -> list[Case]:
+    """A packed batch (FlashAttention's varlen layout) and a dense batch of the same tokens:
+    what varlen costs is the ratio of the two, beside the same ratio for FA3."""
+    n = len(VARLEN_LENGTHS)
+    return [Case("varlen", "varlen 16 seqs 64K GQA 32/8", n, max(VARLEN_LENGTHS), max(VARLEN_LENGTHS), 32, 8, 128,
+                 128, lengths=VARLEN_LENGTHS),
+            Case("varlen", "dense 4 x 16K GQA 32/8", 4, 16384, 16384, 32, 8, 128, 128)]
+
+
+def cases_for(names: str) -> list[Case]:
+    """Case groups by name: quick, sweep, models, varlen, all, or one head dim of the sweep (sweep-d128)."""
+    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases}
+    for d, dv in SWEEP_DIMS:
+        table[f"sweep-d{d}"] = functools.partial(sweep_cases, dims=((d, dv),))
+    out = []
+    for n in names.split(","):
+        if n == "all":
+            out += sweep_cases() + model_cases()
+        elif n in table:
+            out += table[n]()
+        else:
+            raise ValueError(f"--cases takes a comma-separated list of {sorted(table) + ['all']}, got {n!r}")
+    return out

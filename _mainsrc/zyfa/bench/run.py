@@ -1,0 +1,199 @@
+"""`zyfa bench`: run the cases, record them in bench/results/<gpu>.json under today's run
+(zyfa.bench.store), and write RESULTS.md and plots.
+
+    zyfa bench [--cases quick|sweep|models|all] [--activations FILE] [--out DIR]
+
+Records of an earlier run of the same day are kept unless the same (case, method) is
+measured again, so a suite can be run in parts.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import zlib
+from importlib import metadata
+
+import torch
+
+from .cases import Case, cases_for
+from .measure import Power, median_ms, rel_err
+from .methods import Inputs, Method, all_methods
+from .store import gpu_name, load, results_file, run_key, save_entry
+
+
+def versions(power: Power | None) -> dict:
+    def pkg(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+    import triton
+    return dict(zyfa=pkg("zyfa"), torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
+                cudnn=torch.backends.cudnn.version(), cudnn_frontend=pkg("nvidia-cudnn-frontend"),
+                fa3=pkg("fa3-fwd"), driver=power.driver() if power else None, python=platform.python_version())
+
+
+def case_inputs(case: Case, device, captured=None) -> Inputs:
+    if captured is not None:
+        q, k, v = (t.to(device=device, dtype=torch.bfloat16) for t in (captured.q, captured.k, captured.v))
+        return Inputs(case, q, k, v)
+    from zyfa.activations import make
+    seed = zlib.crc32(case.name.encode()) % 1000
+    if case.lengths:                  # packed: one batch-1 row of all the tokens
+        total = sum(case.lengths)
+        q, k, v = make(case.input, 1, total, case.Hq, case.Hkv, case.D, case.Dv, seed=seed, device=device)
+        return Inputs(case, q, k, v)
+    q, k, v = make(case.input, case.B, case.Sq, case.Hq, case.Hkv, case.D, case.Dv, seqlen_k=case.Sk,
+                   seed=seed, device=device)
+    return Inputs(case, q, k, v)
+
+
+def _lse_err(lse, rows, ref):
+    """Largest |LSE − float64 LSE| (natural log), where the method returns an LSE of FA's shape."""
+    if lse is None or lse.dim() != 3 or lse[:, :, rows].shape != ref.shape:
+        return None
+    return (lse[:, :, rows].double() - ref).abs().max().item()
+
+
+def measure_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
+    """One record (speed, error, repeatability of the method on one case) and the call timed."""
+    c = inp.case
+    rec = dict(gpu=gpu_name(), date=datetime.date.today().isoformat(), method=m.method, backend=m.backend,
+               p_rule=m.p_rule, dtype=m.dtype, label=m.label, case=c.name, group=c.group, input=c.input,
+               B=c.B, Sq=c.Sq, Sk=c.Sk, Hq=c.Hq, Hkv=c.Hkv, Dqk=c.D, Dv=c.Dv, causal=c.causal,
+               flops=c.flops)
+    reason = m.missing()
+    if reason:
+        return dict(rec, status="missing", reason=reason), None
+    reason = ("a varlen method takes packed batches only" if m.varlen and not c.lengths else
+              "a packed (varlen) case: this method takes dense batches" if c.lengths and not m.varlen else
+              m.unsupported(c))
+    if reason:
+        return dict(rec, status="unsupported", reason=reason), None
+    try:
+        built = m.build(inp)
+        fn, finish = built if isinstance(built, tuple) else (built, lambda res: res)
+        out, lse = finish(fn())
+        again, _ = finish(fn())
+        rows = inp.ref_rows()
+        ref, ref_lse = inp.reference(None)
+        kref, kref_lse = inp.reference(m.quant) if m.quant else (ref, ref_lse)
+        rec.update(err_rows="all" if rows.start == 0 else f"last {rows.stop - rows.start}",
+                   err_e2e=rel_err(out[:, rows], ref), err_kernel=rel_err(out[:, rows], kref),
+                   lse_err=_lse_err(lse, rows, kref_lse),
+                   nonfinite=int((~torch.isfinite(out.float())).sum()),
+                   repeatable=bool(torch.equal(out, again)))
+        del out, again, lse
+        ms = timer(fn)
+        rec.update(ms=ms, tflops=c.flops / ms / 1e9, status="ok")
+        return rec, fn
+    except Exception as e:  # noqa: BLE001  (a failing method is recorded, never dropped)
+        return dict(rec, status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
+
+
+def measure_energy(rec: dict, fn, power: Power) -> None:
+    """TFLOP/J and SM clock over back-to-back calls; run after all of a case's timings so
+    that one method's sustained load does not heat the card for the next one's timing."""
+    try:
+        joules, clock = power.measure(fn, rec["ms"])
+        rec.update(tflop_per_j=None if joules is None else rec["flops"] / joules / 1e12, sm_clock_mhz=clock)
+    except Exception as e:  # noqa: BLE001
+        rec.update(energy_error=f"{type(e).__name__}: {str(e)[:200]}")
+
+
+def _progress(items, desc):
+    try:
+        from tqdm import tqdm
+        return tqdm(items, desc=desc)
+    except ImportError:
+        return items
+
+
+def run(cases: list[Case], methods: list[Method], path: str, key: str | None = None, captured=None,
+        timer=median_ms, power: Power | None = None, fresh: bool = False) -> dict:
+    """Measure every method on every case; the records go to entry ``key`` (default: today's
+    run) of the results file ``path``, saved after each case."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    key = key or run_key()
+    doc = {"versions": versions(power), "records": []}
+    run_id = datetime.datetime.now().isoformat(timespec="seconds")     # which process measured a record
+    earlier = load(path).get(key)
+    if earlier and not fresh:
+        doc["records"] = earlier["records"]
+    for i, case in enumerate(_progress(cases, "zyfa bench")):
+        inp = case_inputs(case, device, None if captured is None else captured[i])
+        timed = []
+        for m in methods:
+            rec, fn = measure_one(inp, m, timer)
+            rec["run"] = run_id
+            doc["records"] = [r for r in doc["records"] if (r["case"], r["label"]) != (case.name, m.label)]
+            doc["records"].append(rec)
+            if fn is not None:
+                timed.append((rec, fn))
+            shown = f"{rec['tflops']:.0f} TFLOP/s, err {rec['err_kernel']:.2e}" if rec["status"] == "ok" else \
+                f"{rec['status']}: {rec['reason'][:100]}"
+            print(f"  {case.name:24s} {m.label:22s} {shown}", flush=True)
+        if power is not None:
+            for rec, fn in timed:
+                measure_energy(rec, fn, power)
+        del inp, timed
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        save_entry(path, key, doc)
+    return doc
+
+
+def capture_cases(path: str):
+    from zyfa.activations import load_capture
+    layers = load_capture(path)
+    name = os.path.splitext(os.path.basename(path))[0]
+    cases = [Case("capture", f"{name}:{c.name}", c.q.shape[0], c.q.shape[1], c.k.shape[1], c.q.shape[2],
+                  c.k.shape[2], c.q.shape[3], c.v.shape[3], input=name, softmax_scale=c.softmax_scale)
+             for c in layers]
+    return cases, layers
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, varlen, all; comma-separated")
+    ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
+    ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
+    ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")
+    ap.add_argument("--fresh", action="store_true", help="drop records of an earlier run of the same day")
+    ap.add_argument("--report-only", action="store_true", help="only regenerate RESULTS.md and plots (the newest run first)")
+    a = ap.parse_args(argv)
+    from .report import write_report
+    if a.report_only:
+        write_report(results_file(a.out), a.out)
+        return 0
+    if not torch.cuda.is_available():
+        raise SystemExit("zyfa bench needs a CUDA GPU (none found); `zyfa demo` runs on the CPU")
+    methods = all_methods()
+    if a.methods:
+        wanted = a.methods.split(",")
+        unknown = set(wanted) - {m.label for m in methods}
+        if unknown:
+            raise SystemExit(f"unknown --methods {sorted(unknown)}; known: {[m.label for m in methods]}")
+        methods = [m for m in methods if m.label in wanted]
+    captured = None
+    if a.activations:
+        try:
+            cases, captured = capture_cases(a.activations)
+        except (ValueError, FileNotFoundError) as e:
+            raise SystemExit(f"--activations: {e}") from e
+    else:
+        cases = cases_for(a.cases)
+    power = Power()
+    if power.nvml is None:
+        print(f"energy not measured: {power.reason}")
+    path = results_file(a.out)
+    doc = run(cases, methods, path, captured=captured, power=power, fresh=a.fresh)
+    missing = sorted({(r["label"], r["reason"]) for r in doc["records"] if r["status"] != "ok"})
+    for label, reason in missing:
+        print(f"NOT MEASURED {label}: {reason}")
+    write_report(path, a.out, run_key())
+    print(f"wrote {path} ({run_key()}) and {os.path.join(a.out, 'RESULTS.md')}")
+    return 0

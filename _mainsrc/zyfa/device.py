@@ -1,0 +1,62 @@
+"""Facts about the machine a call runs on, asked in one place: the GPU's architecture, whether
+Triton's interpreter is on, whether the E4M3 conversion instruction exists, and which driver
+bindings are installed. Looked up once where a lookup could run inside torch.compile's trace."""
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import importlib.util
+import os
+
+import torch
+
+
+def device_arch(device: torch.device) -> str:
+    """"sm90"-style for NVIDIA, the gfx name for AMD, "cpu" otherwise."""
+    if device.type != "cuda":
+        return "cpu"
+    if torch.version.hip:
+        return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+def nvidia_capability(arch: str) -> tuple[int, int]:
+    """(major, minor) from an NVIDIA arch string such as "sm90"."""
+    digits = arch[2:]
+    return int(digits[:-1]), int(digits[-1])
+
+
+def is_rocm() -> bool:
+    return torch.version.hip is not None
+
+
+def interpreter_active() -> bool:
+    """Whether Triton's interpreter runs kernels on the CPU (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def hardware_rounding(device: torch.device) -> bool:
+    """Whether the exact rule can round P by cvt.rn.satfinite.e4m3x2.f32 (NVIDIA sm_89+, not
+    under Triton's interpreter, whose casts round differently). It gives the integer
+    rounding's codes bit for bit (measured on the H200, bench/NOTES.md v4) in one instruction
+    for two values instead of ~8 for each."""
+    if device.type != "cuda" or is_rocm() or interpreter_active():
+        return False
+    return _has_e4m3_conversion(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _has_e4m3_conversion(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (8, 9)     # asked once a device, not a call
+
+
+def _has_cuda_python() -> bool:
+    try:
+        return importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None
+    except ImportError:
+        return False
+
+
+HAS_CUDA_PYTHON = _has_cuda_python()                                  # the generated PTX kernel's loader
+HAS_HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None    # the generated gfx950 kernel's loader

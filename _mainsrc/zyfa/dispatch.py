@@ -1,0 +1,87 @@
+"""Backends as small frozen records, and the choice among them.
+
+`backend="auto"` takes the first registered backend that can run the call (fastest
+first); an explicitly named backend that cannot run raises; ZYFA_BACKEND overrides
+"auto". `zyfa.explain(...)` reports the decision and every backend's reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Callable
+
+import torch
+
+log = logging.getLogger("zyfa")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What a backend needs to know to say whether it can run a call."""
+    device: torch.device
+    arch: str
+    is_fp8: bool
+    head_dims: tuple
+    causal: bool
+    seqlen_q: int
+    seqlen_k: int
+    p_rule: str
+    ref_rule: str
+    per_token_descales: bool = False      # q or k descales per token (FP8)
+    int8_qk: bool = False                 # int8 q and k (INT8 Q.K^T, E4M3 v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    name: str
+    can_implement: Callable[[Problem], tuple]     # -> (ok: bool, reason: str)
+    run: Callable                                 # run(q, k, v, **kw) -> (out, lse)
+
+
+_BACKENDS: list[Backend] = []
+_LOGGED: set = set()
+
+
+def register(backend: Backend) -> None:
+    _BACKENDS[:] = [b for b in _BACKENDS if b.name != backend.name] + [backend]
+
+
+def backends() -> list[Backend]:
+    return list(_BACKENDS)
+
+
+def by_name(name: str) -> Backend:
+    for b in _BACKENDS:
+        if b.name == name:
+            return b
+    raise ValueError(f"backend must be 'auto' or one of {[b.name for b in _BACKENDS]}, got {name!r}")
+
+
+def assess(problem: Problem) -> list[tuple[str, bool, str]]:
+    return [(b.name, *b.can_implement(problem)) for b in _BACKENDS]
+
+
+def select(problem: Problem, requested: str = "auto") -> Backend:
+    if requested == "auto":
+        requested = os.environ.get("ZYFA_BACKEND", "auto")
+    if requested != "auto":
+        b = by_name(requested)
+        ok, why = b.can_implement(problem)
+        if not ok:
+            raise RuntimeError(f"backend {requested!r} cannot run this call: {why}")
+        return b
+    skipped = []
+    for b in _BACKENDS:
+        ok, why = b.can_implement(problem)
+        if ok:
+            # once per distinct fallback, and not inside torch.compile's trace (dynamo
+            # cannot trace logging)
+            if skipped and not torch.compiler.is_compiling():
+                note = f"zyfa: using {b.name} ({'; '.join(skipped)})"
+                if note not in _LOGGED:
+                    _LOGGED.add(note)
+                    log.info(note)
+            return b
+        skipped.append(f"{b.name}: {why}")
+    raise RuntimeError("no zyfa backend can run this call: " + "; ".join(skipped))

@@ -1,0 +1,1 @@
+"""Integrations with frameworks: ``zyfa.integrations.transformers``."""

@@ -1,0 +1,44 @@
+"""zyfa attention as a torch.library custom op, so torch.compile(fullgraph=True) traces
+through it (the fake implementation gives output shapes without running a kernel) and
+CUDA graphs capture it (the launch does no host synchronisation).
+
+`zyfa.flash_attn_func` validates its arguments and dispatches in Python, then calls
+``torch.ops.zyfa.flash_attn``; call the op directly only with validated arguments.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import dispatch
+from .spec.shapes import out_dtype
+
+
+@torch.library.custom_op("zyfa::flash_attn", mutates_args=())
+def flash_attn_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
+                  causal: bool, q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
+                  v_descale: Optional[torch.Tensor], p_rule: str, ref_rule: str,
+                  backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the named backend (already chosen by dispatch.select). Returns (out, lse)."""
+    run = dispatch.by_name(backend).run
+    kw = dict(softmax_scale=softmax_scale, causal=causal)
+    if v.dtype == torch.float8_e4m3fn:                  # FP8 (q, k E4M3 or int8)
+        kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_rule=p_rule, ref_rule=ref_rule)
+    return run(q, k, v, **kw)
+
+
+@flash_attn_op.register_fake
+def _flash_attn_fake(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend):
+    B, Sq, Hq, _ = q.shape
+    out = q.new_empty((B, Sq, Hq, v.shape[-1]), dtype=out_dtype(q.dtype))
+    lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
+    return out, lse
+
+
+def _forward_only(ctx, grad_out, grad_lse):
+    raise NotImplementedError("zyfa is forward-only (prefill inference): flash_attn_func has no backward pass; "
+                              "use torch.nn.functional.scaled_dot_product_attention or FlashAttention to train")
+
+
+flash_attn_op.register_autograd(_forward_only, setup_context=lambda ctx, inputs, output: None)

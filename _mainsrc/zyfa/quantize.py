@@ -1,0 +1,289 @@
+"""FP8 (E4M3) quantization of q, k, v in the layouts zyfa's kernels read.
+
+Options (error of each measured in bench/QUANTIZER.md):
+  granularity="head"  one scale per (batch, kv_head) for q, k and v (FlashAttention-3's layout);
+  granularity="tensor" one scalar scale each for q, k and v (what cuDNN's FP8 attention takes);
+  granularity="fine"  per block of ``block_size`` tokens for q (per head) and k, per channel for v;
+  smooth_k            subtract k's mean over tokens: q.(k - mean) differs from q.k by a
+                      constant per query row, so softmax is unchanged (LSE shifts by that constant);
+  hadamard            a randomized Hadamard rotation R of the head dim: (qR)(kR)^T = qk^T, and
+                      for v the output is rotated back (``FP8Inputs.restore_output``).
+
+V is written transposed, (B, Hkv, Dv, Sk) in memory, viewed as (B, Sk, Hkv, Dv):
+Hopper's FP8 wgmma reads both operands K-major, so P.V needs V^T in memory.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX
+
+
+@dataclasses.dataclass
+class FP8Inputs:
+    """Quantized inputs ready for ``zyfa.flash_attn_func(**x.kwargs())``."""
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_descale: torch.Tensor
+    k_descale: torch.Tensor
+    v_descale: torch.Tensor
+    v_rotation: torch.Tensor | None = None     # (Dv, Dv) float32, when v was rotated
+
+    def kwargs(self, rotated_v: bool = False) -> dict:
+        """q, k, v and their descales for flash_attn_func. When v was rotated (hadamard=True)
+        the attention output is rotated too: pass ``rotated_v=True`` to say you will apply
+        ``restore_output`` to it (without it, the output would be silently wrong)."""
+        if self.v_rotation is not None and not rotated_v:
+            raise ValueError("v was rotated (quantize_fp8(hadamard=True)): the attention output must be rotated "
+                             "back with x.restore_output(out); call x.kwargs(rotated_v=True) to confirm")
+        return dict(q=self.q, k=self.k, v=self.v, q_descale=self.q_descale,
+                    k_descale=self.k_descale, v_descale=self.v_descale)
+
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """float64 (q, k, v) as the FP8 values and descales represent them (FlashAttention layout):
+        the inputs of a kernel-only error reference."""
+        from .spec.reference import dequantize
+        from .spec.descales import normalize_descales
+        qs, ks, vs = normalize_descales(self.q, self.k, self.v, self.q_descale, self.k_descale, self.v_descale)
+        return dequantize(self.q, qs, "q"), dequantize(self.k, ks, "k"), dequantize(self.v, vs, "v")
+
+    def restore_output(self, out: torch.Tensor) -> torch.Tensor:
+        """Undo v's rotation on an attention output (identity when v was not rotated)."""
+        if self.v_rotation is None:
+            return out
+        dv = self.v_rotation.shape[0]
+        if not isinstance(out, torch.Tensor) or out.dim() != 4 or out.shape[-1] != dv \
+                or tuple(out.shape[:2]) != tuple(self.q.shape[:2]):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"restore_output takes the attention output (batch {self.q.shape[0]}, seqlen_q "
+                             f"{self.q.shape[1]}, heads, {dv}), got {got}")
+        return (out.float() @ self.v_rotation.T.to(out.device)).to(out.dtype)
+
+
+def hadamard_matrix(n: int, seed: int = 0, device="cpu") -> torch.Tensor:
+    """Orthonormal randomized Hadamard matrix of size n (float64).
+
+    Sylvester Hadamard blocks of the largest power of two dividing n (so 192 uses
+    three 64-blocks), with random signs on the rows.
+    """
+    signs, block, scale = hadamard_parts(n, seed)
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < block:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    full = torch.block_diag(*([h * scale] * (n // block)))
+    return (signs[:, None] * full).to(device)
+
+
+def hadamard_parts(n: int, seed: int = 0):
+    """(row signs (n,) float64 of +-1, block size, scale 1/sqrt(block) as a float64 number):
+    hadamard_matrix(n, seed) is diag(signs) @ blockdiag(Sylvester(block)) * scale."""
+    block = n & -n
+    g = torch.Generator().manual_seed(seed)
+    signs = torch.randint(0, 2, (n,), generator=g).double() * 2 - 1
+    return signs, block, 1.0 / block ** 0.5
+
+
+def rotate(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """float32 x @ hadamard_matrix(D, seed) computed in one fixed order: x times the row signs
+    (exact), Sylvester butterflies (a + b, a - b) from the widest stride down, each rounded
+    to float32, then times the scale rounded to float32. The fused Triton kernel does the
+    same operations, so both give the same bits (a float32 matmul's summation order is the
+    BLAS's or the tensor core's own)."""
+    D = x.shape[-1]
+    signs, block, scale = hadamard_parts(D, seed)
+    y = x * signs.to(device=x.device, dtype=torch.float32)
+    shape = y.shape
+    h = block // 2
+    while h >= 1:
+        y = y.reshape(*shape[:-1], D // (2 * h), 2, h)
+        y = torch.stack((y[..., 0, :] + y[..., 1, :], y[..., 0, :] - y[..., 1, :]), dim=-2)
+        h //= 2
+    return y.reshape(shape) * torch.tensor(scale, dtype=torch.float32, device=x.device)
+
+
+def smooth_mean(kf: torch.Tensor) -> torch.Tensor:
+    """k's mean over tokens of the finite values, (B, 1, Hkv, D) float32: summed in float64
+    (exact for bf16/fp16 inputs, so the summation order does not matter), rounded once."""
+    finite = torch.isfinite(kf)
+    total = torch.where(finite, kf.double(), 0.0).sum(dim=1, keepdim=True)
+    return (total / finite.sum(dim=1, keepdim=True).clamp(min=1)).float()
+
+
+def descale_of(amax: torch.Tensor, top: float = E4M3_MAX) -> torch.Tensor:
+    """The descale of a finite amax: amax / top (the format's largest code), at least
+    AMAX_FLOOR / top, correctly rounded. (top as a tensor on amax's device, filled there: PyTorch
+    divides a CUDA tensor by a Python number as a multiply by its reciprocal, one ulp off on
+    the H200, and a tensor copied from the host would synchronize.)"""
+    return torch.clamp(amax, min=AMAX_FLOOR) / torch.full((), top, dtype=amax.dtype, device=amax.device)
+
+
+def _finite_abs(x: torch.Tensor) -> torch.Tensor:
+    """|x| with NaN and Inf as 0: scales come from the finite values, so one non-finite
+    element cannot make a whole head's scale (and every value under it) NaN."""
+    return torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def _to_e4m3(x: torch.Tensor, amax: torch.Tensor):
+    """x / scale rounded to E4M3 with scale = amax / 448; returns (fp8, descale). Non-finite
+    elements stay non-finite: NaN (E4M3 has no infinity), confined to their own element."""
+    descale = descale_of(amax)
+    scaled = (x / descale).clamp(-E4M3_MAX, E4M3_MAX)
+    scaled = torch.where(torch.isfinite(x), scaled, torch.full((), float("nan"), device=x.device))
+    return scaled.to(torch.float8_e4m3fn), descale.float()
+
+
+def _block_amax(x: torch.Tensor, block: int) -> torch.Tensor:
+    """(B, S, H, D) -> the finite amax of each block of ``block`` tokens (and head), repeated
+    for each of its tokens: (B, S, H)."""
+    B, S, H, D = x.shape
+    pad = (-S) % block
+    xp = torch.nn.functional.pad(_finite_abs(x), (0, 0, 0, 0, 0, pad))
+    amax = xp.reshape(B, (S + pad) // block, block, H, D).amax(dim=(2, 4))        # (B, nb, H)
+    return amax.repeat_interleave(block, dim=1)[:, :S]
+
+
+def _per_token_blocks(x: torch.Tensor, block: int):
+    """(B, S, H, D) -> fp8 and per-token descale (B, H, S) with one scale per block of tokens."""
+    x8, d = _to_e4m3(x, _block_amax(x, block)[..., None])
+    return x8, d[..., 0].permute(0, 2, 1).contiguous()
+
+
+def _transpose_v(v8: torch.Tensor) -> torch.Tensor:
+    """(B, Sk, Hkv, Dv) -> same shape, stored as (B, Hkv, Dv, Sk) with rows padded to 16 bytes (TMA)."""
+    B, Sk, Hkv, Dv = v8.shape
+    buf = torch.zeros(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=v8.device)
+    buf[..., :Sk] = v8.view(torch.uint8).permute(0, 2, 3, 1)
+    return buf.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
+
+
+def check_inputs(q, k, v, granularity: str, block_size: int, seed: int):
+    """The argument checks quantize_fp8 and the fused kernel share; returns B, Sq, Hq, D, Hkv, Dv."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype == torch.float8_e4m3fn:
+            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"{name} must be a floating-point tensor to quantize (bfloat16, float16, float32), got {got}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if granularity not in ("head", "tensor", "fine"):
+        raise ValueError(f"granularity must be 'head', 'tensor' or 'fine', got {granularity!r}")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("q, k, v must be 4-D (batch, seqlen, heads, head_dim)")
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    B, Sq, Hq, D = q.shape
+    Hkv, Dv = k.shape[2], v.shape[-1]
+    if Hq % Hkv:
+        raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv})")
+    return B, Sq, Hq, D, Hkv, Dv
+
+
+def _use_fused(fused, q, k, v, granularity: str) -> bool:
+    """fused=None: the Triton kernel where it has run and gives quantize_fp8's bits (NVIDIA
+    GPUs, granularity "head"/"tensor"), else PyTorch; True: the Triton kernel, or an error
+    saying why not (on the CPU only under TRITON_INTERPRET=1); False: PyTorch."""
+    if fused is not None and not isinstance(fused, bool):
+        raise TypeError(f"fused must be None, True or False, got {fused!r}")
+    on_cuda = all(x.is_cuda for x in (q, k, v))
+    if fused is None:
+        return on_cuda and torch.version.hip is None and granularity in ("head", "tensor")
+    if not fused:
+        return False
+    if granularity not in ("head", "tensor"):
+        raise ValueError(f"fused=True: the fused quantizer supports granularity 'head' and 'tensor', "
+                         f"not {granularity!r}; use fused=False")
+    import os
+    if not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("fused=True needs CUDA tensors (or TRITON_INTERPRET=1 to run the kernel in Triton's "
+                         "interpreter on the CPU); use fused=False")
+    return True
+
+
+def quantize_fp8(q, k, v, granularity: str = "head", block_size: int = 64,
+                 smooth_k: bool = False, hadamard: bool = False, seed: int = 0,
+                 fused: bool | None = None) -> FP8Inputs:
+    """Quantize q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) to E4M3.
+
+    Returns an ``FP8Inputs`` whose q/k/v/descales go straight into flash_attn_func.
+    The default (``fused=None``) runs the fused Triton kernel (zyfa.triton_kernels.quantize)
+    on NVIDIA GPUs for granularity "head"/"tensor" (the same bits as this PyTorch code, which
+    runs everywhere else); ``fused=True`` asks for the kernel (on the CPU: Triton's
+    interpreter), ``fused=False`` for PyTorch.
+    """
+    B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, granularity, block_size, seed)
+    if _use_fused(fused, q, k, v, granularity):
+        from .triton_kernels.quantize import quantize_fp8_fused
+        return quantize_fp8_fused(q, k, v, granularity, smooth_k=smooth_k, hadamard=hadamard, seed=seed)
+    qf, kf, vf = q.float(), k.float(), v.float()
+    if smooth_k:                        # the mean over the finite values (non-finite ones stay put)
+        kf = kf - smooth_mean(kf)
+    v_rot = None
+    if hadamard:
+        qf, kf = rotate(qf, seed), rotate(kf, seed)
+        vf = rotate(vf, seed + 1)
+        v_rot = hadamard_matrix(Dv, seed + 1, q.device).float()
+
+    group = Hq // Hkv
+    if granularity == "head":
+        # q's scale is shared by the query heads of a kv group (FlashAttention-3's descale layout)
+        q_amax = _finite_abs(qf).reshape(B, Sq, Hkv, group, D).amax(dim=(1, 3, 4))     # (B, Hkv)
+        q8, qd = _to_e4m3(qf, q_amax.repeat_interleave(group, 1)[:, None, :, None])
+        qd = qd[:, 0, ::group, 0].contiguous()
+        k8, kd = _to_e4m3(kf, _finite_abs(kf).amax(dim=(1, 3))[:, None, :, None])
+        kd = kd[:, 0, :, 0].contiguous()
+        v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=(1, 3))[:, None, :, None])
+        vd = vd[:, 0, :, 0].contiguous()
+    elif granularity == "tensor":
+        (q8, qd), (k8, kd), (v8, vd) = (_to_e4m3(t, _finite_abs(t).amax()) for t in (qf, kf, vf))
+    else:
+        q8, qd = _per_token_blocks(qf, block_size)
+        k8, kd = _per_token_blocks(kf, block_size)
+        v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=1, keepdim=True))               # (B, 1, Hkv, Dv)
+        vd = vd[:, 0].contiguous()
+    return FP8Inputs(q8, k8, _transpose_v(v8), qd, kd, vd, v_rot)
+
+
+def _to_int8(x: torch.Tensor, amax: torch.Tensor):
+    """x / scale rounded half to even to int8 with scale = amax / 127: (int8, descale). A
+    non-finite element becomes 0 and its descale NaN (one per token here), so the rows that
+    see it, and only those, come out NaN."""
+    descale = descale_of(amax, INT8_MAX)
+    codes = torch.round(torch.clamp(x / descale, -INT8_MAX, INT8_MAX))
+    finite = torch.isfinite(x)
+    return torch.where(finite, codes, 0.0).to(torch.int8), descale.float(), finite.all(-1)
+
+
+def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
+                     key_block: int = 128, fused: bool | None = None) -> FP8Inputs:
+    """The INT8 Q.K^T mode: q and k to int8, v to E4M3, for flash_attn_func(**x.kwargs()).
+
+    q and k are rotated by the randomized Hadamard matrix of the head dim (``hadamard``; q.k
+    unchanged) after k is smoothed (``smooth_k``; softmax unchanged), then q gets one scale a
+    token (and head) and k one a block of ``key_block`` keys (and kv head), as per-token
+    descales (B, Hq, Sq) and (B, Hkv, Sk); int8's 7 bits against E4M3's 3 are what cut the
+    error of Q.K^T. v is E4M3 with one scale a (batch, kv head), written transposed as
+    quantize_fp8 writes it, not rotated. The kernels' scores are exact integers, so the
+    Triton kernel and the spec agree bit for bit on them. Runs on the Triton kernel and the
+    reference (the generated kernels read E4M3 q and k). ``fused`` as quantize_fp8's: the
+    Triton quantizer (the same bits) by default on NVIDIA GPUs.
+    """
+    B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, "head", 64, seed)
+    if not isinstance(key_block, int) or isinstance(key_block, bool) or key_block < 1:
+        raise ValueError(f"key_block must be a positive int, got {key_block!r}")
+    if _use_fused(fused, q, k, v, "head"):
+        from .triton_kernels.quantize import quantize_int8_qk_fused
+        return quantize_int8_qk_fused(q, k, v, smooth_k=smooth_k, hadamard=hadamard, seed=seed, key_block=key_block)
+    qf, kf, vf = q.float(), k.float(), v.float()
+    if smooth_k:
+        kf = kf - smooth_mean(kf)
+    if hadamard:
+        qf, kf = rotate(qf, seed), rotate(kf, seed)
+    q8, qd, q_ok = _to_int8(qf, _finite_abs(qf).amax(-1, keepdim=True))                  # per token
+    k8, kd, k_ok = _to_int8(kf, _block_amax(kf, key_block)[..., None])                   # per key block
+    nan = torch.full((), float("nan"), device=q.device)
+    qd = torch.where(q_ok, qd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hq, Sq)
+    kd = torch.where(k_ok, kd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hkv, Sk)
+    v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=(1, 3))[:, None, :, None])
+    return FP8Inputs(q8, k8, _transpose_v(v8), qd, kd, vd[:, 0, :, 0].contiguous())

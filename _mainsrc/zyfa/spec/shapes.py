@@ -1,0 +1,37 @@
+"""The shapes and dtypes of zyfa's API: the head dims it takes ((qk, v) pairs; each backend says
+which of them it runs), the output dtype for each input dtype, and a packed (varlen) batch as
+the kernels take it."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))     # (192, 128): MLA
+
+
+def out_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Attention output dtype for an input dtype: fp16 stays fp16, BF16 and FP8 give BF16."""
+    return torch.float16 if dtype == torch.float16 else torch.bfloat16
+
+
+@dataclasses.dataclass(frozen=True)
+class Packed:
+    """A packed (varlen) batch for the kernels: int32 device tensors of each sequence's first query
+    (cu_seqlens_q, batch + 1 entries), first key in k and in v, and key count, and the
+    longest lengths. (FP8 V^T's sequences start at multiples of 16 keys: ``packed_vt``.)
+    A paged cache adds its block table (batch, max_pages) int32 and page size; k and v are
+    then the pools, k (and BF16 v) (1, pages * page_size, Hkv, D), FP8 v (pages, page_size,
+    Hkv, Dv) with each page's V^T contiguous."""
+    cu_q: torch.Tensor
+    k_start: torch.Tensor
+    v_start: torch.Tensor
+    k_len: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    block_table: torch.Tensor | None = None
+    page_size: int = 0
+
+    @property
+    def batch(self) -> int:
+        return self.cu_q.numel() - 1

@@ -1,0 +1,358 @@
+"""Fused FP8 (E4M3) quantization of q, k, v in Triton: the same bits as zyfa.quantize_fp8
+(the PyTorch path, which stays the spec and the CPU path) for granularity "head" and "tensor",
+with and without smooth_k and hadamard.
+
+Passes over memory, per tensor (each pass one launch for q, k and v together, ``_quant_qkv``):
+  q, v            2: the finite amax per (batch, kv head) of the (rotated) values, gathered
+                  with an atomic max on its float bits (the amax is >= 0, so the int32 order is
+                  the float order), then rotate, scale, round to E4M3 and write (v transposed,
+                  as quantize_fp8 writes it), each program computing the descale from the amax
+                  with quantize_fp8's arithmetic (IEEE division, so the same bits);
+  k, smooth_k     3: the per-channel mean over tokens must be known before the amax of
+                  k - mean (rotated) can be taken, and the amax before anything is written
+                  (the sums: a launch of their own, ``_channel_sums``).
+                  (Without hadamard, per-channel max and min taken with the sums would give
+                  that amax in the same pass, rounding being monotonic; not done yet.)
+No torch op runs between the passes but for smooth_k's mean (float64 sums, whose order does
+not matter when they are exact): a call is two launches (three with smooth_k) and a few
+allocations.
+
+E4M3 codes are built with integer arithmetic (Triton's interpreter does not round float->fp8
+casts like the GPU): round-half-even, saturating at 448, non-finite -> 0x7F as quantize_fp8.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
+from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, MAGIC, MAGIC_BITS
+
+_MODE_SUM: tl.constexpr = tl.constexpr(0)       # per-channel float64 sums and counts of finite k
+_MODE_AMAX: tl.constexpr = tl.constexpr(1)      # finite amax of the transformed values
+_MODE_QUANT: tl.constexpr = tl.constexpr(2)     # E4M3 codes written
+_MAG: tl.constexpr = tl.constexpr(MAGIC)
+_MAG_BITS: tl.constexpr = tl.constexpr(MAGIC_BITS)
+_SAT: tl.constexpr = tl.constexpr(E4M3_MAX)
+_AMAX_FLOOR: tl.constexpr = tl.constexpr(AMAX_FLOOR)
+BLOCK_S = 32
+
+
+@triton.jit
+def _butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
+    """Sylvester butterflies (a + b, a - b) within blocks of BLOCK = 2^NSTAGE channels,
+    widest stride first: zyfa.quantize.rotate's order."""
+    for i in tl.static_range(NSTAGE):       # stride BLOCK >> (i + 1)
+        t = tl.permute(tl.reshape(y, (BS, BD // (BLOCK >> i), 2, BLOCK >> (i + 1))), (0, 1, 3, 2))
+        a, b = tl.split(t)
+        y = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (BS, BD))
+    return y
+
+
+@triton.jit
+def e4m3_code(x):
+    """int32 E4M3fn codes of float32 x: round-half-even, saturating at 448, NaN/Inf -> 0x7F."""
+    c = tl.minimum(tl.maximum(x, -_SAT), _SAT)
+    u = c.to(tl.int32, bitcast=True)
+    sign = (u >> 24) & 0x80
+    a = u & 0x7FFFFFFF
+    normal = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - 960          # 3 mantissa bits, rebias 127 -> 7
+    mag = a.to(tl.float32, bitcast=True)
+    sub = (mag * 512.0 + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS   # round-half-even(|x| * 2^9)
+    code = sign | tl.where(a < 0x3C800000, sub, normal)               # below 2^-6: subnormal
+    return tl.where(tl.abs(x) < float("inf"), code, 0x7F)          # NaN < inf is false
+
+
+@triton.jit
+def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
+          pid, tile, S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+          MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
+          HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
+          BS: tl.constexpr, BD: tl.constexpr):
+    """One pass over tile ``tile`` (BS tokens) of (batch, kv head) ``pid`` of one tensor."""
+    slot = pid * 0 if PER_TENSOR else pid   # where the amax and the descale live
+    b = pid // HKV
+    hk = pid % HKV
+    s = tile * BS + tl.arange(0, BS)
+    d = tl.arange(0, BD)
+    dmask = d < D
+    m = (s[:, None] < S) & dmask[None, :]
+    if SMOOTH:
+        mean = tl.load(mean_ptr + pid * BD + d)                     # zero past D
+    if HAD:
+        signs = tl.load(signs_ptr + d)                              # zero past D
+        hscale = tl.load(scale_ptr)
+    if MODE == _MODE_QUANT:                 # quantize_fp8's descale_of: max(amax, 1e-12) / 448
+        amax_bits = tl.load(amax_ptr + slot)
+        descale = tl.math.div_rn(tl.maximum(amax_bits.to(tl.float32, bitcast=True), _AMAX_FLOOR), _SAT)
+        if (tile == 0) & (slot == pid):     # one program a slot writes it
+            tl.store(descale_ptr + slot, descale)
+    amax = tl.zeros((BS,), tl.float32)
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        x = tl.load(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0)
+        x = x.to(tl.float32)
+        if MODE == _MODE_SUM:
+            fin = m & (tl.abs(x) < float("inf"))
+            xs = tl.where(fin, x.to(tl.float64), 0.0)
+            tl.store(part_ptr + (pid * NT + tile) * BD + d, tl.sum(xs, axis=0))
+            tl.store(cnt_ptr + (pid * NT + tile) * BD + d, tl.sum(fin.to(tl.int32), axis=0))
+        else:
+            if SMOOTH:
+                x = x - mean[None, :]
+            if HAD:
+                x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+            if MODE == _MODE_AMAX:
+                fin = m & (tl.abs(x) < float("inf"))
+                amax = tl.maximum(amax, tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1))
+            else:
+                code = e4m3_code(tl.math.div_rn(x, descale)).to(tl.uint8)
+                if TRANS:                   # (B, HKV, D, S_OUT) bytes; the pad past S as zeros
+                    code = tl.where(s[:, None] < S, code, 0)
+                    off = (pid * D + d[None, :]) * S_OUT + s[:, None]
+                    tl.store(out_ptr + off, code, mask=(s[:, None] < S_OUT) & dmask[None, :])
+                else:                       # (B, S, H, D) contiguous
+                    off = ((b * S + s[:, None]) * (HKV * GROUP) + h) * D + d[None, :]
+                    tl.store(out_ptr + off, code, mask=m)
+    if MODE == _MODE_AMAX:
+        tl.atomic_max(amax_ptr + slot, tl.max(amax, axis=0).to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
+                S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+                MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
+                HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
+                BS: tl.constexpr, BD: tl.constexpr):
+    """One tensor's pass: grid (batch * kv heads, tiles)."""
+    _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
+          tl.program_id(0).to(tl.int64), tl.program_id(1), S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+          MODE, GROUP, SMOOTH, HAD, HBLOCK, HSTAGES, TRANS, PER_TENSOR, BS, BD)
+
+
+@triton.jit
+def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, mean_ptr, signs_qk, scale_qk, signs_v, scale_v,
+               amax_ptr, descale_ptr, dummy, Sq, Sk, S_OUT_V, Dqk, Dv,
+               qsb, qss, qsh, qsd, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd, HKV, NTQ, NTK, NTV, SLOTS,
+               MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
+               HBLOCK_QK: tl.constexpr, HSTAGES_QK: tl.constexpr, HBLOCK_V: tl.constexpr, HSTAGES_V: tl.constexpr,
+               PER_TENSOR: tl.constexpr, BS: tl.constexpr, BD_QK: tl.constexpr, BD_V: tl.constexpr):
+    """The amax pass or the quantize pass of q, k and v in one launch: grid (batch * kv heads,
+    the most tiles of the three, 3); axis 2 picks the tensor, whose amax and descale slots
+    are the buffers' thirds."""
+    pid = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1)
+    which = tl.program_id(2)
+    if which == 0:
+        if tile < NTQ:
+            _tile(q_ptr, q_out, dummy, signs_qk, scale_qk, amax_ptr, descale_ptr, dummy, dummy,
+                  pid, tile, Sq, Sq, Dqk, qsb, qss, qsh, qsd, HKV, NTQ,
+                  MODE, GROUP, False, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK)
+    elif which == 1:
+        if tile < NTK:
+            _tile(k_ptr, k_out, mean_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS, dummy, dummy,
+                  pid, tile, Sk, Sk, Dqk, ksb, kss, ksh, ksd, HKV, NTK,
+                  MODE, 1, SMOOTH, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK)
+    else:
+        if tile < NTV:
+            _tile(v_ptr, v_out, dummy, signs_v, scale_v, amax_ptr + 2 * SLOTS, descale_ptr + 2 * SLOTS, dummy, dummy,
+                  pid, tile, Sk, S_OUT_V, Dv, vsb, vss, vsh, vsd, HKV, NTV,
+                  MODE, 1, False, HAD, HBLOCK_V, HSTAGES_V, True, PER_TENSOR, BS, BD_V)
+
+
+def _channel_sums(k, dummy):
+    """smooth_k's pass: per (batch, kv head) and tile, float64 sums and counts of k's finite
+    values per channel: ((B * Hkv, tiles, BD) float64, int32)."""
+    B, S, H, D = k.shape
+    bd, nt = triton.next_power_of_2(D), triton.cdiv(S, BLOCK_S)
+    part = torch.empty(B * H, nt, bd, dtype=torch.float64, device=k.device)
+    cnt = torch.empty(B * H, nt, bd, dtype=torch.int32, device=k.device)
+    _quant_pass[(B * H, nt)](k, dummy, dummy, dummy, dummy, dummy, dummy, part, cnt, S, S, D, *k.stride(), H, nt,
+                             MODE=0, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1, HSTAGES=0, TRANS=False,
+                             PER_TENSOR=False, BS=BLOCK_S, BD=bd)
+    return part, cnt
+
+
+def _rotation(n, seed, device):
+    signs, block, scale = hadamard_parts(n, seed)
+    padded = torch.zeros(triton.next_power_of_2(n), dtype=torch.float32, device=device)
+    padded[:n] = signs.float()
+    return padded, torch.tensor([scale], dtype=torch.float32, device=device), block
+
+
+def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, mean=None):
+    """The amax launch, then the quantize launch (which computes the descales), each over q, k
+    and v at once: (q codes, k codes, V^T codes (B, Hkv, Dv, Sk padded to 16), descales)."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    slots = 1 if granularity == "tensor" else B * Hkv
+    amax = torch.zeros(3 * slots, dtype=torch.int32, device=q.device)        # float bits of 0.0
+    descale = torch.empty(3 * slots, dtype=torch.float32, device=q.device)
+    q8 = torch.empty(B, Sq, Hq, D, dtype=torch.uint8, device=q.device)
+    k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.uint8, device=q.device)
+    vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=q.device)
+    ntq, ntk, ntv = (triton.cdiv(n, BLOCK_S) for n in (Sq, Sk, vt.shape[-1]))
+    signs_qk, scale_qk, block_qk = had_qk if had_qk is not None else (dummy, dummy, 1)
+    signs_v, scale_v, block_v = had_v if had_v is not None else (dummy, dummy, 1)
+    for mode in (1, 2):
+        _quant_qkv[(B * Hkv, max(ntq, ntk, ntv), 3)](
+            q, k, v, q8, k8, vt, mean if mean is not None else dummy, signs_qk, scale_qk, signs_v, scale_v,
+            amax, descale, dummy, Sq, Sk, vt.shape[-1], D, Dv, *q.stride(), *k.stride(), *v.stride(),
+            Hkv, ntq, ntk, ntv, slots,
+            MODE=mode, GROUP=Hq // Hkv, SMOOTH=mean is not None, HAD=had_qk is not None,
+            HBLOCK_QK=block_qk, HSTAGES_QK=block_qk.bit_length() - 1, HBLOCK_V=block_v,
+            HSTAGES_V=block_v.bit_length() - 1, PER_TENSOR=granularity == "tensor", BS=BLOCK_S,
+            BD_QK=triton.next_power_of_2(D), BD_V=triton.next_power_of_2(Dv))
+    shape = () if granularity == "tensor" else (B, Hkv)
+    qd, kd, vd = (descale[i * slots:(i + 1) * slots].reshape(shape) for i in range(3))
+    return q8, k8, vt, (qd, kd, vd)
+
+
+def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = False, hadamard: bool = False,
+                       seed: int = 0) -> FP8Inputs:
+    """quantize_fp8 in Triton kernels, bit for bit (granularity "head" or "tensor")."""
+    _, _, Hq, D, Hkv, Dv = check_inputs(q, k, v, granularity, 64, seed)
+    if granularity not in ("head", "tensor"):
+        raise ValueError(f"the fused quantizer supports granularity 'head' and 'tensor', not {granularity!r}; "
+                         "use fused=False")
+    dummy = torch.zeros(1, dtype=torch.float32, device=q.device)
+    had_qk = _rotation(D, seed, q.device) if hadamard else None
+    had_v = _rotation(Dv, seed + 1, q.device) if hadamard else None
+    mean = None
+    if smooth_k:
+        part, cnt = _channel_sums(k, dummy)                                # (B*Hkv, nt, BD)
+        mean = (part.sum(dim=1) / cnt.sum(dim=1).clamp(min=1)).float().contiguous()
+    q8, k8, vt, (qd, kd, vd) = _qkv_passes(q, k, v, Hq // Hkv, granularity, dummy, had_qk, had_v, mean)
+    f8 = torch.float8_e4m3fn
+    v8 = vt.view(f8)[..., :k.shape[1]].permute(0, 3, 1, 2)
+    v_rot = hadamard_matrix(Dv, seed + 1, q.device).float() if hadamard else None
+    return FP8Inputs(q8.view(f8), k8.view(f8), v8, qd, kd, vd, v_rot)
+
+
+# The INT8 Q.K^T mode's quantizer (zyfa.quantize_int8_qk, bit for bit): q one scale a token and
+# head, k one a block of key_block keys and kv head, both int8 after smoothing and rotation;
+# v E4M3 a (batch, kv head), transposed. One launch for q, k and v's amax, one for v's codes.
+_INT8: tl.constexpr = tl.constexpr(INT8_MAX)
+
+
+@triton.jit
+def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
+                      HSTAGES: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
+    """A tile loaded as float32 (zeros where masked), minus the channel means, rotated."""
+    x = tl.load(ptrs, mask=m, other=0.0).to(tl.float32)
+    if SMOOTH:
+        x = x - mean[None, :]
+    if HAD:
+        x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+    return x
+
+
+@triton.jit
+def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H,
+               SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
+               PER_ROW: tl.constexpr, NSUB: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
+    """Rows lo..hi of head h of batch b: int8 codes, and per row the descale (NaN where the
+    row has a non-finite value, whose code is 0). The scale is each row's (PER_ROW) or one for
+    all the rows, found in a first sweep over them (NSUB tiles of BS rows)."""
+    d = tl.arange(0, BD)
+    dmask = d < D
+    amax = 0.0
+    if not PER_ROW:
+        for i in range(NSUB):
+            s = lo + i * BS + tl.arange(0, BS)
+            m = (s[:, None] < hi) & dmask[None, :]
+            x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
+                                  SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
+            fin = m & (tl.abs(x) < float("inf"))
+            amax = tl.maximum(amax, tl.max(tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1), axis=0))
+    for i in range(NSUB):
+        s = lo + i * BS + tl.arange(0, BS)
+        m = (s[:, None] < hi) & dmask[None, :]
+        x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
+                              SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
+        fin = tl.abs(x) < float("inf")
+        if PER_ROW:
+            row_amax = tl.max(tl.where(fin & m, tl.abs(x), 0.0), axis=1)
+        else:
+            row_amax = tl.zeros((BS,), tl.float32) + amax
+        descale = tl.math.div_rn(tl.maximum(row_amax, _AMAX_FLOOR), _INT8)          # descale_of(amax, 127)
+        y = tl.minimum(tl.maximum(tl.math.div_rn(x, descale[:, None]), -_INT8), _INT8)
+        code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)  # round half to even
+        tl.store(out_ptr + ((b * S + s[:, None]) * H + h) * D + d[None, :], code.to(tl.int8), mask=m)
+        bad = tl.sum(m.to(tl.int32) * (1 - fin.to(tl.int32)), axis=1)
+        tl.store(ds_ptr + (b * H + h) * S + s, tl.where(bad == 0, descale, float("nan")), mask=s < hi)
+
+
+@triton.jit
+def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr, signs_ptr, scale_ptr,
+                    v_amax, dummy, Sq, Sk, D, Dv, qsb, qss, qsh, qsd, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd,
+                    HKV, NTQ, NTK, NTV, KEY_BLOCK,
+                    GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
+                    HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
+                    BD_V: tl.constexpr):
+    """Grid (batch * kv heads, the most tiles of the three, 3): axis 2 = 0 a tile of BS queries
+    of the group's heads, 1 a block of KEY_BLOCK keys, 2 a tile of v's amax pass."""
+    pid = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1)
+    which = tl.program_id(2)
+    b = pid // HKV
+    hk = pid % HKV
+    d = tl.arange(0, BD)
+    signs = d * 0.0
+    hscale = 1.0
+    if HAD:
+        signs = tl.load(signs_ptr + d)
+        hscale = tl.load(scale_ptr)
+    if which == 0:
+        if tile < NTQ:
+            for g in range(GROUP):
+                _int8_rows(q_ptr, q_out, qd_ptr, d * 0.0, signs, hscale, b, hk * GROUP + g, tile * BS,
+                           tl.minimum(tile * BS + BS, Sq), Sq, D, qsb, qss, qsh, qsd, HKV * GROUP,
+                           False, HAD, HBLOCK, HSTAGES, True, 1, BS, BD)
+    elif which == 1:
+        if tile < NTK:
+            mean = d * 0.0
+            if SMOOTH:
+                mean = tl.load(mean_ptr + pid * BD + d)
+            _int8_rows(k_ptr, k_out, kd_ptr, mean, signs, hscale, b, hk, tile * KEY_BLOCK,
+                       tl.minimum(tile * KEY_BLOCK + KEY_BLOCK, Sk), Sk, D, ksb, kss, ksh, ksd, HKV,
+                       SMOOTH, HAD, HBLOCK, HSTAGES, False, NSUB_K, BS, BD)
+    else:
+        if tile < NTV:
+            _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, dummy, dummy, pid, tile, Sk, Sk, Dv,
+                  vsb, vss, vsh, vsd, HKV, NTV, 1, 1, False, False, 1, 0, False, False, BS, BD_V)
+
+
+def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
+                           key_block: int = 128) -> FP8Inputs:
+    """zyfa.quantize_int8_qk in Triton kernels, bit for bit: the channel sums (smooth_k), one
+    launch for q and k's codes and v's amax, one for v's codes."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    dev = q.device
+    dummy = torch.zeros(1, dtype=torch.float32, device=dev)
+    signs, scale, block = _rotation(D, seed, dev) if hadamard else (dummy, dummy, 1)
+    mean = dummy
+    if smooth_k:
+        part, cnt = _channel_sums(k, dummy)
+        mean = (part.sum(dim=1) / cnt.sum(dim=1).clamp(min=1)).float().contiguous()
+    q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
+    k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
+    qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
+    kd = torch.empty(B, Hkv, Sk, dtype=torch.float32, device=dev)
+    v_amax = torch.zeros(B * Hkv, dtype=torch.int32, device=dev)              # float bits of 0.0
+    vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
+    vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=dev)
+    ntq, ntk, ntv = triton.cdiv(Sq, BLOCK_S), triton.cdiv(Sk, key_block), triton.cdiv(vt.shape[-1], BLOCK_S)
+    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
+    _int8_qk_v_amax[(B * Hkv, max(ntq, ntk, ntv), 3)](
+        q, k, v, q8, k8, qd, kd, mean, signs, scale, v_amax, dummy, Sq, Sk, D, Dv,
+        *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
+        GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
+        NSUB_K=triton.cdiv(key_block, BLOCK_S), BS=BLOCK_S, BD=bd, BD_V=bd_v)
+    _quant_pass[(B * Hkv, ntv)](v, vt, dummy, dummy, dummy, v_amax, vd, dummy, dummy, Sk, vt.shape[-1], Dv,
+                                *v.stride(), Hkv, ntv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
+                                HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v)
+    v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
+    return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))

@@ -1,0 +1,98 @@
+"""Input checks for flash_attn_func: every bad input gets a ValueError/TypeError that
+names the argument, what it got and what is allowed. Nothing is silently reinterpreted."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .spec.descales import check_descale
+from .spec.shapes import HEAD_DIMS
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+FP8_DTYPE = torch.float8_e4m3fn
+INT8_DTYPE = torch.int8            # q and k in the INT8 Q.K^T mode (v E4M3): zyfa.quantize_int8_qk
+_OTHER_FP8 = tuple(getattr(torch, n) for n in ("float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+                   if hasattr(torch, n))
+
+
+def _check_tensor(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(f"{name} must be 4-D (batch, seqlen, heads, head_dim), got shape {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); every dimension must be >= 1")
+    if x.dtype in _OTHER_FP8:
+        raise TypeError(f"{name} has dtype {x.dtype}; the only FP8 format supported is "
+                        "torch.float8_e4m3fn (OCP E4M3, as Hopper and CDNA4 use)")
+    if x.dtype not in HALF_DTYPES + (FP8_DTYPE, INT8_DTYPE):
+        raise TypeError(f"{name} has dtype {x.dtype}; allowed: torch.bfloat16, torch.float16, "
+                        "torch.float8_e4m3fn (and torch.int8 q, k with E4M3 v: zyfa.quantize_int8_qk)")
+
+
+def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) -> bool:
+    """Check all arguments; returns True for FP8 inputs (E4M3 v: q and k E4M3 or int8)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, x)
+    int8_qk = q.dtype == INT8_DTYPE or k.dtype == INT8_DTYPE
+    if int8_qk and not (q.dtype == k.dtype == INT8_DTYPE and v.dtype == FP8_DTYPE):
+        raise TypeError(f"INT8 Q.K^T takes int8 q and k with float8_e4m3fn v (zyfa.quantize_int8_qk), got "
+                        f"q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if not int8_qk and len({q.dtype, k.dtype, v.dtype}) != 1:
+        raise TypeError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    devices = {q.device, k.device, v.device}
+    if len(devices) != 1:
+        raise ValueError(f"q, k, v must be on one device, got q {q.device}, k {k.device}, v {v.device}")
+    B, Sq, Hq, D = q.shape
+    Bk, Sk, Hkv, Dk = k.shape
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must agree in (batch, seqlen_k, kv_heads): k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if Bk != B:
+        raise ValueError(f"q and k must have the same batch size, got q {B}, k {Bk}")
+    if Dk != D:
+        raise ValueError(f"q and k must have the same head_dim, got q {D}, k {Dk}")
+    if (D, v.shape[-1]) not in HEAD_DIMS:
+        raise ValueError(f"head dims (qk {D}, v {v.shape[-1]}) are not supported; allowed (qk, v): "
+                         f"{', '.join(str(p) for p in HEAD_DIMS)}")
+    if Hq % Hkv:
+        raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv}) for GQA/MQA")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if causal and Sq > Sk:
+        raise ValueError(f"causal attention needs seqlen_q <= seqlen_k (bottom-right alignment), "
+                         f"got seqlen_q {Sq} > seqlen_k {Sk}")
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
+                                          and 0 < softmax_scale < math.inf):
+        raise ValueError(f"softmax_scale must be a positive finite number or None, got {softmax_scale!r}")
+    for name, x in (("q", q), ("k", k)):
+        if x.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dimension, got strides {x.stride()}")
+    if v.stride(-1) != 1 and v.stride(1) != 1:
+        raise ValueError(f"v must have a contiguous last dimension (or, for FP8, contiguous seqlen as "
+                         f"zyfa.quantize_fp8 writes it), got strides {v.stride()}")
+    is_fp8 = v.dtype == FP8_DTYPE
+    descales = (("q_descale", q_descale, (B, Hq, Sq)), ("k_descale", k_descale, (B, Hkv, Sk)),
+                ("v_descale", v_descale, (B, Hkv, v.shape[-1])))
+    if not is_fp8:
+        given = [n for n, d, _ in descales if d is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} given for {q.dtype} inputs; descales apply to FP8 inputs only")
+        return False
+    missing = [n for n, d, _ in descales if d is None]
+    if missing:
+        raise ValueError(f"FP8 inputs need q_descale, k_descale and v_descale; missing {', '.join(missing)} "
+                         "(zyfa.quantize_fp8 returns all three; pass torch.ones(()) for unscaled data)")
+    for name, d, fine in descales:
+        check_descale(name, d, B, Hkv, fine)
+        if d.device != q.device:
+            raise ValueError(f"{name} is on {d.device} but q is on {q.device}")
+        # values are checked where that costs no device synchronization (CPU tensors, eager); on a
+        # GPU a NaN or Inf descale gives NaN outputs for the heads it scales. With int8 q and k,
+        # per-token descales may be NaN: that is how quantize_int8_qk carries a non-finite q or k
+        # element (int8 has no NaN), which then reaches the rows that see it and only those
+        carries_nan = int8_qk and d.dim() == 3
+        if d.device.type == "cpu" and not torch.compiler.is_compiling() and not carries_nan \
+                and not bool(torch.isfinite(d).all()):
+            raise ValueError(f"{name} holds NaN or Inf values; descales must be finite")
+    return True

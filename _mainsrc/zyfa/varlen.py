@@ -1,0 +1,360 @@
+"""Variable-length (packed) batches and a paged KV cache, FlashAttention's varlen layout.
+
+A batch whose backend is the Triton kernel or the generated Hopper kernel runs in one
+launch over all sequences (zyfa.triton_kernels.attention's VARLEN, the generated kernels'
+packed variants). The Triton kernel reads a paged cache in place when its pages are a
+multiple of the key tile and its pools are laid out as the kernel reads them (PAGE); other
+paged caches are first gathered into a packed batch (one copy of the used pages). The
+reference and gfx950 run one ``zyfa.flash_attn_func`` call per sequence and concatenate the
+results. Either way the sequence lengths are read on the host (they are validated there).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import api, dispatch
+from .device import device_arch
+from .spec.descales import check_descale
+from .spec.shapes import Packed
+from .validation import validate
+
+PAGE_SIZES = range(16, 257, 16)
+# backend="auto": a packed batch whose sequences average at most this many queries runs in one
+# Triton launch even where a generated kernel would take each sequence. On the H200 (bench/NOTES.md,
+# "Packed (varlen) batches"): one FP8 launch 3.8x and 7.5x the generated kernel called a
+# sequence at a time at means of 1,196 and 287 queries, 0.6x at 4,817.
+SHORT_MEAN_QUERIES = 2048
+
+
+def _check_tensor_dim(name: str, x, dims: int, layout: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D {layout}, got shape {tuple(x.shape)}")
+
+
+def _int32_list(name: str, x, dims: int) -> list:
+    """An int32 index tensor's values on the host."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype torch.int32, got {x.dtype}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
+    return x.tolist()
+
+
+def _lengths(name: str, cu, total: int, total_name: str) -> list[int]:
+    """Sequence lengths from cu_seqlens (int32 (batch + 1,) prefix sums ending at total)."""
+    c = _int32_list(name, cu, 1)
+    if len(c) < 2:
+        raise ValueError(f"{name} must have batch + 1 >= 2 entries, got shape {tuple(cu.shape)}")
+    if c[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {c[0]}")
+    bad = [i for i in range(1, len(c)) if c[i] < c[i - 1]]
+    if bad:
+        raise ValueError(f"{name} must be non-decreasing, got {c[bad[0] - 1]} then {c[bad[0]]} at index {bad[0]}")
+    if c[-1] != total:
+        raise ValueError(f"{name}'s last entry ({c[-1]}) must equal the {total_name} ({total})")
+    return [b - a for a, b in zip(c, c[1:])]
+
+
+def _check_max(name: str, given, lengths: list[int], what: str) -> None:
+    if not isinstance(given, int) or isinstance(given, bool):
+        raise TypeError(f"{name} must be an int, got {type(given).__name__}")
+    longest = max(lengths, default=0)
+    if given < longest:
+        raise ValueError(f"{name} ({given}) is smaller than the longest sequence's {what} ({longest})")
+
+
+def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
+    """Keys per sequence, and each sequence's pages (paged cache: host lists, as validated) or
+    start offset (packed)."""
+    if block_table is None:
+        if cu_seqlens_k is None:
+            raise ValueError("cu_seqlens_k is None: pass cu_seqlens_k for packed k/v, or block_table and "
+                             "seqused_k for a paged KV cache")
+        _check_tensor_dim("k", k, 3, "(total_k, kv_heads, head_dim)")
+        lens = _lengths("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total tokens of k (k.shape[0])")
+        if len(lens) != batch:
+            raise ValueError(f"cu_seqlens_k has {len(lens) + 1} entries but cu_seqlens_q has {batch + 1}: "
+                             "q and k must have the same batch size")
+        starts = cu_seqlens_k.tolist()[:-1]
+        if seqused_k is not None:
+            used = _seqused(seqused_k, batch)
+            over = [i for i, (u, n) in enumerate(zip(used, lens)) if u > n]
+            if over:
+                i = over[0]
+                raise ValueError(f"seqused_k[{i}] ({used[i]}) exceeds sequence {i}'s keys in cu_seqlens_k ({lens[i]})")
+            lens = used
+        return lens, starts
+    if cu_seqlens_k is not None:
+        raise ValueError("block_table was given with cu_seqlens_k: a paged KV cache takes seqused_k "
+                         "for its lengths and cu_seqlens_k=None")
+    if seqused_k is None:
+        raise ValueError("block_table was given without seqused_k: a paged KV cache needs seqused_k "
+                         "(batch,) int32, the keys each sequence uses")
+    _check_tensor_dim("k", k, 4, "(num_pages, page_size, kv_heads, head_dim) with block_table")
+    num_pages, page_size = k.shape[:2]
+    if page_size not in PAGE_SIZES:
+        raise ValueError(f"page_size (k.shape[1]) must be a multiple of 16 in 16..256, got {page_size}")
+    table = _int32_list("block_table", block_table, 2)
+    if len(table) != batch:
+        raise ValueError(f"block_table has {len(table)} rows but cu_seqlens_q has batch {batch}")
+    used = _seqused(seqused_k, batch)
+    pages = []
+    for i, u in enumerate(used):
+        n = -(-u // page_size)
+        if n > block_table.shape[1]:
+            raise ValueError(f"block_table has {block_table.shape[1]} pages a sequence but seqused_k[{i}] ({u}) "
+                             f"needs {n} pages of {page_size}")
+        bad = [p for p in table[i][:n] if not 0 <= p < num_pages]
+        if bad:
+            raise ValueError(f"block_table row {i} uses page {bad[0]}, outside [0, num_pages={num_pages})")
+        pages.append(table[i][:n])
+    return used, pages
+
+
+def _seqused(seqused_k, batch) -> list[int]:
+    used = _int32_list("seqused_k", seqused_k, 1)
+    if len(used) != batch:
+        raise ValueError(f"seqused_k must have shape ({batch},) (the batch of cu_seqlens_q), got {tuple(seqused_k.shape)}")
+    neg = [i for i, u in enumerate(used) if u < 0]
+    if neg:
+        raise ValueError(f"seqused_k must be >= 0, got {used[neg[0]]} at index {neg[0]}")
+    return used
+
+
+def _descale_for(d, i):
+    """Sequence i's descale: (batch, kv_heads) is per sequence, scalar and (kv_heads,) shared."""
+    return d[i:i + 1] if d is not None and d.dim() == 2 else d
+
+
+def _check_descales(descales, batch, hkv) -> None:
+    for name, d in descales.items():
+        if d is None:
+            continue
+        if isinstance(d, torch.Tensor) and d.dim() == 3:
+            raise ValueError(f"{name} has shape {tuple(d.shape)}: flash_attn_varlen_func takes descales per "
+                             f"(sequence, kv head), shape (), ({hkv},) or ({batch}, {hkv}), not per token/channel")
+        check_descale(name, d, batch, hkv, ())
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
+                           causal=True, q_descale=None, k_descale=None, v_descale=None, block_table=None,
+                           seqused_k=None, return_lse=False, backend="auto", p_rule=None, ref_rule=None):
+    """Attention over a packed batch of sequences of different lengths, FlashAttention's varlen API.
+
+    q: (total_q, heads, head_dim) with cu_seqlens_q int32 (batch + 1,) prefix sums of the query
+    lengths. Keys either packed -- k, v (total_k, kv_heads, head_dim[_v]) with cu_seqlens_k
+    (optionally seqused_k (batch,) int32: sequence i uses only its first seqused_k[i] keys) --
+    or a paged KV cache: k, v (num_pages, page_size, kv_heads, head_dim[_v]) (page_size a
+    multiple of 16 in 16..256), block_table (batch, max_pages) int32 naming each sequence's
+    pages in order, seqused_k (batch,) int32 its key count, and cu_seqlens_k=None.
+    max_seqlen_q/k: ints at least the longest sequence's query/key count.
+
+    causal=True aligns the mask bottom-right per sequence (query i of a sequence sees keys
+    j <= i + seqlen_k - seqlen_q), so a chunk of new queries over a longer cached prefix is one
+    call; seqlen_q > seqlen_k is then an error. Sequences with 0 queries are skipped.
+    FP8 descales are per (sequence, kv head): (batch, kv_heads), or () / (kv_heads,) shared.
+    V may be contiguous or in zyfa.quantize_fp8's transposed layout (seqlen contiguous).
+
+    Returns out (total_q, heads, head_dim_v) and, with return_lse, the float32 natural-log
+    LSE (heads, total_q), as FlashAttention's varlen function does.
+
+    The backend is chosen as for one sequence of the longest lengths; where that is the
+    generated Hopper kernel or the Triton kernel (also, with "auto", where gfx950's kernel
+    would be chosen but the sequences average at most SHORT_MEAN_QUERIES queries), one launch
+    runs the whole packed batch, a paged cache read in place or gathered first (see the
+    module's note). Otherwise one zyfa.flash_attn_func call a sequence on ``backend``,
+    concatenated.
+    """
+    _check_tensor_dim("q", q, 3, "(total_q, heads, head_dim)")
+    q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
+    batch = len(q_lens)
+    k_lens, where = _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch)
+    _check_tensor_dim("v", v, k.dim(), "with the layout of k")
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"k and v must agree in all but head_dim: k {tuple(k.shape)}, v {tuple(v.shape)}")
+    _check_max("max_seqlen_q", max_seqlen_q, q_lens, "queries")
+    _check_max("max_seqlen_k", max_seqlen_k, k_lens, "keys")
+    descales = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    _check_descales(descales, batch, k.shape[-2])
+    # dtypes, devices, head dims, heads % kv_heads, strides, softmax_scale and the descales'
+    # presence: flash_attn_func's checks on a batch-1 view of the whole input
+    kv_view = (lambda x: x[:1]) if block_table is not None else (lambda x: x.unsqueeze(0))
+    is_fp8 = validate(q.unsqueeze(0), kv_view(k), kv_view(v), False, softmax_scale,
+                      *(_descale_for(d, 0) for d in descales.values()))
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
+        if sq and (sk == 0 or (causal and sq > sk)):
+            raise ValueError(f"sequence {i} has seqlen_q {sq} and seqlen_k {sk}: " +
+                             ("causal attention needs seqlen_q <= seqlen_k" if sk else "queries need at least one key"))
+    if q.shape[0] == 0:
+        raise ValueError("q is empty (total_q 0); at least one sequence needs queries")
+
+    p_rule, ref_rule = api._rules(is_fp8, p_rule, ref_rule, q.dtype)
+    fused = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale,
+                        causal, descales, backend, p_rule, ref_rule, is_fp8, block_table)
+    if fused is not None:
+        return fused if return_lse else fused[0]
+    rules = {"p_rule": p_rule, "ref_rule": ref_rule} if is_fp8 else {}
+    outs, lses, q_start = [], [], 0
+    for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
+        q_start += sq
+        if sq == 0:
+            continue
+        if block_table is None:
+            ks, vs = (x[where[i]:where[i] + sk].unsqueeze(0) for x in (k, v))
+        else:
+            pages = torch.tensor(where[i], device=k.device)          # one copy of the page list for k and v
+            ks, vs = (x.index_select(0, pages).flatten(0, 1)[:sk].unsqueeze(0) for x in (k, v))
+        out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=softmax_scale,
+                                       causal=causal, return_lse=True, backend=backend, **rules,
+                                       **{n: _descale_for(d, i) for n, d in descales.items()})
+        outs.append(out[0])
+        lses.append(lse[0])
+    out = torch.cat(outs, 0)
+    return (out, torch.cat(lses, 1)) if return_lse else out
+
+
+def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
+                descales, backend, p_rule, ref_rule, is_fp8, block_table=None):
+    """(out, lse) from one launch over the packed batch -- the generated Hopper kernel's packed
+    variant where it is the backend chosen for the longest sequence, else the Triton kernel --
+    or None when that backend is another one (with "auto": the Triton kernel also where a
+    generated kernel was chosen but the sequences are short, SHORT_MEAN_QUERIES). A paged cache is read
+    in place by the Triton kernel where its layout suits it (_pages_fit), else gathered into
+    a packed batch first (_gathered_pages). The kernel reads the caller's (validated) index
+    tensors."""
+    problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
+                               head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
+                               seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
+    chosen = dispatch.select(problem, backend).name
+    short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
+    use_triton = chosen == "triton" or (backend == "auto" and short and chosen in ("ptx", "gfx950")
+                                        and dispatch.by_name("triton").can_implement(problem)[0])
+    from .triton_kernels.launch import default_tile, triton_attention
+    tile = None
+    if block_table is not None:
+        # FP8 pages the Triton kernel reads in place beat gathering them for the generated kernel
+        # (H200, bench/NOTES.md: 495 against 426 TFLOP/s on 8 x 1K..8K tokens, pages of 128)
+        triton_ok = use_triton or (backend == "auto" and is_fp8 and chosen == "ptx"
+                                   and dispatch.by_name("triton").can_implement(problem)[0])
+        if triton_ok:
+            tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
+        use_triton = triton_ok and _pages_fit(k, v, is_fp8, tile.block_n)
+        if not use_triton:
+            if not (triton_ok or chosen == "ptx"):
+                return None
+            k, v, cu_seqlens_k, starts = _gathered_pages(k, v, starts)
+            return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k,
+                               torch.tensor(k_lens, dtype=torch.int32, device=q.device), softmax_scale, causal,
+                               descales, backend, p_rule, ref_rule, is_fp8)
+    if chosen == "ptx" and block_table is None:
+        return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k,
+                                                     seqused_k, is_fp8), softmax_scale, causal, descales, p_rule,
+                           ref_rule, is_fp8)
+    if not use_triton:
+        return None
+    if block_table is not None:                  # the pools; each sequence's keys from its pages
+        dev = q.device
+        zeros = torch.zeros(len(q_lens), dtype=torch.int32, device=dev)
+        packed = Packed(cu_seqlens_q.to(dev), zeros, zeros, _key_counts(cu_seqlens_k, seqused_k, dev), max(q_lens),
+                        max(k_lens), block_table.to(dev), k.shape[1])
+        k = k.reshape(1, -1, *k.shape[2:])
+        v = v if is_fp8 else v.reshape(1, -1, *v.shape[2:])
+    else:
+        v, packed = _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, is_fp8)
+        k = k.unsqueeze(0)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    out, lse = triton_attention(q.unsqueeze(0), k, v, scale, causal, **descales, p_rule=p_rule, ref_rule=ref_rule,
+                                config=tile, packed=packed)
+    return out[0], lse[0]
+
+
+def _key_counts(cu_seqlens_k, seqused_k, dev) -> torch.Tensor:
+    return seqused_k.to(dev) if seqused_k is not None else cu_seqlens_k.diff().to(dev)
+
+
+def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, is_fp8):
+    """A contiguous packed batch as both kernels take it: v (FP8: V^T re-packed to 16-key
+    starts, packed_vt; 16-bit: (1, total_k, Hkv, Dv)) and its tables (Packed)."""
+    from .triton_kernels.launch import packed_vt
+    dev = q.device
+    k_start = v_start = cu_seqlens_k[:-1].to(dev)
+    if is_fp8:
+        v, v_starts = packed_vt(v, starts, k_lens)
+        v_start = torch.tensor(v_starts, dtype=torch.int32, device=dev)
+    else:
+        v = v.unsqueeze(0)
+    return v, Packed(cu_seqlens_q.to(dev), k_start, v_start, _key_counts(cu_seqlens_k, seqused_k, dev), max(q_lens),
+                     max(k_lens))
+
+
+def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_rule, is_fp8):
+    """(out, lse) of the packed batch (v and tables from _contiguous_tables) from one launch of
+    the generated Hopper kernel."""
+    from .asm.ptx.kernels import attention_16, attention_fp8
+    scale = None if softmax_scale is None else float(softmax_scale)
+    if is_fp8:
+        out, lse = attention_fp8(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, **descales, p_rule=p_rule,
+                                 ref_rule=ref_rule, packed=packed)
+    else:
+        out, lse = attention_16(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, packed=packed)
+    return out[0], lse[0]
+
+
+def _gathered_pages(k, v, pages):
+    """A paged cache the kernel cannot read in place, copied into a packed layout: each
+    sequence's pages in order, one gather a pool: (k, v (total, kv_heads, d), cu_seqlens_k of
+    the whole pages (int32), each sequence's first key); seqused_k then says how many count."""
+    page = k.shape[1]
+    order = torch.tensor([p for seq in pages for p in seq], dtype=torch.long, device=k.device)   # one copy
+    k, v = (x.index_select(0, order).flatten(0, 1) for x in (k, v))
+    cu = [0]
+    for p in pages:
+        cu.append(cu[-1] + len(p) * page)
+    return k, v, torch.tensor(cu, dtype=torch.int32, device=k.device), cu[:-1]
+
+
+def _pages_fit(k, v, is_fp8: bool, block_n: int) -> bool:
+    """Whether the kernel reads the paged pools in place: pages of a multiple of its key tile,
+    k (and BF16 v) contiguous, FP8 v with each page's V^T contiguous (quantize_fp8's layout
+    page by page)."""
+    page = k.shape[1]
+    v_ok = v.permute(0, 2, 3, 1).is_contiguous() if is_fp8 else v.is_contiguous()
+    return page % block_n == 0 and k.is_contiguous() and v_ok
+
+
+def paged_kv_cache(k, v, cu_seqlens_k, page_size: int, seed: int | None = 0, spare_pages: int = 0):
+    """A packed batch's keys and values (total_k, kv_heads, head_dim) as the paged KV cache
+    flash_attn_varlen_func reads: (k_pages, v_pages, block_table, seqused_k). Each sequence
+    takes ceil(len / page_size) pages of a pool with ``spare_pages`` more; ``seed`` shuffles
+    which pool page each takes (None: in order), as a serving engine's allocator leaves them.
+    Rows past a sequence's end are zero. E4M3 V keeps quantize_fp8's layout: each page's V
+    transposed (its rows contiguous), which the kernels read."""
+    starts = _int32_list("cu_seqlens_k", cu_seqlens_k, 1)
+    if page_size not in PAGE_SIZES:
+        raise ValueError(f"page_size must be a multiple of 16 in 16..256, got {page_size}")
+    lens = [b - a for a, b in zip(starts, starts[1:])]
+    pages = [-(-n // page_size) for n in lens]
+    pool = sum(pages) + spare_pages
+    order = (torch.randperm(pool, generator=torch.Generator().manual_seed(seed)) if seed is not None
+             else torch.arange(pool))
+    k_pages = k.new_zeros(pool, page_size, *k.shape[1:])
+    v_pages = v.new_zeros(pool, page_size, *v.shape[1:])
+    table = torch.zeros(len(lens), max(pages, default=0), dtype=torch.int32)
+    used = 0
+    for i, (a, n, p) in enumerate(zip(starts, lens, pages)):
+        ids = order[used:used + p]
+        table[i, :p], used = ids.to(torch.int32), used + p
+        ids = ids.to(k.device)
+        for src, dst in ((k, k_pages), (v, v_pages)):
+            rows = torch.nn.functional.pad(src[a:a + n].unsqueeze(0), (0, 0, 0, 0, 0, p * page_size - n))
+            dst[ids] = rows.reshape(p, page_size, *src.shape[1:])
+    if v_pages.dtype == torch.float8_e4m3fn:
+        v_pages = v_pages.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    seqused_k = torch.tensor(lens, dtype=torch.int32, device=k.device)
+    return k_pages, v_pages, table.to(k.device), seqused_k

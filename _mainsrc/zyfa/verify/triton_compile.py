@@ -1,0 +1,145 @@
+"""Compile the attention kernel for a GPU target without a GPU (CI checks, inspection).
+
+    python -m zyfa.verify.triton_compile sm90 | gfx950
+"""
+from __future__ import annotations
+
+import re
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from ..asm.ptx.assemble import assemble, sass
+
+from ..triton_kernels.attention import attention_fwd_kernel
+from ..triton_kernels.p_rules import P_RULE_IDS
+
+TARGETS = {"sm90": GPUTarget("cuda", 90, 32), "gfx950": GPUTarget("hip", "gfx950", 64)}
+
+
+def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lean_cubic",
+                      block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
+                      head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
+                      hw_round: bool = False, wgmma_key_order: bool = False, varlen: bool = False, page: int = 0,
+                      qk_int8: bool = False):
+    el = "fp8e4nv" if fp8 else "bf16"
+    qk_el = "i8" if qk_int8 else el
+    d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
+
+    def desc(dtype, block):
+        return f"tensordesc<{dtype}[{', '.join(str(b) for b in block)}]>"
+
+    sig = {"q_desc": desc(qk_el, [1, block_m, 1, d_main]),
+           "q_tail_desc": desc(qk_el, [1, block_m, 1, d_tail or d_main]),
+           "k_desc": desc(qk_el, [1, block_n, 1, d_main]),
+           "k_tail_desc": desc(qk_el, [1, block_n, 1, d_tail or d_main]),
+           "v_desc": desc(el, [1, 1, head_dim_v, block_n] if fp8 else [1, block_n, 1, head_dim_v]),
+           "o_desc": desc("bf16", [1, block_m, 1, head_dim_v]),
+           "LSE": "*fp32", "QD": "*fp32", "KD": "*fp32", "VD": "*fp32",
+           "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32",
+           "O": "*bf16", "CU_Q": "*i32", "K_START": "*i32", "K_LEN": "*i32", "V_START": "*i32", "o_row_stride": "i32",
+           "lse_head_stride": "i32", "BLOCK_TABLE": "*i32", "block_table_stride": "i32"}
+    consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
+                  D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
+                  HW_ROUND=hw_round, WGMMA_KEY_ORDER=wgmma_key_order, VARLEN=varlen, PAGE=page, QK_INT8=qk_int8)
+    for k in consts:
+        sig[k] = "constexpr"
+    src = ASTSource(attention_fwd_kernel, sig, consts, {})
+    opts = {"num_warps": num_warps, "num_stages": num_stages}
+    return triton.compile(src, target=TARGETS[target], options=opts)
+
+
+def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True, smooth: bool = False,
+                      group: int = 4, block_d: int = 128, block_dv: int = 128, per_tensor: bool = False):
+    """The fused quantizer (zyfa.triton_kernels.quantize) compiled for a GPU target: mode 0
+    smooth_k's channel sums (``_quant_pass``), 1 the finite amax and 2 rotate / scale / round /
+    write (``_quant_qkv``, q, k and v in one launch)."""
+    from ..triton_kernels.quantize import BLOCK_S, _quant_pass, _quant_qkv
+    if mode == 0:
+        sig = {"x_ptr": "*bf16", "out_ptr": "*fp32", "mean_ptr": "*fp32", "signs_ptr": "*fp32",
+               "scale_ptr": "*fp32", "amax_ptr": "*fp32", "descale_ptr": "*fp32", "part_ptr": "*fp64",
+               "cnt_ptr": "*i32", **{name: "i32" for name in ("S", "S_OUT", "D", "sb", "ss", "sh", "sd", "HKV", "NT")}}
+        consts = dict(MODE=0, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1, HSTAGES=0, TRANS=False, PER_TENSOR=False,
+                      BS=BLOCK_S, BD=block_d)
+        fn = _quant_pass
+    else:
+        sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*u8" for n in ("q_out", "k_out", "v_out")},
+               **{n: "*fp32" for n in ("mean_ptr", "signs_qk", "scale_qk", "signs_v", "scale_v")},
+               "amax_ptr": "*i32", "descale_ptr": "*fp32", "dummy": "*fp32",
+               **{n: "i32" for n in ("Sq", "Sk", "S_OUT_V", "Dqk", "Dv", "qsb", "qss", "qsh", "qsd", "ksb", "kss",
+                                     "ksh", "ksd", "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "SLOTS")}}
+        consts = dict(MODE=mode, GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK_QK=block_d if hadamard else 1,
+                      HSTAGES_QK=block_d.bit_length() - 1 if hadamard else 0, HBLOCK_V=block_dv if hadamard else 1,
+                      HSTAGES_V=block_dv.bit_length() - 1 if hadamard else 0, PER_TENSOR=per_tensor, BS=BLOCK_S,
+                      BD_QK=block_d, BD_V=block_dv)
+        fn = _quant_qkv
+    sig.update({name: "constexpr" for name in consts})
+    return triton.compile(ASTSource(fn, sig, consts, {}), target=TARGETS[target], options={"num_warps": 4})
+
+
+def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: bool = True, group: int = 4,
+                           block_d: int = 128, block_dv: int = 128, key_block: int = 128):
+    """The INT8 Q.K^T mode's first launch (``_int8_qk_v_amax``: q and k codes, v's amax)
+    compiled for a GPU target (its second is ``_quant_pass``'s mode 2)."""
+    from ..triton_kernels.quantize import BLOCK_S, _int8_qk_v_amax
+    sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*i8" for n in ("q_out", "k_out")},
+           **{n: "*fp32" for n in ("qd_ptr", "kd_ptr", "mean_ptr", "signs_ptr", "scale_ptr")},
+           "v_amax": "*i32", "dummy": "*fp32",
+           **{n: "i32" for n in ("Sq", "Sk", "D", "Dv", "qsb", "qss", "qsh", "qsd", "ksb", "kss", "ksh", "ksd",
+                                 "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "KEY_BLOCK")}}
+    consts = dict(GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=block_d if hadamard else 1,
+                  HSTAGES=block_d.bit_length() - 1 if hadamard else 0, NSUB_K=-(-key_block // BLOCK_S),
+                  BS=BLOCK_S, BD=block_d, BD_V=block_dv)
+    sig.update({name: "constexpr" for name in consts})
+    return triton.compile(ASTSource(_int8_qk_v_amax, sig, consts, {}), target=TARGETS[target],
+                          options={"num_warps": 4})
+
+
+def summarize_sm90(k) -> dict:
+    ptx = k.asm["ptx"]
+    code = sass(k.asm["cubin"])
+    a = assemble(ptx)
+    return {"wgmma_e4m3": len(re.findall(r"wgmma\.mma_async[^\n]*e4m3", ptx)),
+            "cvt_e4m3x2": ptx.count("cvt.rn.satfinite.e4m3x2.f32"), "sass_lines": code.count("\n"),
+            "qgmma_sass": code.count("QGMMA"), "hgmma_sass": code.count("HGMMA"),
+            "mufu_ex2": code.count("MUFU.EX2"), "shfl_idx": code.count("SHFL.IDX"), "f2i": len(re.findall(r"\bF2I", code)),
+            "hfma2": code.count("HFMA2"), "ffma": len(re.findall(r"\bFFMA\b", code)),
+            "registers": a.registers or None, "spill_bytes": a.spill_bytes, "shared_bytes": k.metadata.shared}
+
+
+def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,
+            head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False,
+            wgmma_key_order: bool = False) -> dict:
+    k = compile_attention(target, fp8=fp8, p_rule=p_rule, block_m=block_m, block_n=block_n,
+                          num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v,
+                          hw_round=hw_round, wgmma_key_order=wgmma_key_order)
+    if target == "sm90":
+        return summarize_sm90(k)
+    asm = k.asm["amdgcn"]
+    return {"mfma_f8": len(re.findall(r"v_mfma\w*f8", asm)), "v_exp_f32": asm.count("v_exp_f32"),
+            "pk_fma_f16": asm.count("v_pk_fma_f16"),
+            "scratch": "scratch_" in asm and ".private_segment_fixed_size: 0" not in asm}
+
+
+def main(argv=None):
+    """`python -m zyfa.verify.triton_compile TARGET [--json SPEC]`; SPEC is inspect()'s kwargs as JSON.
+
+    Runs in its own process in tests: Triton's interpreter (TRITON_INTERPRET=1) replaces
+    kernels by Python functions that cannot be compiled.
+    """
+    import argparse
+    import json
+    ap = argparse.ArgumentParser()
+    ap.add_argument("target", choices=sorted(TARGETS))
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if a.json:
+        print(json.dumps(inspect(a.target, **json.loads(a.json))))
+        return
+    for rule in P_RULE_IDS:
+        print(rule, inspect(a.target, True, rule, 128, 64, 8, 2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""The Triton kernel that writes V^T in the Hopper key order: the spec's bytes for every
+layout a caller passes (contiguous V, quantize_fp8's transposed V, a slice), key counts that
+are and are not multiples of 16, and the head dims the FP8 kernels take."""
+import pytest
+import torch
+
+from conftest import DEVICE
+from zyfa.spec.key_order import hopper_vt as spec_hopper_vt
+from zyfa.hopper_vt import hopper_vt
+
+
+def _bytes(*shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, shape, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn).to(DEVICE)
+
+
+@pytest.mark.parametrize("B, Sk, Hkv, Dv", [(1, 1, 1, 64), (2, 17, 2, 128), (1, 130, 3, 256), (2, 300, 1, 128)])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "slice"])
+def test_equals_the_spec(B, Sk, Hkv, Dv, layout):
+    if layout == "contiguous":
+        v = _bytes(B, Sk, Hkv, Dv, seed=Sk)
+    elif layout == "transposed":           # quantize_fp8's V: keys contiguous, rows padded to 16
+        pad = (-Sk) % 16
+        v = _bytes(B, Hkv, Dv, Sk + pad, seed=Sk).permute(0, 3, 1, 2)[:, :Sk]
+    else:                                  # every other key of a longer V
+        v = _bytes(B, 2 * Sk, Hkv, Dv, seed=Sk)[:, ::2]
+    out = hopper_vt(v)
+    want = spec_hopper_vt(v)
+    assert out.shape == want.shape and out.is_contiguous()
+    assert torch.equal(out, want.contiguous())
