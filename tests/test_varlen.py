@@ -345,14 +345,12 @@ H100_CLASS = torch.cuda.is_available() and torch.version.hip is None and torch.c
 
 
 @pytest.mark.skipif(not H100_CLASS, reason="the generated Hopper kernels need an sm_90 GPU")
-@pytest.mark.parametrize("dims", [(128, 128), (192, 128), (64, 64)], ids=lambda d: f"d{d[0]}-{d[1]}")
+@pytest.mark.parametrize("dims", [(128, 128), (192, 128), (64, 64), (256, 256)], ids=lambda d: f"d{d[0]}-{d[1]}")
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_ptx_packed_batch_equals_per_sequence_calls(dims, fp8, causal, monkeypatch):
     """The generated kernel's packed path (one launch): bit for bit its per-sequence calls, over
     lengths of 1, odd, longer than a tile, a sequence without queries, GQA, seqused_k."""
-    if fp8 and dims == (64, 64):
-        pytest.skip("the generated FP8 kernel takes head dims 128 and 192/128")
     d, dv = dims
     lens_q, lens_k, used = [1, 0, 200, 77, 130], [5, 3, 260, 77, 300], [5, 3, 250, 77, 131]
     lens_q = [min(a, b) for a, b in zip(lens_q, used)] if causal else lens_q
@@ -382,6 +380,26 @@ def test_ptx_packed_batch_equals_per_sequence_calls(dims, fp8, causal, monkeypat
             lses.append(s_[0])
         a, c = a + sq, c + sk
     assert torch.equal(out, torch.cat(outs)) and torch.equal(lse, torch.cat(lses, 1))
+
+
+@pytest.mark.skipif(not H100_CLASS, reason="the generated Hopper kernels need an sm_90 GPU")
+@pytest.mark.parametrize("backend", ["ptx", "triton"])
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_host_lengths_run_without_a_device_sync(backend, fp8):
+    """cu_seqlens on the CPU: the call queues its work without waiting for the GPU (every
+    table reaches the device by an asynchronous copy), and gives the device call's bits."""
+    lens = [1, 200, 77, 300]
+    q, k, v, ds = _inputs(lens, lens, fp8, hq=4, hkv=2, seed=31, d=128)
+    want = _varlen(q, k, v, ds, lens, lens, backend)
+    cu = _cu(lens).cpu()
+    zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), backend=backend, **ds)    # compiled
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), return_lse=True, backend=backend, **ds)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
 
 
 @pytest.mark.skipif(not H100_CLASS, reason="the generated Hopper kernels need an sm_90 GPU")
@@ -417,7 +435,7 @@ def test_auto_paged_route_where_the_generated_kernel_is_chosen(fp8, monkeypatch)
     monkeypatch.setattr("zyfa.triton_kernels.launch.triton_attention",
                         lambda *a, **kw: routes.append("triton in place") or (q[None], q[None]))
     pages = [table[i, :-(-u // 256)].tolist() for i, u in enumerate(used.tolist())]
-    zv._one_launch(q, kp, vp, lens_q, used.tolist(), pages, _cu(lens_q), None, used, None, True,
+    zv._one_launch(q, kp, vp, lens_q, used.tolist(), pages, _cu(lens_q), None, True,
                    ds, "auto", "exact", "per_block", fp8, table)
     assert routes == (["triton in place"] if fp8 else ["gathered", "ptx packed"])
 

@@ -21,6 +21,19 @@ def device_arch(device: torch.device) -> str:
     return f"sm{major}{minor}"
 
 
+def to_device(values, device: torch.device, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """Host integers (a list or a CPU tensor) as a tensor on ``device`` without synchronizing:
+    on a GPU staged in pinned memory and copied asynchronously. (torch.tensor(..., device=cuda)
+    and .to(cuda) from pageable memory wait for every queued kernel, which exposed the host's
+    whole share of a varlen call; bench/NOTES.md.) A tensor already on ``device`` is returned."""
+    if isinstance(values, torch.Tensor) and values.device == device:
+        return values.to(dtype)
+    host = torch.as_tensor(values, dtype=dtype, device="cpu")
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def nvidia_capability(arch: str) -> tuple[int, int]:
     """(major, minor) from an NVIDIA arch string such as "sm90"."""
     digits = arch[2:]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import api, dispatch
-from .device import device_arch
+from .device import device_arch, to_device
 from .spec.descales import check_descale
 from .spec.shapes import Packed
 from .validation import validate
@@ -79,7 +79,9 @@ def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
         if len(lens) != batch:
             raise ValueError(f"cu_seqlens_k has {len(lens) + 1} entries but cu_seqlens_q has {batch + 1}: "
                              "q and k must have the same batch size")
-        starts = cu_seqlens_k.tolist()[:-1]
+        starts = [0]                          # each sequence's first key, from the lengths read above
+        for n in lens[:-1]:
+            starts.append(starts[-1] + n)
         if seqused_k is not None:
             used = _seqused(seqused_k, batch)
             over = [i for i, (u, n) in enumerate(zip(used, lens)) if u > n]
@@ -151,7 +153,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     or a paged KV cache: k, v (num_pages, page_size, kv_heads, head_dim[_v]) (page_size a
     multiple of 16 in 16..256), block_table (batch, max_pages) int32 naming each sequence's
     pages in order, seqused_k (batch,) int32 its key count, and cu_seqlens_k=None.
-    max_seqlen_q/k: ints at least the longest sequence's query/key count.
+    max_seqlen_q/k: ints at least the longest sequence's query/key count. The index tensors
+    may live on the CPU or the GPU; their values are read on the host (validation, tables), so
+    CPU tensors spare the device synchronization that reading GPU ones costs every call.
 
     causal=True aligns the mask bottom-right per sequence (query i of a sequence sees keys
     j <= i + seqlen_k - seqlen_q), so a chunk of new queries over a longer cached prefix is one
@@ -195,7 +199,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError("q is empty (total_q 0); at least one sequence needs queries")
 
     p_rule, ref_rule = api._rules(is_fp8, p_rule, ref_rule, q.dtype)
-    fused = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale,
+    fused = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, softmax_scale,
                         causal, descales, backend, p_rule, ref_rule, is_fp8, block_table)
     if fused is not None:
         return fused if return_lse else fused[0]
@@ -208,7 +212,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if block_table is None:
             ks, vs = (x[where[i]:where[i] + sk].unsqueeze(0) for x in (k, v))
         else:
-            pages = torch.tensor(where[i], device=k.device)          # one copy of the page list for k and v
+            pages = to_device(where[i], k.device, torch.long)       # one copy of the page list for k and v
             ks, vs = (x.index_select(0, pages).flatten(0, 1)[:sk].unsqueeze(0) for x in (k, v))
         out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=softmax_scale,
                                        causal=causal, return_lse=True, backend=backend, **rules,
@@ -219,7 +223,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return (out, torch.cat(lses, 1)) if return_lse else out
 
 
-def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
+def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal,
                 descales, backend, p_rule, ref_rule, is_fp8, block_table=None):
     """(out, lse) from one launch over the packed batch -- the generated Hopper kernel's packed
     variant where it is the backend chosen for the longest sequence, else the Triton kernel --
@@ -248,25 +252,23 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seq
         if not use_triton:
             if not (triton_ok or chosen == "ptx"):
                 return None
-            k, v, cu_seqlens_k, starts = _gathered_pages(k, v, starts)
-            return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k,
-                               torch.tensor(k_lens, dtype=torch.int32, device=q.device), softmax_scale, causal,
-                               descales, backend, p_rule, ref_rule, is_fp8)
+            k, v, starts = _gathered_pages(k, v, starts)
+            return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal, descales,
+                               backend, p_rule, ref_rule, is_fp8)
     if chosen == "ptx" and block_table is None:
-        return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k,
-                                                     seqused_k, is_fp8), softmax_scale, causal, descales, p_rule,
-                           ref_rule, is_fp8)
+        return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8),
+                           softmax_scale, causal, descales, p_rule, ref_rule, is_fp8)
     if not use_triton:
         return None
     if block_table is not None:                  # the pools; each sequence's keys from its pages
         dev = q.device
         zeros = torch.zeros(len(q_lens), dtype=torch.int32, device=dev)
-        packed = Packed(cu_seqlens_q.to(dev), zeros, zeros, _key_counts(cu_seqlens_k, seqused_k, dev), max(q_lens),
-                        max(k_lens), block_table.to(dev), k.shape[1])
+        packed = Packed(to_device(cu_seqlens_q, dev), zeros, zeros, to_device(k_lens, dev), max(q_lens),
+                        max(k_lens), to_device(block_table, dev), k.shape[1])
         k = k.reshape(1, -1, *k.shape[2:])
         v = v if is_fp8 else v.reshape(1, -1, *v.shape[2:])
     else:
-        v, packed = _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, is_fp8)
+        v, packed = _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8)
         k = k.unsqueeze(0)
     scale = None if softmax_scale is None else float(softmax_scale)
     out, lse = triton_attention(q.unsqueeze(0), k, v, scale, causal, **descales, p_rule=p_rule, ref_rule=ref_rule,
@@ -274,22 +276,18 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seq
     return out[0], lse[0]
 
 
-def _key_counts(cu_seqlens_k, seqused_k, dev) -> torch.Tensor:
-    return seqused_k.to(dev) if seqused_k is not None else cu_seqlens_k.diff().to(dev)
-
-
-def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, cu_seqlens_k, seqused_k, is_fp8):
+def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8):
     """A contiguous packed batch as both kernels take it: v (FP8: V^T re-packed to 16-key
     starts, packed_vt; 16-bit: (1, total_k, Hkv, Dv)) and its tables (Packed)."""
     from .triton_kernels.launch import packed_vt
     dev = q.device
-    k_start = v_start = cu_seqlens_k[:-1].to(dev)
+    k_start = v_start = to_device(starts, dev)
     if is_fp8:
         v, v_starts = packed_vt(v, starts, k_lens)
-        v_start = torch.tensor(v_starts, dtype=torch.int32, device=dev)
+        v_start = to_device(v_starts, dev)
     else:
         v = v.unsqueeze(0)
-    return v, Packed(cu_seqlens_q.to(dev), k_start, v_start, _key_counts(cu_seqlens_k, seqused_k, dev), max(q_lens),
+    return v, Packed(to_device(cu_seqlens_q, dev), k_start, v_start, to_device(k_lens, dev), max(q_lens),
                      max(k_lens))
 
 
@@ -308,15 +306,15 @@ def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_ru
 
 def _gathered_pages(k, v, pages):
     """A paged cache the kernel cannot read in place, copied into a packed layout: each
-    sequence's pages in order, one gather a pool: (k, v (total, kv_heads, d), cu_seqlens_k of
-    the whole pages (int32), each sequence's first key); seqused_k then says how many count."""
+    sequence's pages in order, one gather a pool: (k, v (total, kv_heads, d), each sequence's
+    first key); the sequence's key count says how many of its pages' keys it uses."""
     page = k.shape[1]
-    order = torch.tensor([p for seq in pages for p in seq], dtype=torch.long, device=k.device)   # one copy
+    order = to_device([p for seq in pages for p in seq], k.device, torch.long)   # one copy
     k, v = (x.index_select(0, order).flatten(0, 1) for x in (k, v))
-    cu = [0]
-    for p in pages:
-        cu.append(cu[-1] + len(p) * page)
-    return k, v, torch.tensor(cu, dtype=torch.int32, device=k.device), cu[:-1]
+    starts = [0]
+    for p in pages[:-1]:
+        starts.append(starts[-1] + len(p) * page)
+    return k, v, starts
 
 
 def _pages_fit(k, v, is_fp8: bool, block_n: int) -> bool:

@@ -163,11 +163,15 @@ def _varlen_args(inp: Inputs, fp8: bool) -> dict:
 
 
 def _zyfa_varlen(dtype: str, page_size: int | None = None):
+    """zyfa's varlen call as its docs advise: the index tensors on the host (zyfa reads the
+    lengths there; device ones would cost a synchronization a call)."""
     def build(inp: Inputs):
         a = _varlen_args(inp, dtype == "fp8")
         if page_size:               # the same keys from a shuffled paged cache
             k, v, table, used = zyfa.varlen.paged_kv_cache(a["k"], a["v"], a["cu_seqlens_k"], page_size)
             a.update(k=k, v=v, block_table=table, seqused_k=used, cu_seqlens_k=None)
+        a.update({name: a[name].cpu() for name in ("cu_seqlens_q", "cu_seqlens_k", "block_table", "seqused_k")
+                  if a.get(name) is not None})
 
         def call():
             out, lse = zyfa.flash_attn_varlen_func(**a, softmax_scale=inp.scale, causal=inp.case.causal,

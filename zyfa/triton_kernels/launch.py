@@ -7,7 +7,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..device import device_arch, hardware_rounding, interpreter_active
+from ..device import device_arch, hardware_rounding, interpreter_active, to_device
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from ..hopper_vt import hopper_vt
@@ -61,12 +61,11 @@ def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int]) -> tuple[torc
         v_starts.append(v_starts[-1] + n)
     total = sum(padded)
     dev = v.device
-    seq = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(padded, device=dev),
-                                  output_size=total)
-    pos = torch.arange(total, device=dev) - torch.tensor(v_starts, device=dev)[seq]
-    src = torch.tensor(starts, device=dev)[seq] + pos
+    table = to_device([padded, v_starts, starts, lens], dev, torch.long)       # one copy, no sync
+    seq = torch.repeat_interleave(torch.arange(len(lens), device=dev), table[0], output_size=total)
+    pos = torch.arange(total, device=dev) - table[1][seq]
     zero = v.shape[0]                                 # the index of an appended zero key
-    src = torch.where(pos < torch.tensor(lens, device=dev)[seq], src, zero)
+    src = torch.where(pos < table[3][seq], table[2][seq] + pos, zero)
     u = v.view(torch.uint8).permute(1, 2, 0)          # (Hkv, Dv, total_k)
     u = torch.cat([u, u.new_zeros(*u.shape[:2], 1)], -1)
     vt = u.index_select(-1, src).view(v.dtype)[None]  # (1, Hkv, Dv, P), contiguous
