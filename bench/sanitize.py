@@ -1,6 +1,6 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
-synccheck): the generated Hopper FP8 kernel (serial d128 and specialized MLA, every P rule,
-causal and not: all 20 it builds) and 16-bit kernel (d64, d128, MLA, d256; BF16 and FP16),
+synccheck): the generated Hopper FP8 kernel (serial d64 / d128, specialized MLA / d256, every
+P rule, causal and not) and 16-bit kernel (d64, d128, MLA, d256; BF16 and FP16),
 their packed (varlen) variants, the Triton attention kernels (FP8 exact, BF16; d64 / d128 /
 MLA / d256) and the fused quantizer. Each output is checked against float64 (the quantizer against
 the PyTorch quantizer's bits) so a run that "passes" the sanitizer also computed the right thing.
@@ -23,7 +23,8 @@ from zyfa.verify.fuzz.checks import FP8_FLOOR, K_FP8
 from zyfa.spec.rules import DEFAULT_P_RULE, P_RULES
 
 PTX_SHAPES = [((1, 200, 300, 2, 1, 128, 128), True), ((1, 130, 130, 2, 2, 128, 128), False),
-              ((1, 200, 300, 2, 1, 192, 128), True), ((1, 130, 130, 2, 2, 192, 128), False)]
+              ((1, 200, 300, 2, 1, 192, 128), True), ((1, 130, 130, 2, 2, 192, 128), False),
+              ((1, 200, 300, 2, 1, 64, 64), True), ((1, 150, 150, 2, 1, 256, 256), True)]
 CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, causal in PTX_SHAPES] + [
     # backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal, P rule
     ("ptx", "bf16", (1, 200, 300, 2, 1, 128, 128), True),
@@ -86,7 +87,7 @@ def _packed_batches(dtypes) -> int:
     failed = 0
     lens = [1, 130, 77]
     cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
-    for dtype, D in (("fp8", 128), ("fp8", 192), ("bf16", 128), ("bf16", 256)):
+    for dtype, D in (("fp8", 64), ("fp8", 128), ("fp8", 192), ("fp8", 256), ("bf16", 128), ("bf16", 256)):
         if dtype not in dtypes:
             continue
         Dv = 128 if D == 192 else D
