@@ -1,1 +1,0 @@
-"""Integrations with frameworks: ``zyfa.integrations.transformers``."""
