@@ -1,6 +1,6 @@
 """Hashes of the machine code every default kernel compiles to, to show that a change of the
 Python around them changes no kernel: the SASS of each default generated Hopper kernel (FP8
-and 16-bit; kernel name normalized away) and P-code kernel, the gfx950 assembly of each generated variant, and
+and 16-bit, dense and packed; kernel name normalized away) and P-code kernel, the gfx950 assembly of each generated variant, and
 the Triton kernel's PTX / AMDGCN for the tuned configs (debug info and comments stripped).
 
     python -m zyfa.verify.fingerprint NEW.json [--compare OLD.json] [--no-triton]
@@ -19,7 +19,7 @@ from ..asm.ptx.attention import attention_kernel as ptx_kernel
 from ..asm.ptx.attention import attention_kernel_16 as ptx_kernel_16
 from ..asm.ptx.lean_p import PTX_RULES
 from ..asm.ptx.lean_p import p_codes_kernel as ptx_p_codes
-from ..spec.rules import LEAN_RULES, P_RULES
+from ..spec.rules import DEFAULT_P_RULE, LEAN_RULES, P_RULES
 
 # the Triton kernel as the H200 table and the interpreter-free gfx950 compile use it
 TRITON_CASES = [
@@ -52,11 +52,17 @@ def fingerprints(triton: bool = True) -> dict:
             for dqk, _ in HEAD_DIMS:
                 name, ptx = ptx_kernel(rule, causal, dqk=dqk)
                 out[f"ptx|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
+                if rule == DEFAULT_P_RULE:      # the packed (varlen) variant, of the default rule
+                    name, ptx = ptx_kernel(rule, causal, dqk=dqk, packed=True)
+                    out[f"ptx_packed|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
     for dtype in ("bf16", "f16"):
         for causal in (True, False):
             for dqk, dv in HEAD_DIMS_16:
                 name, ptx = ptx_kernel_16(dtype, causal, dqk, dv)
                 out[f"ptx16|{dtype}|{causal}|{dqk}|{dv}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
+                if dtype == "bf16":
+                    name, ptx = ptx_kernel_16(dtype, causal, dqk, dv, packed=True)
+                    out[f"ptx16_packed|{dtype}|{causal}|{dqk}|{dv}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
     for rule in PTX_RULES:
         name, ptx = ptx_p_codes(rule)
         out[f"ptx_pcodes|{rule}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
