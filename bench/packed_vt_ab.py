@@ -1,7 +1,8 @@
 """Branch fp8-packed-vt, to delete once measured: a packed FP8 batch's V^T for the generated
 kernel as main builds it (a zero key appended by copying all of V, a gather, then the key
 order by a second launch) against one gather with the key order folded in; the bytes equal;
-then the varlen call beside FA3's, one process.
+then the varlen call beside FA3's, and a paged cache (pages of 64 and 128) read in place by
+the Triton kernel or gathered for the generated one, one process.
 
     python bench/packed_vt_ab.py OUT.json
 """
@@ -13,6 +14,7 @@ from zyfa.bench.measure import median_ms
 from zyfa.device import to_device
 from zyfa.hopper_vt import hopper_vt
 from zyfa.triton_kernels.launch import packed_vt
+from zyfa.varlen import paged_kv_cache
 import fa3_fwd_interface as fa3
 
 HQ, HKV, D = 32, 8, 128
@@ -57,8 +59,18 @@ for name, lens in {"bench varlen 16 seqs": list(VARLEN_LENGTHS),
                                                                backend="ptx", **ds)) / 1e9
     fa = flops / median_ms(lambda: fa3.flash_attn_varlen_func(x.q[0], x.k[0], v8, cud, cud, mx, mx, causal=True,
                                                                **ds)) / 1e9
+    paged = {}
+    for page in (64, 128):
+        kp, vp, table, used = paged_kv_cache(x.k[0], x.v[0], cud, page, seed=page)
+        table, used = table.cpu(), used.cpu()
+        for backend in ("triton", "ptx"):       # pages read in place / gathered into a packed batch
+            if backend == "triton" and page < 128:
+                continue
+            paged[f"paged {page} {backend}"] = flops / median_ms(lambda: zyfa.flash_attn_varlen_func(
+                x.q[0], kp, vp, cu, None, mx, mx, block_table=table, seqused_k=used, backend=backend, **ds)) / 1e9
     rows.append(dict(batch=name, vt_main_us=t_old * 1e3, vt_new_us=t_new * 1e3, bytes_equal=same,
-                     zyfa_ptx_fp8=zy, fa3_fp8=fa))
+                     zyfa_ptx_fp8=zy, fa3_fp8=fa, **paged))
     print(f"{name:22s} V^T main {t_old * 1e3:6.0f} us, folded {t_new * 1e3:6.0f} us, bytes equal {same} | "
-          f"zyfa ptx FP8 varlen {zy:.0f} TFLOP/s, FA3 {fa:.0f} ({zy / fa:.3f})", flush=True)
+          f"zyfa ptx FP8 varlen {zy:.0f} TFLOP/s, FA3 {fa:.0f} ({zy / fa:.3f}) | "
+          + ", ".join(f"{k_} {v_:.0f}" for k_, v_ in paged.items()), flush=True)
 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), open(sys.argv[1], "w"), indent=1)
