@@ -54,33 +54,50 @@ def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg]
     return total, A, l
 
 
-def emit_scores(prog: Program, c: Cta, q_tile: Reg, dq: Reg, j: Reg, s: list[Reg], tag: str,
+def emit_q_descriptors(prog: Program, c: Cta, q_tile: Reg, dq: Reg) -> list[list[Reg]]:
+    """Q's wgmma descriptor for every K step of S = Q K^T, by column tile, from the Q tile at
+    ``q_tile`` (descriptor ``dq``). Built once before the block loop, which then only reads
+    them: rebuilt a block, each step cost a 64-bit add and moves into uniform registers."""
+    out = []
+    for col, width in c.layout.qk_tiles:                     # column tile col: BLOCK_M x col on
+        d = dq
+        if col:
+            q_col = prog.reg("u32")
+            prog.emit("add.u32", q_col, q_tile, BLOCK_M * col)
+            d = emit_descriptor(prog, q_col, width)
+        steps = [d]
+        for step in range(1, width // 32):                    # 32 bytes of K: 2 descriptor units
+            a = prog.reg("u64")
+            prog.emit("add.u64", a, d, 2 * step)
+            steps.append(a)
+        out.append(steps)
+    return out
+
+
+def emit_scores(prog: Program, c: Cta, q_descs: list[list[Reg]], j: Reg, s: list[Reg], tag: str,
                 wait: bool = True) -> None:
     """Wait for key block ``j``'s stage (unless the caller did), then issue S = Q K^T into
-    ``s`` from the Q tile(s) at ``q_tile`` (descriptor ``dq``); committed, not waited."""
+    ``s`` with Q's descriptors ``q_descs`` (emit_q_descriptors); committed, not waited."""
     emit = prog.emit
     layout = c.layout
     k_tile, _, bar, phase = stage(prog, c, j)
     if wait:
         emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
     tiles = []
-    for col, width in layout.qk_tiles:                     # column tile col: BLOCK_M / BLOCK_N x col on
-        if col == 0:
-            tiles.append((dq, emit_descriptor(prog, k_tile, width), width))
-            continue
-        q_col, k_col = prog.reg("u32"), prog.reg("u32")
-        emit("add.u32", q_col, q_tile, BLOCK_M * col)
-        emit("add.u32", k_col, k_tile, layout.block_n * col)
-        tiles.append((emit_descriptor(prog, q_col, width), emit_descriptor(prog, k_col, width), width))
+    for (col, width), q_steps in zip(layout.qk_tiles, q_descs):
+        k_col = k_tile
+        if col:
+            k_col = prog.reg("u32")
+            emit("add.u32", k_col, k_tile, layout.block_n * col)
+        tiles.append((q_steps, emit_descriptor(prog, k_col, width)))
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
     op = "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8 else f"wgmma.m64n{layout.block_n}k16.{layout.dtype}.ss"
     emit("wgmma.fence")
     first = True
-    for dq_t, dk_t, width in tiles:
-        for step in range(width // 32):                    # 32 bytes of K: 2 descriptor units
-            ak, bk = prog.regs("u64", 2)
-            emit("add.u64", ak, dq_t, 2 * step)
+    for q_steps, dk_t in tiles:
+        for step, ak in enumerate(q_steps):
+            bk = prog.reg("u64")
             emit("add.u64", bk, dk_t, 2 * step)
             emit(op, s_list, ak, bk, 0 if first else c.accumulate)
             first = False

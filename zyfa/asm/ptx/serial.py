@@ -13,7 +13,7 @@ the spec's block_n; grid (query tiles, batch * heads), heaviest query tiles firs
 from __future__ import annotations
 
 from ..program import Program
-from .block import emit_accumulators, emit_block, emit_scores
+from .block import emit_accumulators, emit_block, emit_q_descriptors, emit_scores
 from .cta import emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .layout import ACC, BLOCK_N, Layout
@@ -34,7 +34,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     prog.label("LOADS_STARTED")
     emit_wait(prog, shared.bar_q, 0, "WAIT_Q")
     emit_positive_factor(prog, c, rows)
-    dq = emit_descriptor(prog, shared.base, layout.qk_tiles[0][1])
+    q_descs = emit_q_descriptors(prog, c, shared.base, emit_descriptor(prog, shared.base, layout.qk_tiles[0][1]))
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
 
     total, A, l = emit_accumulators(prog, layout.dv // 2)
@@ -48,7 +48,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     prog.label("BLOCK_LOOP")
     emit("add.u32", next_j, j, 1)
     emit_prefetch(prog, c, next_j)
-    emit_scores(prog, c, shared.base, dq, j, s, "")
+    emit_scores(prog, c, q_descs, j, s, "")
     emit("wgmma.wait", 0)
     emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l)
     emit("bar.sync", 0)                           # every warp is done with this stage

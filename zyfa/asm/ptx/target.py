@@ -108,6 +108,7 @@ OPS = {
     "lg2.f32": "lg2.approx.ftz.f32 {0}, {1};",
     "rcp.f32": "rcp.rn.f32 {0}, {1};",
     "shfl.bfly": "shfl.sync.bfly.b32 {0}, {1}, {2}, 31, -1;",
+    "shfl.idx0": "shfl.sync.idx.b32 {0}, {1}, 0, 31, -1;",       # lane 0's value: warp-uniform to ptxas
     "cvt.bf16x2.f32": "cvt.rn.bf16x2.f32 {0}, {1}, {2};",      # {1} -> upper half, {2} -> lower
     "ld.global.f32": "ld.global.nc.f32 {0}, [{1}];",
     "ld.global.u32": "ld.global.nc.u32 {0}, [{1}];",
