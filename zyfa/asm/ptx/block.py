@@ -201,7 +201,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     A_new, alpha, beta, thr, diff = (prog.regs("f32", 2) for _ in range(5))
     for half in (0, 1):
         emit_row_max(prog, s, fac, half, m[half])
-        emit("mul.f32", neg_m[half], m[half], f32(-1.0))
+        emit("neg.f32", neg_m[half], m[half])
         moved = prog.reg("pred")
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
         emit("setp.gt.f32", moved, m[half], thr[half])

@@ -27,6 +27,7 @@ OPS = {
     "add.f32": "add.rn.f32 {0}, {1}, {2};",
     "sub.f32": "sub.rn.f32 {0}, {1}, {2};",
     "mul.f32": "mul.rn.f32 {0}, {1}, {2};",
+    "neg.f32": "neg.f32 {0}, {1};",                 # a free operand modifier where an FFMA reads it
     "fma.f32": "fma.rn.f32 {0}, {1}, {2}, {3};",
     "max.f32": "max.f32 {0}, {1}, {2};",
     "prmt.b32": "prmt.b32 {0}, {1}, {2}, {3};",
