@@ -260,17 +260,20 @@ def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[i
     """The exact rule: two scores (same row, adjacent keys) a 16-bit pair of codes; the A
     operand's words, and each pair as half2 P (E4M3 values are exact halves)."""
     pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1]) for i in range(0, ACC, 2)}
-    p_regs = []
+    p_regs, p16 = [], {}
     for k in range(BLOCK_N // 32):
         p_regs.append([])
         for src in p_sources(k):
             word = prog.reg("b32")
             prog.emit("mov.b32.pack", word, pairs[src[0]], pairs[src[2]])
             p_regs[-1].append(word)
-    p16 = {}
-    for i, pair in pairs.items():
-        p16[i] = prog.reg("b32")
-        prog.emit("cvt.f16x2.e4m3x2", p16[i], pair)
+            # each pair converted from the packed word's half (the same 16 bits): converting
+            # the pair itself made ptxas copy it back out of the word, a PRMT a pair
+            halves = prog.regs("b16", 2)
+            prog.emit("mov.b32.unpack", *halves, word)
+            for i, half in zip((src[0], src[2]), halves):
+                p16[i] = prog.reg("b32")
+                prog.emit("cvt.f16x2.e4m3x2", p16[i], half)
     return p_regs, p16
 
 

@@ -131,6 +131,7 @@ OPS = {
     "cvt.e4m3x2.f32": "cvt.rn.satfinite.e4m3x2.f32 {0}, {1}, {2};",   # {1} -> upper byte, {2} -> lower
     "cvt.f16x2.e4m3x2": "cvt.rn.f16x2.e4m3x2 {0}, {1};",            # lower byte -> lower half
     "mov.b32.pack": "mov.b32 {0}, {{{1}, {2}}};",                   # two b16: {1} lower, {2} upper
+    "mov.b32.unpack": "mov.b32 {{{0}, {1}}}, {2};",                 # {0} lower, {1} upper half
     "shr.b32": "shr.b32 {0}, {1}, {2};",
 }
 
