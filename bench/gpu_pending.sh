@@ -1,7 +1,8 @@
-# The H200 calls for branch ptx-uniform-desc (carry .whl and _exp/main_tree, made before the
-# call by: rm -rf _exp/main_tree && mkdir -p _exp/main_tree && git archive main zyfa | tar -x -C _exp/main_tree):
+# The H200 calls for branch ptx-uniform-desc (carry .whl and _exp/trees, made before the call
+# by: rm -rf _exp/trees; for t in main:main uniform:4e61ad2 prmt:HEAD; do mkdir -p _exp/trees/${t%%:*};
+#     git archive ${t#*:} zyfa | tar -x -C _exp/trees/${t%%:*}; done):
 #   bash bench/gpu_pending.sh 1   every generated kernel's GPU tests (FP8, 16-bit, packed)
-#   bash bench/gpu_pending.sh 2   bench/uniform_ab.py: this branch's kernels against main's, FA3 beside
+#   bash bench/gpu_pending.sh 2   bench/uniform_ab.py: each step's kernels against main's, FA3 beside
 set -x
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD

@@ -1,8 +1,7 @@
-"""Branch ptx-uniform-desc, to delete once measured: the generated kernels of this branch
-(warpgroup index shuffled from lane 0, so Q's tile and descriptors are uniform; Q's
-descriptors built once before the block loop) against main's, in one process: main's
-kernels from a copy of its tree (_exp/main_tree, imported as package zyfa_main without its
-__init__), FA3 beside. Outputs must be bit for bit equal (the arithmetic is unchanged).
+"""Branch ptx-uniform-desc, to delete once measured: the generated kernels of each step of
+this branch against main's, in one process: each tree under _exp/trees/NAME (git archive of a
+commit's zyfa/) imported as package zyfa_NAME without its __init__, "main" the anchor, FA3
+beside. Outputs must be bit for bit equal to main's (the arithmetic is unchanged).
 
     python bench/uniform_ab.py OUT.json
 """
@@ -10,15 +9,17 @@ import importlib, json, os, sys, types
 import torch
 import zyfa
 from zyfa.activations import make
-from zyfa.asm.ptx import kernels as new
 from zyfa.bench.cases import attention_flops
 from zyfa.bench.measure import median_ms
 import fa3_fwd_interface as fa3
 
-pkg = types.ModuleType("zyfa_main")
-pkg.__path__ = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "_exp", "main_tree", "zyfa")]
-sys.modules["zyfa_main"] = pkg
-old = importlib.import_module("zyfa_main.asm.ptx.kernels")
+TREES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "_exp", "trees")
+trees = {}
+for name in ["main"] + sorted(n for n in os.listdir(TREES) if n != "main"):
+    pkg = types.ModuleType(f"zyfa_{name}")
+    pkg.__path__ = [os.path.join(TREES, name, "zyfa")]
+    sys.modules[f"zyfa_{name}"] = pkg
+    trees[name] = importlib.import_module(f"zyfa_{name}.asm.ptx.kernels")
 
 SHAPES = [  # name, dtype, B, S, Hq, Hkv, D, Dv
     ("Mistral 16K", "bf16", 1, 16384, 32, 8, 128, 128), ("d128 32 heads 32K", "bf16", 1, 32768, 32, 32, 128, 128),
@@ -39,15 +40,15 @@ for name, dt, B, S, Hq, Hkv, D, Dv in SHAPES:
         v8 = x.v.contiguous()
         fa = lambda: fa3.flash_attn_func(x.q, x.k, v8, causal=True, q_descale=x.q_descale, k_descale=x.k_descale,
                                          v_descale=x.v_descale)
-    a, b = call(old), call(new)
-    same = torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    base = call(trees["main"])
+    same = {n: all(torch.equal(a_, b_) for a_, b_ in zip(base, call(m))) for n, m in trees.items()}
     t = {}
     for rep in range(2):                      # alternate, best of two medians
-        for label, fn in (("main", lambda: call(old)), ("branch", lambda: call(new)), ("fa3", fa)):
+        for label, fn in [(n, (lambda m=m: call(m))) for n, m in trees.items()] + [("fa3", fa)]:
             t[label] = min(t.get(label, 1e9), median_ms(fn))
     tf = {k_: flops / v_ / 1e9 for k_, v_ in t.items()}
     rows.append(dict(case=name, dtype=dt, tflops=tf, bit_equal=same))
-    print(f"{dt:5s} {name:20s} main {tf['main']:5.0f}  branch {tf['branch']:5.0f} ({tf['branch'] / tf['main'] - 1:+.1%})"
-          f"  FA3 {tf['fa3']:5.0f}  ratio {tf['branch'] / tf['fa3']:.3f}  bit-equal {same}", flush=True)
+    print(f"{dt:5s} {name:20s} " + "  ".join(f"{n} {tf[n]:5.0f} ({tf[n] / tf['main'] - 1:+.1%})" for n in trees)
+          + f"  FA3 {tf['fa3']:5.0f}  bit-equal {all(same.values())}", flush=True)
     torch.cuda.empty_cache()
 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), open(sys.argv[1], "w"), indent=1)
