@@ -135,35 +135,39 @@ def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg
     prog.label(f"SCORES_READY{tag}")
 
 
-def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg) -> None:
+def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, masked: bool = True) -> None:
     """m = max(S) c over the thread's row ``half`` and its quad (c > 0: rounding is monotone,
-    so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR."""
+    so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR. Unmasked
+    blocks (``masked`` False) have no -inf score (E4M3 has no infinity), so no guard there."""
     emit = prog.emit
     regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
     emit("max.nan.f32", m, regs[0], regs[1])
     for si in regs[2:]:
         emit("max.nan.f32", m, m, si)
     emit_quad_reduce(prog, m, "max.nan.f32")
-    all_masked = prog.reg("pred")
-    emit("setp.eq.f32", all_masked, m, f32(float("-inf")))
+    if masked:
+        all_masked = prog.reg("pred")
+        emit("setp.eq.f32", all_masked, m, f32(float("-inf")))
     emit("mul.f32", m, m, fac)
-    emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
+    if masked:
+        emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
     emit("max.nan.f32", m, m, f32(NEG_FLOOR))
 
 
 def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
-               d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
+               d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg], tag: str = "",
+               masked: bool = True) -> None:
     """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
-    any wgmma still in flight), accumulation."""
+    any wgmma still in flight), accumulation. ``masked`` False: a block below the band."""
     _, v_tile, _, _ = stage(prog, c, j)
     dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A)
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked)
     for half, dv in enumerate(dvs):                        # Dv 256: two P V^T in turn
         o = emit_pv_issue(prog, c, sm.p_regs, dv)
         prog.emit("wgmma.wait", 0)
         if half == 0:
             prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
-            emit_rescale(prog, total, sm.alpha, "")
+            emit_rescale(prog, total, sm.alpha, tag)
         emit_fold(prog, o, total[half * ACC:(half + 1) * ACC], sm.beta)
     emit_row_update(prog, sm, l, A)
 
@@ -187,20 +191,22 @@ def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> N
 
 
 def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
-                 A: list[Reg], tag: str = "", wait_rowsum: bool = True) -> Softmax:
+                 A: list[Reg], tag: str = "", wait_rowsum: bool = True, masked: bool = True) -> Softmax:
     """Mask (in place, in the blocks that need it), row max, references, P codes packed into
     the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
-    the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False)."""
+    the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False).
+    ``masked`` False: the caller knows the block lies below the band (no test, no mask)."""
     emit = prog.emit
     hmma = rule in HMMA_RULES
     fac = rows.fac
-    emit_band_mask(prog, c, rows, s, start_n, tag)
+    if masked:
+        emit_band_mask(prog, c, rows, s, start_n, tag)
 
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
     A_new, alpha, beta, thr, diff = (prog.regs("f32", 2) for _ in range(5))
     for half in (0, 1):
-        emit_row_max(prog, s, fac, half, m[half])
+        emit_row_max(prog, s, fac, half, m[half], masked)
         emit("neg.f32", neg_m[half], m[half])
         moved = prog.reg("pred")
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
