@@ -1,5 +1,5 @@
 # The H200 calls for branch ptx-uniform-desc (carry .whl and _exp/trees, made before the call
-# by: rm -rf _exp/trees; for t in main:main uniform:4e61ad2 prmt:c31f967 versioned:HEAD; do mkdir -p _exp/trees/${t%%:*};
+# by: rm -rf _exp/trees; for t in main:main uniform:4e61ad2 prmt:c31f967 versioned:5f6144d deferred:HEAD; do mkdir -p _exp/trees/${t%%:*};
 #     git archive ${t#*:} zyfa | tar -x -C _exp/trees/${t%%:*}; done):
 #   bash bench/gpu_pending.sh 1   every generated kernel's GPU tests (FP8, 16-bit, packed)
 #   bash bench/gpu_pending.sh 2   bench/uniform_ab.py: each step's kernels against main's, FA3 beside

@@ -36,9 +36,11 @@ class Softmax:
     """What a block's softmax leaves for its P V^T and its row update."""
     p_regs: list[list[Reg]]  # the A operand of P V^T: 4 k-steps x 4 words of packed E4M3 P
     l_blk: list[Reg]         # the rows' sums of P (rows g, g + 8)
-    alpha: list[Reg]         # 2^(A - A_new): the total's factor
-    beta: list[Reg]          # 2^(m - A_new): the block's factor
-    A_new: list[Reg]         # the rows' references after this block
+    alpha: list[Reg] | None  # 2^(A - A_new): the total's factor
+    beta: list[Reg]          # 2^(m - A_new): the block's factor (deferred: 2^(m - A))
+    A_new: list[Reg] | None  # the rows' references after this block
+    m: list[Reg] | None = None       # deferred (emit_reference_moves): the rows' maxima and
+    moved: list[Reg] | None = None   # whether each passed A + RESCALE_THRESHOLD
 
 
 def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg], list[Reg]]:
@@ -156,20 +158,54 @@ def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, maske
 
 def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
                d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg], tag: str = "",
-               masked: bool = True) -> None:
+               masked: bool = True, deferred: bool = False) -> None:
     """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
-    any wgmma still in flight), accumulation. ``masked`` False: a block below the band."""
+    any wgmma still in flight), accumulation. ``masked`` False: a block below the band.
+    ``deferred``: the reference update in a warp-uniform branch taken only when a row's
+    maximum passed A + RESCALE_THRESHOLD (emit_reference_moves)."""
     _, v_tile, _, _ = stage(prog, c, j)
     dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked)
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked, deferred=deferred)
     for half, dv in enumerate(dvs):                        # Dv 256: two P V^T in turn
         o = emit_pv_issue(prog, c, sm.p_regs, dv)
         prog.emit("wgmma.wait", 0)
         if half == 0:
             prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
-            emit_rescale(prog, total, sm.alpha, tag)
+            if deferred:
+                emit_reference_moves(prog, sm, total, A, l, tag)
+            else:
+                emit_rescale(prog, total, sm.alpha, tag)
         emit_fold(prog, o, total[half * ACC:(half + 1) * ACC], sm.beta)
-    emit_row_update(prog, sm, l, A)
+    if not deferred:
+        emit_row_update(prog, sm, l, A)
+    else:                                                  # l *= alpha happened with the move
+        for half in (0, 1):
+            prog.emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
+
+
+def emit_reference_moves(prog: Program, sm: Softmax, total: list[Reg], A: list[Reg], l: list[Reg],
+                         tag: str) -> None:
+    """Where a row's maximum m passed A + RESCALE_THRESHOLD (rare after the first blocks; a
+    branch the whole warp takes or skips): its reference moves to m, alpha = 2^(A - m) scales
+    the total and l, and the block's factor beta becomes 1; the other rows keep A, alpha = 1,
+    beta = 2^(m - A). The same numbers as every block's alpha and beta (2^0 is 1 exactly)."""
+    emit = prog.emit
+    either, any_moved = prog.regs("pred", 2)
+    emit("or.pred", either, sm.moved[0], sm.moved[1])
+    emit("vote.any", any_moved, either)
+    emit("bra", f"REFERENCES_KEPT{tag}", guard=f"!{any_moved}")
+    alpha = prog.regs("f32", 2)
+    for half in (0, 1):
+        diff = prog.reg("f32")
+        emit("sub.f32", diff, A[half], sm.m[half])
+        emit("ex2.f32", alpha[half], diff)
+        emit("selp.f32", alpha[half], alpha[half], f32(1.0), sm.moved[half])
+        emit("selp.f32", sm.beta[half], f32(1.0), sm.beta[half], sm.moved[half])
+        emit("mul.f32", l[half], l[half], alpha[half])
+        emit("selp.f32", A[half], sm.m[half], A[half], sm.moved[half])
+    for i, ti in enumerate(total):
+        emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
+    prog.label(f"REFERENCES_KEPT{tag}")
 
 
 def v_halves(prog: Program, v_tile: Reg, n_total: int) -> list[Reg]:
@@ -191,7 +227,8 @@ def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> N
 
 
 def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
-                 A: list[Reg], tag: str = "", wait_rowsum: bool = True, masked: bool = True) -> Softmax:
+                 A: list[Reg], tag: str = "", wait_rowsum: bool = True, masked: bool = True,
+                 deferred: bool = False) -> Softmax:
     """Mask (in place, in the blocks that need it), row max, references, P codes packed into
     the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
     the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False).
@@ -204,18 +241,24 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
 
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
-    A_new, alpha, beta, thr, diff = (prog.regs("f32", 2) for _ in range(5))
+    A_new, alpha, beta, diff = (prog.regs("f32", 2) for _ in range(4))
+    moved, thr = prog.regs("pred", 2), prog.regs("f32", 2)
     for half in (0, 1):
         emit_row_max(prog, s, fac, half, m[half], masked)
         emit("neg.f32", neg_m[half], m[half])
-        moved = prog.reg("pred")
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
-        emit("setp.gt.f32", moved, m[half], thr[half])
-        emit("selp.f32", A_new[half], m[half], A[half], moved)
+        emit("setp.gt.f32", moved[half], m[half], thr[half])
+        if deferred:                   # beta where the reference stays; emit_reference_moves fixes the rest
+            emit("sub.f32", diff[half], m[half], A[half])
+            emit("ex2.f32", beta[half], diff[half])
+            continue
+        emit("selp.f32", A_new[half], m[half], A[half], moved[half])
         emit("sub.f32", diff[half], m[half], A_new[half])
         emit("ex2.f32", beta[half], diff[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
+    if deferred:
+        alpha = A_new = None
 
     prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
                  + ("(half-precision wgmma)" if hmma else "(ALU)"))
@@ -243,7 +286,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         p_regs = _emit_p_lean(prog, rule, ys, l_alu)
         for half in (0, 1):
             emit_quad_reduce(prog, l_alu[half], "add.f32")
-        return Softmax(p_regs, l_alu, alpha, beta, A_new)
+        return Softmax(p_regs, l_alu, alpha, beta, A_new, m, moved)
 
     sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
     # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
@@ -259,7 +302,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     emit("wgmma.commit")
     if wait_rowsum:
         emit("wgmma.wait", 0)
-    return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new)
+    return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new, m, moved)
 
 
 def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:

@@ -60,7 +60,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
         emit_prefetch(prog, c, next_j, tag)
         emit_scores(prog, c, q_descs, j, s, tag)
         emit("wgmma.wait", 0)
-        emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked)
+        emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked, deferred=True)
         emit("bar.sync", 0)                       # every warp is done with this stage
         emit("mov.u32", j, next_j)
         emit("add.u32", start_n, start_n, BLOCK_N)

@@ -103,6 +103,7 @@ OPS = {
     "setp.neu.f32": "setp.neu.f32 {0}, {1}, {2};",
     "and.pred": "and.pred {0}, {1}, {2};",
     "or.pred": "or.pred {0}, {1}, {2};",
+    "vote.any": "vote.sync.any.pred {0}, {1}, -1;",
     "selp.f32": "selp.f32 {0}, {1}, {2}, {3};",
     "max.nan.f32": "max.NaN.f32 {0}, {1}, {2};",
     "ex2.f32": "ex2.approx.ftz.f32 {0}, {1};",
