@@ -72,7 +72,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
         emit_specialized(prog, rule, causal, layout)
         return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
     emit_serial(prog, rule, causal, layout)
-    cap = f".maxnreg {REGISTER_CAP_D64}" if dqk < HEAD_DIM else ""
+    # d64: four CTAs an SM; d128: three (the two copies of the block loop took up to 231 unbounded)
+    cap = f".maxnreg {REGISTER_CAP_D64 if dqk < HEAD_DIM else REGISTER_BUDGET}"
     return name, module(name, params_for(layout), prog, arch, shared, cap)
 
 
