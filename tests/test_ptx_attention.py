@@ -56,6 +56,7 @@ def test_hopper_vt_places_keys_in_their_slots():
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("rule", attn.ATTENTION_RULES)
 def test_attention_kernel_assembles_within_budget(rule, causal):
+    from zyfa.asm.ptx.serial import BLOCK_LOOP_COPIES as n      # the loop below the band, the band's
     hmma = rule in attn.HMMA_RULES
     name, ptx = attn.attention_kernel(rule, causal)
     a = assemble(ptx)
@@ -63,8 +64,8 @@ def test_attention_kernel_assembles_within_budget(rule, causal):
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass)
     assert a.spill_bytes == 0, a.report
     assert a.registers <= attn.REGISTER_BUDGET, f"{a.registers} registers > budget {attn.REGISTER_BUDGET}"
-    assert ops.count("QGMMA") == 8, "4 wgmma for Q K^T, 4 for P V^T"
-    assert ops.count("HGMMA") == (8 if hmma else 0), "8 half-precision P . ones"
+    assert ops.count("QGMMA") == 8 * n, "4 wgmma for Q K^T, 4 for P V^T"
+    assert ops.count("HGMMA") == (8 * n if hmma else 0), "8 half-precision P . ones"
     assert "UTMALDG" in ops and "SYNCS" in " ".join(ops)
     # the softmax lies between the first QGMMA (Q K^T) and the last (P V^T); the prologue's
     # integer divisions (batch, head, kv head) may use conversions, the loop may not
@@ -73,16 +74,16 @@ def test_attention_kernel_assembles_within_budget(rule, causal):
     for conversion in ("F2I", "I2F", "F2F"):
         assert conversion not in loop, f"{conversion} in the main loop"
     # exp2 of alpha and beta for the thread's two rows; per element only under the exact rule
-    assert sass.count("MUFU.EX2") == 4 + (attn.ACC if rule == "exact" else 0)
+    assert sass.count("MUFU.EX2") == n * (4 + (attn.ACC if rule == "exact" else 0))
     # F2FP in the epilogue's BF16 packing (one per pair of output columns and row); in the
     # loop one per two scores: F2FP.F16 for a half-precision rule, to E4M3 and back to half
     # (the row sums' A operand) for exact
-    loop_packs = {"lean_cubic_f16": 32, "exact": 64}.get(rule, 0)
+    loop_packs = n * {"lean_cubic_f16": 32, "exact": 64}.get(rule, 0)
     assert loop.count("F2FP") == loop_packs
-    assert sass.count("F2FP.F16.F32.PACK_AB") == (32 if rule in HALF_RULES else 0)
+    assert sass.count("F2FP.F16.F32.PACK_AB") == (32 * n if rule in HALF_RULES else 0)
     assert ops.count("F2FP") - loop_packs == ptx.count("cvt.rn.bf16x2.f32") == 32
     if rule in HALF_RULES:
-        assert loop.count("HFMA2") == 4 * 32 and "FFMA" in loop     # 4 a pair; float32 FFMA for y and the row sums
+        assert loop.count("HFMA2") == n * 4 * 32 and "FFMA" in loop     # 4 a pair; float32 FFMA for y and the row sums
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -123,8 +124,9 @@ def test_d64_kernel_fits_four_ctas_an_sm(rule, causal):
     a = assemble(ptx)
     sass = a.sass()
     assert a.spill_bytes == 0 and a.registers <= attn.REGISTER_CAP_D64, a.report
-    assert sass.count("QGMMA.64x128x32") == 2 and sass.count("QGMMA.64x64x32") == 4
-    assert sass.count("HGMMA") == (8 if rule in attn.HMMA_RULES else 0)
+    from zyfa.asm.ptx.serial import BLOCK_LOOP_COPIES as n
+    assert sass.count("QGMMA.64x128x32") == 2 * n and sass.count("QGMMA.64x64x32") == 4 * n
+    assert sass.count("HGMMA") == (8 * n if rule in attn.HMMA_RULES else 0)
     assert "UTMALDG" in sass
 
 

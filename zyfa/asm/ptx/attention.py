@@ -48,9 +48,9 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
                      arch: str = "sm_90a", packed: bool = False) -> tuple[str, str]:
-    """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` 128 or 192 with Dv 128, or 256 with
-    Dv 256) for one P rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for
-    the rules in HMMA_RULES and from the ALUs for the others (block.py).
+    """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` and its Dv: HEAD_DIMS) for one P
+    rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for the
+    rules in HMMA_RULES and from the ALUs for the others (block.py).
 
     Parameters: TMA maps of q (B, Sq, Hq, Dqk) and k (B, Sk, Hkv, Dqk) with boxes of 64 and
     128 rows of 128 columns (Dqk 256: two such tiles a row), of V^T (B * Hkv, Dv, Sk padded
@@ -59,7 +59,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale (B, Hkv,
     Dv) float32; seqlen_q, seqlen_k, heads, kv_heads, batch. Launch: layout_for(dqk, dv=Dv)'s
     threads and shared_bytes of dynamic shared memory; grid (ceil(Sq / 64), B * Hq) for
-    Dqk 128, (ceil(Sq / 128) * B * Hq,) otherwise.
+    Dqk 64 and 128, (ceil(Sq / 128) * B * Hq,) otherwise.
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
@@ -72,7 +72,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
         emit_specialized(prog, rule, causal, layout)
         return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
     emit_serial(prog, rule, causal, layout)
-    cap = f".maxnreg {REGISTER_CAP_D64}" if dqk < HEAD_DIM else ""
+    # d64: four CTAs an SM; d128: three (the two copies of the block loop took up to 231 unbounded)
+    cap = f".maxnreg {REGISTER_CAP_D64 if dqk < HEAD_DIM else REGISTER_BUDGET}"
     return name, module(name, params_for(layout), prog, arch, shared, cap)
 
 

@@ -15,7 +15,6 @@ from .block import emit_band_mask, emit_row_max
 from .cta import Cta, Rows
 from .layout import COLUMN_TILE, acc_row_half
 from .smem import emit_descriptor
-from .target import f32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +39,7 @@ def emit_softmax16(prog: Program, c: Cta, rows: Rows, start_n: Reg, s: list[Reg]
         emit("max.nan.f32", A_new[half], A[half], m[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
-        emit("mul.f32", neg[half], A_new[half], f32(-1.0))
+        emit("neg.f32", neg[half], A_new[half])
 
     prog.comment("P = 2^(S c - A) in float32, its row sums (four chains a row)")
     p = []

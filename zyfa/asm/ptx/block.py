@@ -36,9 +36,11 @@ class Softmax:
     """What a block's softmax leaves for its P V^T and its row update."""
     p_regs: list[list[Reg]]  # the A operand of P V^T: 4 k-steps x 4 words of packed E4M3 P
     l_blk: list[Reg]         # the rows' sums of P (rows g, g + 8)
-    alpha: list[Reg]         # 2^(A - A_new): the total's factor
-    beta: list[Reg]          # 2^(m - A_new): the block's factor
-    A_new: list[Reg]         # the rows' references after this block
+    alpha: list[Reg] | None  # 2^(A - A_new): the total's factor
+    beta: list[Reg]          # 2^(m - A_new): the block's factor (deferred: 2^(m - A))
+    A_new: list[Reg] | None  # the rows' references after this block
+    m: list[Reg] | None = None       # deferred (emit_reference_moves): the rows' maxima and
+    moved: list[Reg] | None = None   # whether each passed A + RESCALE_THRESHOLD
 
 
 def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg], list[Reg]]:
@@ -54,33 +56,50 @@ def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg]
     return total, A, l
 
 
-def emit_scores(prog: Program, c: Cta, q_tile: Reg, dq: Reg, j: Reg, s: list[Reg], tag: str,
+def emit_q_descriptors(prog: Program, c: Cta, q_tile: Reg, dq: Reg) -> list[list[Reg]]:
+    """Q's wgmma descriptor for every K step of S = Q K^T, by column tile, from the Q tile at
+    ``q_tile`` (descriptor ``dq``). Built once before the block loop, which then only reads
+    them: rebuilt a block, each step cost a 64-bit add and moves into uniform registers."""
+    out = []
+    for col, width in c.layout.qk_tiles:                     # column tile col: BLOCK_M x col on
+        d = dq
+        if col:
+            q_col = prog.reg("u32")
+            prog.emit("add.u32", q_col, q_tile, BLOCK_M * col)
+            d = emit_descriptor(prog, q_col, width)
+        steps = [d]
+        for step in range(1, width // 32):                    # 32 bytes of K: 2 descriptor units
+            a = prog.reg("u64")
+            prog.emit("add.u64", a, d, 2 * step)
+            steps.append(a)
+        out.append(steps)
+    return out
+
+
+def emit_scores(prog: Program, c: Cta, q_descs: list[list[Reg]], j: Reg, s: list[Reg], tag: str,
                 wait: bool = True) -> None:
     """Wait for key block ``j``'s stage (unless the caller did), then issue S = Q K^T into
-    ``s`` from the Q tile(s) at ``q_tile`` (descriptor ``dq``); committed, not waited."""
+    ``s`` with Q's descriptors ``q_descs`` (emit_q_descriptors); committed, not waited."""
     emit = prog.emit
     layout = c.layout
     k_tile, _, bar, phase = stage(prog, c, j)
     if wait:
         emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
     tiles = []
-    for col, width in layout.qk_tiles:                     # column tile col: BLOCK_M / BLOCK_N x col on
-        if col == 0:
-            tiles.append((dq, emit_descriptor(prog, k_tile, width), width))
-            continue
-        q_col, k_col = prog.reg("u32"), prog.reg("u32")
-        emit("add.u32", q_col, q_tile, BLOCK_M * col)
-        emit("add.u32", k_col, k_tile, layout.block_n * col)
-        tiles.append((emit_descriptor(prog, q_col, width), emit_descriptor(prog, k_col, width), width))
+    for (col, width), q_steps in zip(layout.qk_tiles, q_descs):
+        k_col = k_tile
+        if col:
+            k_col = prog.reg("u32")
+            emit("add.u32", k_col, k_tile, layout.block_n * col)
+        tiles.append((q_steps, emit_descriptor(prog, k_col, width)))
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
     op = "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8 else f"wgmma.m64n{layout.block_n}k16.{layout.dtype}.ss"
     emit("wgmma.fence")
     first = True
-    for dq_t, dk_t, width in tiles:
-        for step in range(width // 32):                    # 32 bytes of K: 2 descriptor units
-            ak, bk = prog.regs("u64", 2)
-            emit("add.u64", ak, dq_t, 2 * step)
+    for q_steps, dk_t in tiles:
+        for step, ak in enumerate(q_steps):
+            bk = prog.reg("u64")
             emit("add.u64", bk, dk_t, 2 * step)
             emit(op, s_list, ak, bk, 0 if first else c.accumulate)
             first = False
@@ -118,37 +137,75 @@ def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg
     prog.label(f"SCORES_READY{tag}")
 
 
-def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg) -> None:
+def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, masked: bool = True) -> None:
     """m = max(S) c over the thread's row ``half`` and its quad (c > 0: rounding is monotone,
-    so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR."""
+    so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR. Unmasked
+    blocks (``masked`` False) have no -inf score (E4M3 has no infinity), so no guard there."""
     emit = prog.emit
     regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
     emit("max.nan.f32", m, regs[0], regs[1])
     for si in regs[2:]:
         emit("max.nan.f32", m, m, si)
     emit_quad_reduce(prog, m, "max.nan.f32")
-    all_masked = prog.reg("pred")
-    emit("setp.eq.f32", all_masked, m, f32(float("-inf")))
+    if masked:
+        all_masked = prog.reg("pred")
+        emit("setp.eq.f32", all_masked, m, f32(float("-inf")))
     emit("mul.f32", m, m, fac)
-    emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
+    if masked:
+        emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
     emit("max.nan.f32", m, m, f32(NEG_FLOOR))
 
 
 def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
-               d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg]) -> None:
+               d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg], tag: str = "",
+               masked: bool = True, deferred: bool = False) -> None:
     """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
-    any wgmma still in flight), accumulation."""
+    any wgmma still in flight), accumulation. ``masked`` False: a block below the band.
+    ``deferred``: the reference update in a warp-uniform branch taken only when a row's
+    maximum passed A + RESCALE_THRESHOLD (emit_reference_moves)."""
     _, v_tile, _, _ = stage(prog, c, j)
     dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A)
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked, deferred=deferred)
     for half, dv in enumerate(dvs):                        # Dv 256: two P V^T in turn
         o = emit_pv_issue(prog, c, sm.p_regs, dv)
         prog.emit("wgmma.wait", 0)
         if half == 0:
             prog.comment("total = total * alpha + block * beta; the multiply only when a reference moved")
-            emit_rescale(prog, total, sm.alpha, "")
+            if deferred:
+                emit_reference_moves(prog, sm, total, A, l, tag)
+            else:
+                emit_rescale(prog, total, sm.alpha, tag)
         emit_fold(prog, o, total[half * ACC:(half + 1) * ACC], sm.beta)
-    emit_row_update(prog, sm, l, A)
+    if not deferred:
+        emit_row_update(prog, sm, l, A)
+    else:                                                  # l *= alpha happened with the move
+        for half in (0, 1):
+            prog.emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
+
+
+def emit_reference_moves(prog: Program, sm: Softmax, total: list[Reg], A: list[Reg], l: list[Reg],
+                         tag: str) -> None:
+    """Where a row's maximum m passed A + RESCALE_THRESHOLD (rare after the first blocks; a
+    branch the whole warp takes or skips): its reference moves to m, alpha = 2^(A - m) scales
+    the total and l, and the block's factor beta becomes 1; the other rows keep A, alpha = 1,
+    beta = 2^(m - A). The same numbers as every block's alpha and beta (2^0 is 1 exactly)."""
+    emit = prog.emit
+    either, any_moved = prog.regs("pred", 2)
+    emit("or.pred", either, sm.moved[0], sm.moved[1])
+    emit("vote.any", any_moved, either)
+    emit("bra", f"REFERENCES_KEPT{tag}", guard=f"!{any_moved}")
+    alpha = prog.regs("f32", 2)
+    for half in (0, 1):
+        diff = prog.reg("f32")
+        emit("sub.f32", diff, A[half], sm.m[half])
+        emit("ex2.f32", alpha[half], diff)
+        emit("selp.f32", alpha[half], alpha[half], f32(1.0), sm.moved[half])
+        emit("selp.f32", sm.beta[half], f32(1.0), sm.beta[half], sm.moved[half])
+        emit("mul.f32", l[half], l[half], alpha[half])
+        emit("selp.f32", A[half], sm.m[half], A[half], sm.moved[half])
+    for i, ti in enumerate(total):
+        emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
+    prog.label(f"REFERENCES_KEPT{tag}")
 
 
 def v_halves(prog: Program, v_tile: Reg, n_total: int) -> list[Reg]:
@@ -170,29 +227,38 @@ def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> N
 
 
 def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
-                 A: list[Reg], tag: str = "", wait_rowsum: bool = True) -> Softmax:
+                 A: list[Reg], tag: str = "", wait_rowsum: bool = True, masked: bool = True,
+                 deferred: bool = False) -> Softmax:
     """Mask (in place, in the blocks that need it), row max, references, P codes packed into
     the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
-    the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False)."""
+    the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False).
+    ``masked`` False: the caller knows the block lies below the band (no test, no mask)."""
     emit = prog.emit
     hmma = rule in HMMA_RULES
     fac = rows.fac
-    emit_band_mask(prog, c, rows, s, start_n, tag)
+    if masked:
+        emit_band_mask(prog, c, rows, s, start_n, tag)
 
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
-    A_new, alpha, beta, thr, diff = (prog.regs("f32", 2) for _ in range(5))
+    A_new, alpha, beta, diff = (prog.regs("f32", 2) for _ in range(4))
+    moved, thr = prog.regs("pred", 2), prog.regs("f32", 2)
     for half in (0, 1):
-        emit_row_max(prog, s, fac, half, m[half])
-        emit("mul.f32", neg_m[half], m[half], f32(-1.0))
-        moved = prog.reg("pred")
+        emit_row_max(prog, s, fac, half, m[half], masked)
+        emit("neg.f32", neg_m[half], m[half])
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
-        emit("setp.gt.f32", moved, m[half], thr[half])
-        emit("selp.f32", A_new[half], m[half], A[half], moved)
+        emit("setp.gt.f32", moved[half], m[half], thr[half])
+        if deferred:                   # beta where the reference stays; emit_reference_moves fixes the rest
+            emit("sub.f32", diff[half], m[half], A[half])
+            emit("ex2.f32", beta[half], diff[half])
+            continue
+        emit("selp.f32", A_new[half], m[half], A[half], moved[half])
         emit("sub.f32", diff[half], m[half], A_new[half])
         emit("ex2.f32", beta[half], diff[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
+    if deferred:
+        alpha = A_new = None
 
     prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
                  + ("(half-precision wgmma)" if hmma else "(ALU)"))
@@ -220,7 +286,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         p_regs = _emit_p_lean(prog, rule, ys, l_alu)
         for half in (0, 1):
             emit_quad_reduce(prog, l_alu[half], "add.f32")
-        return Softmax(p_regs, l_alu, alpha, beta, A_new)
+        return Softmax(p_regs, l_alu, alpha, beta, A_new, m, moved)
 
     sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
     # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
@@ -236,24 +302,27 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     emit("wgmma.commit")
     if wait_rowsum:
         emit("wgmma.wait", 0)
-    return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new)
+    return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new, m, moved)
 
 
 def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:
     """The exact rule: two scores (same row, adjacent keys) a 16-bit pair of codes; the A
     operand's words, and each pair as half2 P (E4M3 values are exact halves)."""
     pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1]) for i in range(0, ACC, 2)}
-    p_regs = []
+    p_regs, p16 = [], {}
     for k in range(BLOCK_N // 32):
         p_regs.append([])
         for src in p_sources(k):
             word = prog.reg("b32")
             prog.emit("mov.b32.pack", word, pairs[src[0]], pairs[src[2]])
             p_regs[-1].append(word)
-    p16 = {}
-    for i, pair in pairs.items():
-        p16[i] = prog.reg("b32")
-        prog.emit("cvt.f16x2.e4m3x2", p16[i], pair)
+            # each pair converted from the packed word's half (the same 16 bits): converting
+            # the pair itself made ptxas copy it back out of the word, a PRMT a pair
+            halves = prog.regs("b16", 2)
+            prog.emit("mov.b32.unpack", *halves, word)
+            for i, half in zip((src[0], src[2]), halves):
+                p16[i] = prog.reg("b32")
+                prog.emit("cvt.f16x2.e4m3x2", p16[i], half)
     return p_regs, p16
 
 

@@ -177,6 +177,9 @@ def emit_thread(prog: Program, layout: Layout) -> Thread:
         tid, wg = prog.regs("u32", 2)
         emit("and.b32", tid, raw_tid, THREADS - 1)
         emit("shr.u32", wg, raw_tid, 7)
+        # the same in every lane, which ptxas sees only through a shuffle from lane 0: values
+        # built from it (Q's tile, its wgmma descriptors) then stay in uniform registers
+        emit("shfl.idx0", wg, wg)
     emit("shr.u32", warp, tid, 5)
     emit("and.b32", lane, raw_tid, 31)
     emit("shr.u32", g, lane, 2)

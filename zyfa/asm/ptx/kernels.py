@@ -90,10 +90,10 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
                   p_rule=DEFAULT_P_RULE, ref_rule="block", packed: Packed | None = None):
-    """FP8 attention with head dims (64, 64), (128, 128), MLA's (192, 128) or (256, 256) by the generated sm_90a
-    kernel; inputs validated by flash_attn_func (coarse q/k descales, ref_rule "block", any
-    P rule). Returns (out BF16, lse float32). The head dims pick the schedule and the P
-    rule the row sums (attn.attention_kernel). ``packed``: q, k are a packed batch's tokens as
+    """FP8 attention with head dims (64, 64), (128, 128), MLA's (192, 128) or (256, 256) by the
+    generated sm_90a kernel; inputs validated by flash_attn_func (coarse q/k descales,
+    ref_rule "block", any P rule). Returns (out BF16, lse float32). The head dims pick the
+    schedule and the P rule the row sums (attn.attention_kernel). ``packed``: q, k are a packed batch's tokens as
     batch 1 and v its V^T with sequences at 16-key starts, already in the key order
     (triton_kernels.launch.packed_vt's layout with key_order, packed.v_start); descales per
     (sequence, kv head); out (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""

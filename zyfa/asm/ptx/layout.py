@@ -13,7 +13,7 @@ HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
 # (Dqk, Dv) of the 16-bit kernel: rows in 128-byte column tiles; d256 in 64-key blocks (K and V
 # tiles of 128 keys would take 64 KB each)
 HEAD_DIMS_16 = ((64, 64), (128, 128), (192, 128), (256, 256))
-DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}
+DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}      # input type -> bytes an element
 
 
 def fp8_dv(dqk: int) -> int:
@@ -21,7 +21,9 @@ def fp8_dv(dqk: int) -> int:
     dv = dict(HEAD_DIMS).get(dqk)
     if dv is None:
         raise ValueError(f"the generated kernel takes head dims {HEAD_DIMS}, got Dqk {dqk}")
-    return dv      # input type -> bytes an element
+    return dv
+
+
 COLUMN_TILE = 128                              # bytes: the 128-byte swizzle's row
 TAIL = 64      # Dqk 192: columns 128-191 as a second tile of 64-byte rows (64-byte swizzle)
 THREADS = 128                               # one warpgroup
@@ -151,8 +153,9 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
     v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
     warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K); E4M3
-    d64 the same (not yet measured), its rows 64 bytes. MLA's Dqk 192, whose K tiles leave room for two such CTAs only: the producer / two-consumer
-    kernel ("specialized", +23%), its producer up to three blocks ahead in four stages.
+    d64 the same, its rows 64 bytes (0.81-0.82x FA3 FP8 at 8K-32K). MLA's Dqk 192, whose K
+    tiles leave room for two such CTAs only: the producer / two-consumer kernel
+    ("specialized", +23%), its producer up to three blocks ahead in four stages.
     E4M3 d256: the specialized kernel, three stages of 64 KB; its consumers take each block
     in turn (S, softmax, P V^T in two halves), the output's 128 registers leaving no room
     for the next S beside P V^T.

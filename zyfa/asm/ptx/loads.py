@@ -136,15 +136,15 @@ def emit_kv_wait(prog: Program, c: Cta, j: Reg, tag: str) -> None:
     emit_wait(prog, bar, phase, f"WAIT_KV{tag}")
 
 
-def emit_prefetch(prog: Program, c: Cta, block: Reg) -> None:
+def emit_prefetch(prog: Program, c: Cta, block: Reg, tag: str = "") -> None:
     """Thread 0 starts the loads of key block ``block`` if it exists (its stage is free: the
     block that used it last finished before the last bar.sync)."""
     go = prog.reg("pred")
     prog.emit("setp.lt.u32", go, block, c.tile.n_blocks)
     prog.emit("and.pred", go, go, c.thread.leader)
-    prog.emit("bra.div", "PREFETCHED", guard=f"!{go}")
+    prog.emit("bra.div", f"PREFETCHED{tag}", guard=f"!{go}")
     emit_kv_load(prog, c, block)
-    prog.label("PREFETCHED")
+    prog.label(f"PREFETCHED{tag}")
 
 
 def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg | None = None) -> Reg | None:

@@ -13,12 +13,17 @@ the spec's block_n; grid (query tiles, batch * heads), heaviest query tiles firs
 from __future__ import annotations
 
 from ..program import Program
-from .block import emit_accumulators, emit_block, emit_scores
+from .block import emit_accumulators, emit_block, emit_q_descriptors, emit_scores
 from .cta import emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .layout import ACC, BLOCK_N, Layout
 from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
 from .smem import emit_descriptor, emit_wait
+
+
+# the block loop is emitted twice: the blocks below the masked band (no mask test, no guard
+# for fully masked rows), then the band's
+BLOCK_LOOP_COPIES = 2
 
 
 def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
@@ -34,7 +39,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     prog.label("LOADS_STARTED")
     emit_wait(prog, shared.bar_q, 0, "WAIT_Q")
     emit_positive_factor(prog, c, rows)
-    dq = emit_descriptor(prog, shared.base, layout.qk_tiles[0][1])
+    q_descs = emit_q_descriptors(prog, c, shared.base, emit_descriptor(prog, shared.base, layout.qk_tiles[0][1]))
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
 
     total, A, l = emit_accumulators(prog, layout.dv // 2)
@@ -42,20 +47,33 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
 
-    prog.comment("per block: prefetch the next block; S = Q K^T, waited for; the softmax and P V^T")
+    prog.comment("per block: prefetch the next block; S = Q K^T, waited for; the softmax and P V^T;")
+    prog.comment("two copies of the loop: the blocks below the band (no mask test, no masked-row")
+    prog.comment("guard), then the band's")
     s = prog.regs("f32", ACC)
     next_j, more = prog.reg("u32"), prog.reg("pred")
-    prog.label("BLOCK_LOOP")
-    emit("add.u32", next_j, j, 1)
-    emit_prefetch(prog, c, next_j)
-    emit_scores(prog, c, shared.base, dq, j, s, "")
-    emit("wgmma.wait", 0)
-    emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l)
-    emit("bar.sync", 0)                           # every warp is done with this stage
-    emit("mov.u32", j, next_j)
-    emit("add.u32", start_n, start_n, BLOCK_N)
-    emit("setp.lt.u32", more, j, tile.n_blocks)
-    emit("bra", "BLOCK_LOOP", guard=more)
+    emit("setp.ge.u32", more, start_n, rows.band_start)
+    emit("bra", "BAND", guard=more)
+    for tag, masked in (("_BELOW", False), ("", True)):
+        prog.label(f"BLOCK_LOOP{tag}")
+        emit("add.u32", next_j, j, 1)
+        emit_prefetch(prog, c, next_j, tag)
+        emit_scores(prog, c, q_descs, j, s, tag)
+        emit("wgmma.wait", 0)
+        emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked, deferred=True)
+        emit("bar.sync", 0)                       # every warp is done with this stage
+        emit("mov.u32", j, next_j)
+        emit("add.u32", start_n, start_n, BLOCK_N)
+        if masked:
+            emit("setp.lt.u32", more, j, tile.n_blocks)
+        else:                                     # below the band: its start_n < band_start <= Sk
+            emit("setp.lt.u32", more, start_n, rows.band_start)
+        emit("bra", f"BLOCK_LOOP{tag}", guard=more)
+        if not masked:
+            prog.label("BAND")
+            emit("setp.ge.u32", more, j, tile.n_blocks)
+            emit("bra", "BLOCKS_DONE", guard=more)
+    prog.label("BLOCKS_DONE")
 
     emit_epilogue(prog, c, rows, total, A, l)
     emit("ret")

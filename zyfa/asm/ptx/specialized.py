@@ -26,6 +26,7 @@ from .block import (
     emit_block,
     emit_fold,
     emit_pv_issue,
+    emit_q_descriptors,
     emit_rescale,
     emit_row_update,
     emit_scores,
@@ -226,12 +227,12 @@ def _emit_v_wait(prog: Program, c: Cta, slot: Reg, tag: str) -> None:
 def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
     """An FP8 consumer up to its tile's work: registers taken, the ones tile's descriptor, the
     tile loop's head (label TILE), the tile's rows, Q landed and its factor made positive.
-    Returns (q_tile, dq, d_ones, rows, t, it, base); base: the load number of the tile's block 0."""
-    q_sync, q_tile, dq = _emit_consumer_start(prog, c)
+    Returns (q_tile, q_descs, d_ones, rows, t, it, base); base: the load number of the tile's block 0."""
+    q_sync, q_tile, q_descs = _emit_consumer_start(prog, c)
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
     rows, t, it, base = _emit_tile_entry(prog, c, tiles)
     emit_positive_factor(prog, c, rows, q_tile, sync=lambda: prog.emit("bar.sync.n", q_sync, THREADS))
-    return q_tile, dq, d_ones, rows, t, it, base
+    return q_tile, q_descs, d_ones, rows, t, it, base
 
 
 def _emit_tile_entry(prog: Program, c: Cta, tiles: TileLoop) -> tuple:
@@ -252,7 +253,7 @@ def _emit_tile_entry(prog: Program, c: Cta, tiles: TileLoop) -> tuple:
 
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
     emit = prog.emit
-    q_tile, dq, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
+    _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
 
     total, A, l = emit_accumulators(prog)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
@@ -282,7 +283,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
 
     prog.comment("block 0: its GEMM phase has Q K^T alone")
     emit_kv_wait(prog, c, slot, "_FIRST")
-    emit_scores(prog, c, q_tile, dq, slot, s, "_FIRST", wait=False)
+    emit_scores(prog, c, q_descs, slot, s, "_FIRST", wait=False)
     emit("wgmma.wait", 0)
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST")
     emit_row_update(prog, sm, l, A)
@@ -291,7 +292,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1")
     _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
-    emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
+    emit_scores(prog, c, q_descs, slot, s, "", wait=False)
     o = issue_pv(prev_slot)
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V^T may still run
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "", wait_rowsum=False)
@@ -318,7 +319,7 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
     two consumers' GEMMs overlap each other's softmax. (_emit_consumer keeps S(j) in flight
     beside P(j - 1) V^T: 64 + 64 + 128 accumulator registers at Dv 256, past the 240.)"""
     emit = prog.emit
-    q_tile, dq, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
+    _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
 
     total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot = prog.regs("u32", 3)
@@ -329,7 +330,7 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
     more = prog.reg("pred")
     prog.label("BLOCK_LOOP")
     emit_kv_wait(prog, c, slot, "")
-    emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
+    emit_scores(prog, c, q_descs, slot, s, "", wait=False)
     emit("wgmma.wait", 0)
     emit_block(prog, c, rows, rule, slot, start_n, s, d_ones, total, A, l)
     _emit_release(prog, c, _free_bar(prog, c, slot))
@@ -353,15 +354,17 @@ def _emit_tile_end(prog: Program, c: Cta, t: Reg, it: Reg, base: Reg) -> None:
     prog.label("TILE_DONE")
 
 
-def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, Reg]:
-    """A consumer's registers, its Q tile and Q's descriptor; returns (q_sync, q_tile, dq)."""
+def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, list[list[Reg]]]:
+    """A consumer's registers, its Q tile and Q's descriptors (the same for every tile);
+    returns (q_sync, q_tile, q_descs)."""
     emit = prog.emit
     emit("setmaxnreg.inc", CONSUMER_REGISTERS)
     q_sync, q_tile = prog.regs("u32", 2)
     emit("add.u32", q_sync, c.thread.wg, Q_BARRIER - 1)
     emit("mad.lo.u32", q_tile, c.thread.wg, c.layout.q_bytes, c.shared.base)
     emit("sub.u32", q_tile, q_tile, c.layout.q_bytes)
-    return q_sync, q_tile, emit_descriptor(prog, q_tile, c.layout.qk_tiles[0][1])
+    dq = emit_descriptor(prog, q_tile, c.layout.qk_tiles[0][1])
+    return q_sync, q_tile, emit_q_descriptors(prog, c, q_tile, dq)
 
 
 def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
@@ -372,7 +375,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     to issue, FlashAttention-3's ping-pong, a persistent grid, an unconditional rescale and a
     rescale deferred beside the next S GEMM all measured slower here: bench/PTX_NOTES.md.)"""
     emit = prog.emit
-    _, q_tile, dq = _emit_consumer_start(prog, c)
+    _, _, q_descs = _emit_consumer_start(prog, c)
     scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
     emit("mov.u32", scratch, "%tid.x")
     emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
@@ -393,7 +396,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
 
     prog.comment("block 0: its GEMM phase has Q K^T alone")
     emit_kv_wait(prog, c, slot, "_FIRST")                 # K(0) (split_kv: the stage's "full" is K's)
-    emit_scores(prog, c, q_tile, dq, slot, s, "_FIRST", wait=False)
+    emit_scores(prog, c, q_descs, slot, s, "_FIRST", wait=False)
     emit("wgmma.wait", 0)
     _emit_release(prog, c, _free_bar(prog, c, slot))      # K(0) read
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "_FIRST")
@@ -403,7 +406,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
     _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
-    emit_scores(prog, c, q_tile, dq, slot, s, "", wait=False)
+    emit_scores(prog, c, q_descs, slot, s, "", wait=False)
     _emit_v_wait(prog, c, prev_slot, "")
     issue_pv(prev_slot)
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run

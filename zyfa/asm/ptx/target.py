@@ -27,6 +27,7 @@ OPS = {
     "add.f32": "add.rn.f32 {0}, {1}, {2};",
     "sub.f32": "sub.rn.f32 {0}, {1}, {2};",
     "mul.f32": "mul.rn.f32 {0}, {1}, {2};",
+    "neg.f32": "neg.f32 {0}, {1};",                 # a free operand modifier where an FFMA reads it
     "fma.f32": "fma.rn.f32 {0}, {1}, {2}, {3};",
     "max.f32": "max.f32 {0}, {1}, {2};",
     "prmt.b32": "prmt.b32 {0}, {1}, {2}, {3};",
@@ -102,12 +103,14 @@ OPS = {
     "setp.neu.f32": "setp.neu.f32 {0}, {1}, {2};",
     "and.pred": "and.pred {0}, {1}, {2};",
     "or.pred": "or.pred {0}, {1}, {2};",
+    "vote.any": "vote.sync.any.pred {0}, {1}, -1;",
     "selp.f32": "selp.f32 {0}, {1}, {2}, {3};",
     "max.nan.f32": "max.NaN.f32 {0}, {1}, {2};",
     "ex2.f32": "ex2.approx.ftz.f32 {0}, {1};",
     "lg2.f32": "lg2.approx.ftz.f32 {0}, {1};",
     "rcp.f32": "rcp.rn.f32 {0}, {1};",
     "shfl.bfly": "shfl.sync.bfly.b32 {0}, {1}, {2}, 31, -1;",
+    "shfl.idx0": "shfl.sync.idx.b32 {0}, {1}, 0, 31, -1;",       # lane 0's value: warp-uniform to ptxas
     "cvt.bf16x2.f32": "cvt.rn.bf16x2.f32 {0}, {1}, {2};",      # {1} -> upper half, {2} -> lower
     "ld.global.f32": "ld.global.nc.f32 {0}, [{1}];",
     "ld.global.u32": "ld.global.nc.u32 {0}, [{1}];",
@@ -129,6 +132,7 @@ OPS = {
     "cvt.e4m3x2.f32": "cvt.rn.satfinite.e4m3x2.f32 {0}, {1}, {2};",   # {1} -> upper byte, {2} -> lower
     "cvt.f16x2.e4m3x2": "cvt.rn.f16x2.e4m3x2 {0}, {1};",            # lower byte -> lower half
     "mov.b32.pack": "mov.b32 {0}, {{{1}, {2}}};",                   # two b16: {1} lower, {2} upper
+    "mov.b32.unpack": "mov.b32 {{{0}, {1}}}, {2};",                 # {0} lower, {1} upper half
     "shr.b32": "shr.b32 {0}, {1}, {2};",
 }
 

@@ -9,7 +9,7 @@ import time
 import torch
 
 
-from .cases import Case, INVALID, PROFILES, apply_misuse, expected_refusal, make_inputs
+from .cases import PTX_HEAD_DIMS, Case, INVALID, PROFILES, apply_misuse, expected_refusal, make_inputs
 
 # ---------------------------------------------------------------------------------------- bounds
 K_HALF = 3.0
@@ -259,7 +259,7 @@ def summarize(outcomes: list[Outcome]) -> dict:
 def _ptx_bound(case: Case) -> bool:
     """Whether the case's kernel is the generated PTX one (path ptx, or auto on an H200)."""
     return (case.invalid is None and case.dtype == "fp8" and case.path in ("ptx", "auto")
-            and (case.D, case.Dv) in ((64, 64), (128, 128), (192, 128), (256, 256)) and case.ref_rule == "block"
+            and (case.D, case.Dv) in PTX_HEAD_DIMS and case.ref_rule == "block"
             and "token" not in case.layouts[:2])
 
 
