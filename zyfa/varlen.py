@@ -281,7 +281,7 @@ def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, key_o
     """A contiguous packed batch as both kernels take it: v (FP8: V^T re-packed to 16-key
     starts, packed_vt, in the Hopper key order for the generated kernel: ``key_order``; 16-bit:
     (1, total_k, Hkv, Dv)) and its tables (Packed)."""
-    from .triton_kernels.launch import packed_vt
+    from .hopper_vt import packed_vt
     dev = q.device
     k_start = v_start = to_device(starts, dev)
     if is_fp8:

@@ -7,10 +7,9 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..device import device_arch, hardware_rounding, interpreter_active, to_device
+from ..device import device_arch, hardware_rounding, interpreter_active
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
-from ..spec.key_order import HOPPER_GROUP, KEY_OF_SLOT
 from ..hopper_vt import hopper_vt
 from ..spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE
 from ..spec.shapes import Packed, out_dtype
@@ -49,37 +48,6 @@ def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor
     buf = torch.zeros(B, Hkv, Dv, Sk + pad, dtype=v.dtype, device=v.device)
     buf[..., :Sk] = vt
     return buf[..., :Sk]
-
-
-def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int],
-              key_order: bool = False) -> tuple[torch.Tensor, list[int]]:
-    """A packed batch's FP8 V (total_k, Hkv, Dv) as V^T (1, Hkv, Dv, P) whose sequences start
-    at multiples of 16 keys (zeros between them), returned as the (1, P, Hkv, Dv) view the
-    kernels' host code takes, and each sequence's start in it. ``key_order``: each 16-key
-    group already in the Hopper key order (zyfa.spec.key_order.hopper_vt's bytes, sequence by
-    sequence), which the generated kernel reads. One gather on the device and a fill of the
-    padding slots; the lengths are host lists already, so no sync."""
-    padded = [n + (-n) % HOPPER_GROUP for n in lens]
-    v_starts = [0]
-    for n in padded[:-1]:
-        v_starts.append(v_starts[-1] + n)
-    total = sum(padded)
-    dev = v.device
-    table = to_device([padded, v_starts, starts, lens], dev, torch.long)       # one copy, no sync
-    seq = torch.repeat_interleave(torch.arange(len(lens), device=dev), table[0], output_size=total)
-    slot = torch.arange(total, device=dev) - table[1][seq]          # within its sequence
-    key = slot
-    if key_order:                                                   # the key each slot holds
-        key = slot - slot % HOPPER_GROUP + to_device(KEY_OF_SLOT, dev, torch.long)[slot % HOPPER_GROUP]
-    src = torch.where(key < table[3][seq], table[2][seq] + key, 0)
-    u = v.view(torch.uint8).permute(1, 2, 0)                        # (Hkv, Dv, total_k)
-    vt = u.index_select(-1, src)                                    # (Hkv, Dv, P), contiguous
-    order = KEY_OF_SLOT if key_order else range(HOPPER_GROUP)
-    pads = [v0 + p - HOPPER_GROUP + s for v0, p, n in zip(v_starts, padded, lens) if n % HOPPER_GROUP
-            for s, kk in enumerate(order) if p - HOPPER_GROUP + kk >= n]
-    if pads:                                                        # keys past a sequence's end: zeros
-        vt.index_fill_(-1, to_device(pads, dev, torch.long), 0)
-    return vt.view(v.dtype)[None].permute(0, 3, 1, 2), v_starts
 
 
 def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: int) -> bool:

@@ -95,7 +95,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     ref_rule "block", any P rule). Returns (out BF16, lse float32). The head dims pick the
     schedule and the P rule the row sums (attn.attention_kernel). ``packed``: q, k are a packed batch's tokens as
     batch 1 and v its V^T with sequences at 16-key starts, already in the key order
-    (triton_kernels.launch.packed_vt's layout with key_order, packed.v_start); descales per
+    (zyfa.hopper_vt.packed_vt's layout with key_order, packed.v_start); descales per
     (sequence, kv head); out (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""
     if ref_rule != "block":
         raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
