@@ -447,3 +447,30 @@ def test_paged_kv_cache_lays_out_each_sequence_in_its_pages():
     assert torch.equal(kp[table[1, 0], :7], k[3:10]) and (kp[table[0, 0], 3:] == 0).all()
     with pytest.raises(ValueError, match="page_size"):
         zyfa.varlen.paged_kv_cache(k, k, _t([0, 10]).cpu(), 24)
+
+
+@pytest.mark.parametrize("key_order", [False, True], ids=["natural", "hopper"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "slice"])
+def test_packed_vt_is_each_sequences_v_transposed(key_order, layout):
+    """packed_vt (one Triton launch): sequence i's V^T at its 16-key start, zeros to the next,
+    in the Hopper key order (the spec's hopper_vt of that sequence alone) when asked; lengths
+    1, 16, odd, 0 and longer than a 256-slot tile, sequences not in storage order, Dv 128."""
+    from zyfa.spec.key_order import hopper_vt
+    from zyfa.hopper_vt import packed_vt
+    lens = [1, 16, 37, 0, 300, 50]
+    starts = [354, 1, 17, 0, 54, 0]            # where each sequence's keys sit in v
+    g = torch.Generator().manual_seed(7)
+    u = torch.randint(0, 256, (404, 2, 128), generator=g, dtype=torch.uint8)
+    if layout == "transposed":                 # quantize_fp8's V: keys contiguous
+        u = u.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    elif layout == "slice":                    # every other key of a longer V
+        u = torch.randint(0, 256, (808, 2, 128), generator=g, dtype=torch.uint8)[::2]
+    v = u.to(DEVICE).view(torch.float8_e4m3fn)
+    vt, v_starts = packed_vt(v, starts, lens, key_order)
+    vt = vt.view(torch.uint8)[0].permute(1, 2, 0).cpu()     # (Hkv, Dv, P)
+    assert vt.shape[-1] == sum(n + (-n) % 16 for n in lens) and v_starts[-1] == vt.shape[-1] - 64
+    for s0, v0, n in zip(starts, v_starts, lens):
+        one = u[s0:s0 + n][None]
+        want = (hopper_vt(one)[0] if key_order else
+                torch.nn.functional.pad(one[0].permute(1, 2, 0), (0, (-n) % 16)))
+        assert torch.equal(vt[..., v0:v0 + n + (-n) % 16], want)

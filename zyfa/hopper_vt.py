@@ -1,13 +1,16 @@
-"""V^T in the Hopper key order (zyfa.spec.key_order.hopper_vt's bytes) in one Triton launch.
+"""FP8 V^T as the kernels read it, in one Triton launch: a dense batch's in the Hopper key
+order (zyfa.spec.key_order.hopper_vt's bytes), a packed batch's with each sequence at a
+16-key start, in that order or the natural one.
 
 The FP8 kernels on Hopper read V^T with the keys of each 16-key group permuted, which no
 strides can express, so V is rewritten on every call. In PyTorch that is a seven-dimensional
 permuted copy of bytes (plus a concatenation when the key count is not a multiple of 16);
 here each program reads a (64 columns x 256 keys) tile in key order, permutes its keys in
-registers and writes it contiguous, zeros past the last key. The spec's function stays the
-CPU path and the contract.
-Both Hopper paths call it (the generated kernel's host code and the Triton kernel's), so it
-lives outside either kernel package, as zyfa.tma does.
+registers and writes it contiguous, zeros past the last key. A packed batch went through a
+copy, a gather and that rewrite (483 us at zyfa bench's 64K-key varlen case on the H200);
+here each slot finds its sequence and key in the same launch. The spec's function stays the
+contract. Both Hopper paths call it (the generated kernel's host code and the Triton
+kernel's), so it lives outside either kernel package, as zyfa.tma does.
 """
 from __future__ import annotations
 
@@ -15,28 +18,51 @@ import torch
 import triton
 import triton.language as tl
 
+from .device import to_device
 from .spec.key_order import HOPPER_GROUP
 
 BLOCK_D, BLOCK_K = 64, 256
 
 
 @triton.jit
-def _hopper_vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, stride_h, stride_d,
-                      BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
+def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, stride_h, stride_d,
+               slot_start, key_start, key_count, sequences,
+               PACKED: tl.constexpr, KEY_ORDER: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
     bh = tl.program_id(0)
     b, h = bh // kv_heads, bh % kv_heads
-    key = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    slot = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
+    if PACKED:
+        # batch 1; a slot's sequence is the last one starting at or before it (an empty
+        # sequence starts where the next does, so none lands on it)
+        seq = tl.zeros([BLOCK_K], dtype=tl.int32)
+        for i in range(1, sequences):
+            seq += (slot >= tl.load(slot_start + i)).to(tl.int32)
+        pos = slot - tl.load(slot_start + seq)
+        key = tl.load(key_start + seq) + pos
+        valid = pos < tl.load(key_count + seq)
+    else:
+        key = slot
+        valid = slot < seqlen_k
     base = src + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
     # keys in their own order, so a load runs along whichever of keys and columns is contiguous
     # (bytes singly through the permutation ran at 480 GB/s, bench/PTX_NOTES.md)
     x = tl.load(base + d[:, None].to(tl.int64) * stride_d + key[None, :].to(tl.int64) * stride_k,
-                mask=(d[:, None] < dv) & (key[None, :] < seqlen_k), other=0)
-    # key 16 g + 8 h + 2 q + e to slot 16 g + 4 q + 2 h + e: swap the (h, q) axes in registers
-    x = tl.reshape(x, (BLOCK_D, BLOCK_K // 16, 2, 4, 2))
-    x = tl.reshape(tl.permute(x, (0, 1, 3, 2, 4)), (BLOCK_D, BLOCK_K))
-    out = dst + (bh.to(tl.int64) * dv + d[:, None]) * padded_k + key[None, :]
-    tl.store(out, x, mask=(d[:, None] < dv) & (key[None, :] < padded_k))
+                mask=(d[:, None] < dv) & valid[None, :], other=0)
+    if KEY_ORDER:
+        # key 16 g + 8 h + 2 q + e to slot 16 g + 4 q + 2 h + e: swap the (h, q) axes in registers
+        # (a packed batch's sequences start at multiples of 16, so no group spans two)
+        x = tl.reshape(x, (BLOCK_D, BLOCK_K // 16, 2, 4, 2))
+        x = tl.reshape(tl.permute(x, (0, 1, 3, 2, 4)), (BLOCK_D, BLOCK_K))
+    out = dst + (bh.to(tl.int64) * dv + d[:, None]) * padded_k + slot[None, :]
+    tl.store(out, x, mask=(d[:, None] < dv) & (slot[None, :] < padded_k))
+
+
+def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_order):
+    grid = (batch_heads, triton.cdiv(padded, BLOCK_K), triton.cdiv(Dv, BLOCK_D))
+    if grid[1]:
+        _vt_kernel[grid](u, out, seqlen_k, padded, Hkv, Dv, *u.stride(), *tables, PACKED=packed,
+                         KEY_ORDER=key_order, BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K)
 
 
 def hopper_vt(v: torch.Tensor) -> torch.Tensor:
@@ -46,6 +72,25 @@ def hopper_vt(v: torch.Tensor) -> torch.Tensor:
     u = v.view(torch.uint8)
     padded = Sk + (-Sk) % HOPPER_GROUP
     out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=v.device)
-    grid = (B * Hkv, triton.cdiv(padded, BLOCK_K), triton.cdiv(Dv, BLOCK_D))
-    _hopper_vt_kernel[grid](u, out, Sk, padded, Hkv, Dv, *u.stride(), BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K)
+    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0), packed=False, key_order=True)  # no tables
     return out
+
+
+def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int],
+              key_order: bool = False) -> tuple[torch.Tensor, list[int]]:
+    """A packed batch's FP8 V (total_k, Hkv, Dv), any strides, as V^T (1, Hkv, Dv, P) whose
+    sequences start at multiples of 16 keys (zeros between them), returned as the (1, P, Hkv,
+    Dv) view the kernels' host code takes, and each sequence's start in it. ``key_order``:
+    each 16-key group in the Hopper key order (zyfa.spec.key_order.hopper_vt's bytes,
+    sequence by sequence), which the generated kernel reads. ``starts``, ``lens``: each
+    sequence's first key and key count, host lists, so nothing waits for the GPU."""
+    padded = [n + (-n) % HOPPER_GROUP for n in lens]
+    v_starts = [0]
+    for n in padded[:-1]:
+        v_starts.append(v_starts[-1] + n)
+    _, Hkv, Dv = v.shape
+    u = v.view(torch.uint8)
+    out = torch.empty(1, Hkv, Dv, sum(padded), dtype=torch.uint8, device=v.device)
+    table = to_device([v_starts, starts, lens], v.device)                 # one copy
+    _launch(u[None], out, 0, out.shape[-1], Hkv, Dv, Hkv, (*table, len(lens)), packed=True, key_order=key_order)
+    return out.view(v.dtype).permute(0, 3, 1, 2), v_starts

@@ -256,7 +256,8 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
             return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal, descales,
                                backend, p_rule, ref_rule, is_fp8)
     if chosen == "ptx" and block_table is None:
-        return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8),
+        return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8,
+                                                     key_order=True),
                            softmax_scale, causal, descales, p_rule, ref_rule, is_fp8)
     if not use_triton:
         return None
@@ -276,14 +277,15 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     return out[0], lse[0]
 
 
-def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8):
+def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, key_order: bool = False):
     """A contiguous packed batch as both kernels take it: v (FP8: V^T re-packed to 16-key
-    starts, packed_vt; 16-bit: (1, total_k, Hkv, Dv)) and its tables (Packed)."""
-    from .triton_kernels.launch import packed_vt
+    starts, packed_vt, in the Hopper key order for the generated kernel: ``key_order``; 16-bit:
+    (1, total_k, Hkv, Dv)) and its tables (Packed)."""
+    from .hopper_vt import packed_vt
     dev = q.device
     k_start = v_start = to_device(starts, dev)
     if is_fp8:
-        v, v_starts = packed_vt(v, starts, k_lens)
+        v, v_starts = packed_vt(v, starts, k_lens, key_order)
         v_start = to_device(v_starts, dev)
     else:
         v = v.unsqueeze(0)

@@ -7,7 +7,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..device import device_arch, hardware_rounding, interpreter_active, to_device
+from ..device import device_arch, hardware_rounding, interpreter_active
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from ..hopper_vt import hopper_vt
@@ -48,28 +48,6 @@ def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor
     buf = torch.zeros(B, Hkv, Dv, Sk + pad, dtype=v.dtype, device=v.device)
     buf[..., :Sk] = vt
     return buf[..., :Sk]
-
-
-def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int]) -> tuple[torch.Tensor, list[int]]:
-    """A packed batch's FP8 V (total_k, Hkv, Dv) as V^T (1, Hkv, Dv, P) whose sequences start
-    at multiples of 16 keys (zeros between them), returned as the (1, P, Hkv, Dv) view the
-    kernel's host code takes, and each sequence's start in it. One gather on the device; the
-    lengths are host lists already, so no sync."""
-    padded = [n + (-n) % 16 for n in lens]
-    v_starts = [0]
-    for n in padded[:-1]:
-        v_starts.append(v_starts[-1] + n)
-    total = sum(padded)
-    dev = v.device
-    table = to_device([padded, v_starts, starts, lens], dev, torch.long)       # one copy, no sync
-    seq = torch.repeat_interleave(torch.arange(len(lens), device=dev), table[0], output_size=total)
-    pos = torch.arange(total, device=dev) - table[1][seq]
-    zero = v.shape[0]                                 # the index of an appended zero key
-    src = torch.where(pos < table[3][seq], table[2][seq] + pos, zero)
-    u = v.view(torch.uint8).permute(1, 2, 0)          # (Hkv, Dv, total_k)
-    u = torch.cat([u, u.new_zeros(*u.shape[:2], 1)], -1)
-    vt = u.index_select(-1, src).view(v.dtype)[None]  # (1, Hkv, Dv, P), contiguous
-    return vt.permute(0, 3, 1, 2), v_starts
 
 
 def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: int) -> bool:

@@ -94,9 +94,9 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     generated sm_90a kernel; inputs validated by flash_attn_func (coarse q/k descales,
     ref_rule "block", any P rule). Returns (out BF16, lse float32). The head dims pick the
     schedule and the P rule the row sums (attn.attention_kernel). ``packed``: q, k are a packed batch's tokens as
-    batch 1 and v its V^T with sequences at 16-key starts (triton_kernels.launch.packed_vt's
-    layout, packed.v_start); descales per (sequence, kv head); out (1, total_q, Hq, Dv), lse
-    (1, Hq, total_q)."""
+    batch 1 and v its V^T with sequences at 16-key starts, already in the key order
+    (zyfa.hopper_vt.packed_vt's layout with key_order, packed.v_start); descales per
+    (sequence, kv head); out (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""
     if ref_rule != "block":
         raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
     Sq_total, Hq, D = q.shape[1:]
@@ -109,7 +109,8 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     fac = head_factor(q_descale, k_descale, B, Hkv, scale, dev)
     vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
-    vt = hopper_vt(v).reshape(v.shape[0] * Hkv, Dv, -1)
+    vt = v.view(torch.uint8).permute(0, 2, 3, 1) if packed is not None else hopper_vt(v)   # key order either way
+    vt = vt.reshape(v.shape[0] * Hkv, Dv, -1)
     out = torch.empty(q.shape[0], Sq_total, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
     # boxes of one 128-byte column tile; a 64-byte tile (Dqk 192's columns 128-191, d64's
