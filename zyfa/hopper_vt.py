@@ -7,8 +7,8 @@ strides can express, so V is rewritten on every call. In PyTorch that is a seven
 permuted copy of bytes (plus a concatenation when the key count is not a multiple of 16);
 here each program reads a (64 columns x 256 keys) tile in key order, permutes its keys in
 registers and writes it contiguous, zeros past the last key. A packed batch went through a
-copy, a gather and that rewrite (483 us at zyfa bench's 64K-key varlen case on the H200);
-here each slot finds its sequence and key in the same launch. The spec's function stays the
+copy, a gather and that rewrite (573 us at zyfa bench's 64K-key varlen case on the H200,
+bench/NOTES.md); here each slot finds its sequence and key in the same launch (312 us). The spec's function stays the
 contract. Both Hopper paths call it (the generated kernel's host code and the Triton
 kernel's), so it lives outside either kernel package, as zyfa.tma does.
 """
