@@ -20,6 +20,7 @@ import triton.language as tl
 
 from .device import to_device
 from .spec.key_order import HOPPER_GROUP
+from .spec.shapes import starts_of
 
 BLOCK_D, BLOCK_K = 64, 256
 
@@ -85,9 +86,7 @@ def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int],
     sequence by sequence), which the generated kernel reads. ``starts``, ``lens``: each
     sequence's first key and key count, host lists, so nothing waits for the GPU."""
     padded = [n + (-n) % HOPPER_GROUP for n in lens]
-    v_starts = [0]
-    for n in padded[:-1]:
-        v_starts.append(v_starts[-1] + n)
+    v_starts = starts_of(padded)
     _, Hkv, Dv = v.shape
     u = v.view(torch.uint8)
     out = torch.empty(1, Hkv, Dv, sum(padded), dtype=torch.uint8, device=v.device)

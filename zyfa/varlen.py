@@ -15,7 +15,7 @@ import torch
 from . import api, dispatch
 from .device import device_arch, to_device
 from .spec.descales import check_descale
-from .spec.shapes import Packed
+from .spec.shapes import Packed, starts_of
 from .validation import validate
 
 PAGE_SIZES = range(16, 257, 16)
@@ -79,9 +79,7 @@ def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
         if len(lens) != batch:
             raise ValueError(f"cu_seqlens_k has {len(lens) + 1} entries but cu_seqlens_q has {batch + 1}: "
                              "q and k must have the same batch size")
-        starts = [0]                          # each sequence's first key, from the lengths read above
-        for n in lens[:-1]:
-            starts.append(starts[-1] + n)
+        starts = starts_of(lens)              # each sequence's first key, from the lengths read above
         if seqused_k is not None:
             used = _seqused(seqused_k, batch)
             over = [i for i, (u, n) in enumerate(zip(used, lens)) if u > n]
@@ -313,10 +311,7 @@ def _gathered_pages(k, v, pages):
     page = k.shape[1]
     order = to_device([p for seq in pages for p in seq], k.device, torch.long)   # one copy
     k, v = (x.index_select(0, order).flatten(0, 1) for x in (k, v))
-    starts = [0]
-    for p in pages[:-1]:
-        starts.append(starts[-1] + len(p) * page)
-    return k, v, starts
+    return k, v, starts_of([len(p) * page for p in pages])
 
 
 def _pages_fit(k, v, is_fp8: bool, block_n: int) -> bool:

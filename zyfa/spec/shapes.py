@@ -4,6 +4,7 @@ the kernels take it."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import torch
 
@@ -13,6 +14,11 @@ HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))     # (192, 128): MLA
 def out_dtype(dtype: torch.dtype) -> torch.dtype:
     """Attention output dtype for an input dtype: fp16 stays fp16, BF16 and FP8 give BF16."""
     return torch.float16 if dtype == torch.float16 else torch.bfloat16
+
+
+def starts_of(lengths) -> list[int]:
+    """Each sequence's first position in a packed batch of the given lengths (host ints)."""
+    return list(itertools.accumulate(lengths[:-1], initial=0))
 
 
 @dataclasses.dataclass(frozen=True)
