@@ -13,7 +13,7 @@ import torch
 
 from conftest import HAS_GPU, describe_mismatch, rel_err
 import zyfa
-from zyfa.asm.ptx import attention as attn
+from zyfa.asm.ptx import attention as attn, specialized
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.fragments import accumulator_position
 from zyfa.spec.reference import attention_fp64
@@ -82,13 +82,18 @@ def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, pac
     # the last block's P V are emitted once more outside the loop)
     assert sass.count(f"HGMMA.64x{bn}x16") >= 2 * (dqk // 16)
     assert sass.count(f"HGMMA.64x{dv}x16") >= 2 * (bn // 16)
+    layout = attn.layout_for(dqk, dtype, dv, packed)
+    budget = specialized.CONSUMER_REGISTERS[layout.consumers]
     used = max(int(r) for r in re.findall(r"\bR(\d+)\b", sass))
-    assert used < 240, f"the consumers' 240 registers: R{used} used"
+    assert used < budget, f"the consumers' {budget} registers: R{used} used"
+    assert f"USETMAXREG.TRY_ALLOC.CTAPOOL UP0, {budget:#x}" in sass
+    assert a.registers == specialized.LAUNCH_REGISTERS[layout.consumers]
+    assert layout.threads == 128 * (1 + layout.consumers) and layout.threads * a.registers <= 64 * 1024
     assert layout_fits(dims, dtype)
 
 
 def layout_fits(dims, dtype) -> bool:
-    """Two stages of K and V and both consumers' Q tiles fit the SM's 227 KB."""
+    """Two stages of K and V and every consumer's Q tiles fit the SM's 227 KB."""
     return attn.layout_for(dims[0], dtype, dims[1]).shared_bytes <= 227 * 1024
 
 
@@ -113,7 +118,8 @@ SHAPES = [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal
     (1, 513, 700, 4, 2, 128, 128, False), (1, 128, 128, 2, 2, 128, 128, True),
     (1, 333, 333, 4, 2, 64, 64, True), (1, 333, 400, 4, 4, 192, 128, True),
     (1, 200, 1000, 2, 1, 64, 64, False), (2, 129, 129, 16, 16, 192, 128, False),
-    (1, 333, 333, 4, 2, 256, 256, True), (1, 100, 257, 2, 1, 256, 256, False)]
+    (1, 333, 333, 4, 2, 256, 256, True), (1, 100, 257, 2, 1, 256, 256, False),
+    (2, 577, 900, 6, 3, 64, 64, True)]          # d64's 192-row tiles: three and a row, Sq < Sk
 
 
 def _assert_as_close_as_triton(q, k, v, causal, softmax_scale=None):

@@ -98,7 +98,7 @@ def test_mla_kernel_hands_registers_to_its_consumers(rule, causal):
     a = assemble(attn.attention_kernel(rule, causal, dqk=192)[1])
     sass = a.sass()
     assert "C7515" not in a.report and "serialized" not in a.report, a.report
-    assert a.registers == specialized.MAX_REGISTERS and a.spill_bytes <= 128, a.report
+    assert a.registers == specialized.LAUNCH_REGISTERS[2] and a.spill_bytes <= 128, a.report
     assert "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass and "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass
     used = max(int(r) for r in re.findall(r"\bR(\d+)\b", sass))
     assert 168 <= used < 240, f"the consumers use up to R{used}"
@@ -144,7 +144,7 @@ def test_d256_kernel_takes_each_block_in_turn(rule, causal):
     a = assemble(attn.attention_kernel(rule, causal, dqk=256)[1])
     sass = a.sass()
     assert "C7515" not in a.report and "serialized" not in a.report, a.report
-    assert a.registers == specialized.MAX_REGISTERS and a.spill_bytes <= 160, a.report
+    assert a.registers == specialized.LAUNCH_REGISTERS[2] and a.spill_bytes <= 160, a.report
     assert "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in sass and "USETMAXREG.DEALLOC.CTAPOOL 0x18" in sass
     lines = sass.splitlines()
     gmma = [i for i, line in enumerate(lines) if "QGMMA" in line]

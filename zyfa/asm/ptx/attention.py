@@ -38,7 +38,7 @@ from .layout import (  # noqa: F401
 )
 from .lean_p import HMMA_RULES, PTX_RULES  # noqa: F401
 from .serial import emit_serial
-from .specialized import MAX_REGISTERS, emit_specialized
+from .specialized import LAUNCH_REGISTERS, emit_specialized
 from .target import module, program
 
 # the lean and half rules, bit-exact to the spec, and exact (MUFU.EX2 + the hardware's E4M3
@@ -70,7 +70,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if layout.specialized:
         emit_specialized(prog, rule, causal, layout)
-        return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
+        return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {LAUNCH_REGISTERS[layout.consumers]}")
     emit_serial(prog, rule, causal, layout)
     # d64: four CTAs an SM; d128: three (the two copies of the block loop took up to 231 unbounded)
     cap = f".maxnreg {REGISTER_CAP_D64 if dqk < HEAD_DIM else REGISTER_BUDGET}"
@@ -94,4 +94,4 @@ def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEA
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     emit_specialized(prog, None, causal, layout)
-    return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {MAX_REGISTERS}")
+    return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {LAUNCH_REGISTERS[layout.consumers]}")

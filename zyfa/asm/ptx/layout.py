@@ -66,7 +66,7 @@ class Layout:
 
     @property
     def specialized(self) -> bool:
-        """A producer warpgroup and two consumers (specialized.py), else one warpgroup."""
+        """A producer warpgroup and two or three consumers (specialized.py), else one warpgroup."""
         return self.consumers > 1
 
     @property
@@ -160,11 +160,14 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     in turn (S, softmax, P V^T in two halves), the output's 128 registers leaving no room
     for the next S beside P V^T.
     16-bit inputs: the specialized kernel with as many stages as fit, up to four (K and V
-    tiles twice the bytes: 64 KB a stage at d128, which fits three)."""
+    tiles twice the bytes: 64 KB a stage at d128, which fits three); at d64 three consumers
+    (192-row tiles, FlashAttention-3's shape there): a 64-row block's GEMM phase, half of
+    d128's, is shorter than a consumer's softmax, so two left the tensor cores idle."""
     if dtype != "e4m3":
         block_n = 64 if dqk > 192 else BLOCK_N
+        consumers = 3 if dqk == 64 and not packed else 2
         for stages in (4, 3, 2):
-            layout = Layout(dqk, 2, stages, dtype, dv, block_n, packed)
+            layout = Layout(dqk, consumers, stages, dtype, dv, block_n, packed)
             if layout.shared_bytes <= SHARED_LIMIT:
                 return layout
         raise ValueError(f"no 16-bit layout fits head dims ({dqk}, {dv})")

@@ -2,13 +2,13 @@
 dims 192 / 128): FlashAttention-3's structure around the same block step (block.py) as the
 serial kernel.
 
-One CTA = 128 query rows of one head, 384 threads:
+One CTA = 128 query rows of one head, 384 threads (16-bit d64: 192 rows, 512 threads):
   warpgroup 0  producer: gives up registers (setmaxnreg 24); thread 0 loads each key
                block's K and V^T by TMA into a ring of four stages, waiting for a stage's
                "free" mbarrier (one arrival per consumer warp) before reuse
-  warpgroups 1, 2  consumers of 64 rows each (setmaxnreg 240); per key block j one GEMM
-               phase, S(j) = Q K_j^T and P(j-1) V_{j-1}^T issued together, then the
-               softmax of S(j) while the tensor cores run the phase
+  warpgroups 1, 2 (, 3)  consumers of 64 rows each (setmaxnreg 240; three: 160); per key
+               block j one GEMM phase, S(j) = Q K_j^T and P(j-1) V_{j-1}^T issued together,
+               then the softmax of S(j) while the tensor cores run the phase
 
 The arithmetic is the serial kernel's, block by block (total = total * alpha + block * beta
 in the same order), so the outputs are bit-identical to it. A CTA takes tiles x, x +
@@ -40,10 +40,17 @@ from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emi
                     emit_setup, emit_v_rows, stage)
 from .smem import emit_descriptor, emit_wait
 
-PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
-MAX_REGISTERS = (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) // 3      # 168: what the launch allots
-Q_BARRIER = 3                          # named barriers 3 and 4: each consumer's own 128 threads
-CONSUMER_WARPS = 8                     # arrivals that free a stage, or the Q tiles
+PRODUCER_REGISTERS = 24
+# a consumer's registers after setmaxnreg, and what the launch allots every thread (the
+# register file's 64K over 128 threads a warpgroup, the producer's share given back)
+CONSUMER_REGISTERS = {2: 240, 3: 160}
+LAUNCH_REGISTERS = {2: 168, 3: 128}
+Q_BARRIER = 3                          # named barriers 3, 4 (, 5): each consumer's own 128 threads
+
+
+def consumer_warps(layout: Layout) -> int:
+    """Arrivals that free a stage, or the Q tiles: one a consumer warp."""
+    return 4 * layout.consumers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,14 +69,19 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     emit("setp.eq.u32", producer, c.thread.wg, 0)
     # mbarriers: Q full, stages full, stages free, Q free (split_kv: then V full, V free)
     n = layout.stages
-    counts = [1] + [1] * n + [CONSUMER_WARPS] * (n + 1)
+    warps = consumer_warps(layout)
+    counts = [1] + [1] * n + [warps] * (n + 1)
     if layout.split_kv:                                    # V full, V free
-        counts += [1] * n + [CONSUMER_WARPS] * n
+        counts += [1] * n + [warps] * n
     ones = emit_setup(prog, c, rule, counts, writers=producer)
     q_free, per_head, count = prog.regs("u32", 3)
     emit("add.u32", q_free, shared.free0, 8 * n)
-    emit("add.u32", per_head, params.seqlen_q, 2 * BLOCK_M - 1)
-    emit("shr.u32", per_head, per_head, 7)
+    rows = BLOCK_M * layout.consumers                      # a tile's query rows
+    emit("add.u32", per_head, params.seqlen_q, rows - 1)
+    if rows & (rows - 1):
+        emit("div.u32", per_head, per_head, rows)
+    else:
+        emit("shr.u32", per_head, per_head, rows.bit_length() - 1)
     emit("mul.lo.u32", count, per_head, params.heads)
     emit("mul.lo.u32", count, count, params.batch)
     tiles = TileLoop(per_head, count, q_free)
@@ -124,7 +136,7 @@ def _phase_of(prog: Program, count: Reg, flip: bool = False) -> Reg:
 
 
 def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
-    """Thread 0: per tile, both Q tiles once the consumers are done with the last ones, then
+    """Thread 0: per tile, the consumers' Q tiles once they are done with the last ones, then
     its key blocks, each once its stage is free again."""
     emit = prog.emit
     shared, tile = c.shared, c.tile
@@ -136,12 +148,15 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("mov.u32", slot, 0)
     _emit_tile_loop_head(prog, c, tiles, t, "PRODUCE_TILE")
     emit_wait(prog, tiles.q_free, _phase_of(prog, it, flip=True), "WAIT_Q_FREE")
-    second_q, q1 = prog.regs("u32", 2)
-    emit("add.u32", second_q, tile.tile_m, BLOCK_M)
-    emit("add.u32", q1, shared.base, c.layout.q_bytes)
-    emit("mbarrier.expect_tx", shared.bar_q, 2 * c.layout.q_bytes)
-    emit_q_load(prog, c, shared.base, tile.tile_m)
-    emit_q_load(prog, c, q1, second_q)
+    q_tiles = [(shared.base, tile.tile_m)]
+    for k in range(1, c.layout.consumers):                # consumer k + 1's Q tile and rows
+        row, q_k = prog.regs("u32", 2)
+        emit("add.u32", row, tile.tile_m, k * BLOCK_M)
+        emit("add.u32", q_k, shared.base, k * c.layout.q_bytes)
+        q_tiles.append((q_k, row))
+    emit("mbarrier.expect_tx", shared.bar_q, c.layout.consumers * c.layout.q_bytes)
+    for q_k, row in q_tiles:
+        emit_q_load(prog, c, q_k, row)
     emit("mov.u32", j, 0)
     done = prog.reg("pred")
     prog.label("LOAD_LOOP")
@@ -358,7 +373,7 @@ def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, list[list[Reg
     """A consumer's registers, its Q tile and Q's descriptors (the same for every tile);
     returns (q_sync, q_tile, q_descs)."""
     emit = prog.emit
-    emit("setmaxnreg.inc", CONSUMER_REGISTERS)
+    emit("setmaxnreg.inc", CONSUMER_REGISTERS[c.layout.consumers])
     q_sync, q_tile = prog.regs("u32", 2)
     emit("add.u32", q_sync, c.thread.wg, Q_BARRIER - 1)
     emit("mad.lo.u32", q_tile, c.thread.wg, c.layout.q_bytes, c.shared.base)
