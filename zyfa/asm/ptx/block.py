@@ -31,6 +31,11 @@ from .smem import emit_descriptor, emit_wait
 from .target import f32
 
 
+# the block loop is emitted twice (serial.py, the pipelined consumer of specialized.py): the
+# blocks below the masked band (no mask test, no guard for fully masked rows), then the band's
+BLOCK_LOOP_COPIES = 2
+
+
 @dataclasses.dataclass(frozen=True)
 class Softmax:
     """What a block's softmax leaves for its P V^T and its row update."""
