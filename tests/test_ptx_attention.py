@@ -56,7 +56,7 @@ def test_hopper_vt_places_keys_in_their_slots():
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("rule", attn.ATTENTION_RULES)
 def test_attention_kernel_assembles_within_budget(rule, causal):
-    from zyfa.asm.ptx.serial import BLOCK_LOOP_COPIES as n      # the loop below the band, the band's
+    from zyfa.asm.ptx.block import BLOCK_LOOP_COPIES as n      # the loop below the band, the band's
     hmma = rule in attn.HMMA_RULES
     name, ptx = attn.attention_kernel(rule, causal)
     a = assemble(ptx)
@@ -106,9 +106,10 @@ def test_mla_kernel_hands_registers_to_its_consumers(rule, causal):
     gmma = [i for i, line in enumerate(lines) if "GMMA" in line]
     if rule == "exact":
         assert not any("LDL" in line or "STL" in line for line in lines[gmma[0]:gmma[-1]])
-    # Q K^T of block 0; in the loop Q K^T and P V^T; P V^T of the last block
-    assert sass.count("QGMMA") == 6 + (6 + 4) + 4
-    assert sass.count("HGMMA") == (16 if rule in attn.HMMA_RULES else 0)
+    # Q K^T of block 0; in each copy of the loop Q K^T and P V^T; P V^T of the last block
+    from zyfa.asm.ptx.block import BLOCK_LOOP_COPIES as n
+    assert sass.count("QGMMA") == 6 + n * (6 + 4) + 4
+    assert sass.count("HGMMA") == (8 * (1 + n) if rule in attn.HMMA_RULES else 0)   # row sums a softmax
     assert "SYNCS.ARRIVE.TRANS64.A1T0" in sass                             # a stage freed
 
 
@@ -124,7 +125,7 @@ def test_d64_kernel_fits_four_ctas_an_sm(rule, causal):
     a = assemble(ptx)
     sass = a.sass()
     assert a.spill_bytes == 0 and a.registers <= attn.REGISTER_CAP_D64, a.report
-    from zyfa.asm.ptx.serial import BLOCK_LOOP_COPIES as n
+    from zyfa.asm.ptx.block import BLOCK_LOOP_COPIES as n
     assert sass.count("QGMMA.64x128x32") == 2 * n and sass.count("QGMMA.64x64x32") == 4 * n
     assert sass.count("HGMMA") == (8 * n if rule in attn.HMMA_RULES else 0)
     assert "UTMALDG" in sass

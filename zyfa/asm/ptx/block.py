@@ -31,6 +31,11 @@ from .smem import emit_descriptor, emit_wait
 from .target import f32
 
 
+# the block loop is emitted twice (serial.py, the pipelined consumer of specialized.py): the
+# blocks below the masked band (no mask test, no guard for fully masked rows), then the band's
+BLOCK_LOOP_COPIES = 2
+
+
 @dataclasses.dataclass(frozen=True)
 class Softmax:
     """What a block's softmax leaves for its P V^T and its row update."""
@@ -183,18 +188,20 @@ def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Re
             prog.emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
 
 
-def emit_reference_moves(prog: Program, sm: Softmax, total: list[Reg], A: list[Reg], l: list[Reg],
-                         tag: str) -> None:
+def emit_reference_moves(prog: Program, sm: Softmax, total: list[Reg] | None, A: list[Reg], l: list[Reg],
+                         tag: str, alpha: list[Reg] | None = None) -> None:
     """Where a row's maximum m passed A + RESCALE_THRESHOLD (rare after the first blocks; a
     branch the whole warp takes or skips): its reference moves to m, alpha = 2^(A - m) scales
     the total and l, and the block's factor beta becomes 1; the other rows keep A, alpha = 1,
-    beta = 2^(m - A). The same numbers as every block's alpha and beta (2^0 is 1 exactly)."""
+    beta = 2^(m - A). The same numbers as every block's alpha and beta (2^0 is 1 exactly).
+    ``total`` None: the total's factor is left in ``alpha`` (which the caller set to 1) for
+    a fold that comes later (the pipelined consumer folds block j - 1 first)."""
     emit = prog.emit
     either, any_moved = prog.regs("pred", 2)
     emit("or.pred", either, sm.moved[0], sm.moved[1])
     emit("vote.any", any_moved, either)
     emit("bra", f"REFERENCES_KEPT{tag}", guard=f"!{any_moved}")
-    alpha = prog.regs("f32", 2)
+    alpha = alpha or prog.regs("f32", 2)
     for half in (0, 1):
         diff = prog.reg("f32")
         emit("sub.f32", diff, A[half], sm.m[half])
@@ -203,7 +210,7 @@ def emit_reference_moves(prog: Program, sm: Softmax, total: list[Reg], A: list[R
         emit("selp.f32", sm.beta[half], f32(1.0), sm.beta[half], sm.moved[half])
         emit("mul.f32", l[half], l[half], alpha[half])
         emit("selp.f32", A[half], sm.m[half], A[half], sm.moved[half])
-    for i, ti in enumerate(total):
+    for i, ti in enumerate(total or []):
         emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
     prog.label(f"REFERENCES_KEPT{tag}")
 

@@ -21,11 +21,6 @@ from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
 from .smem import emit_descriptor, emit_wait
 
 
-# the block loop is emitted twice: the blocks below the masked band (no mask test, no guard
-# for fully masked rows), then the band's
-BLOCK_LOOP_COPIES = 2
-
-
 def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     emit = prog.emit
     c, rows = emit_prologue(prog, causal, layout)
@@ -54,7 +49,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     next_j, more = prog.reg("u32"), prog.reg("pred")
     emit("setp.ge.u32", more, start_n, rows.band_start)
     emit("bra", "BAND", guard=more)
-    for tag, masked in (("_BELOW", False), ("", True)):
+    for tag, masked in (("_BELOW", False), ("", True)):          # BLOCK_LOOP_COPIES
         prog.label(f"BLOCK_LOOP{tag}")
         emit("add.u32", next_j, j, 1)
         emit_prefetch(prog, c, next_j, tag)

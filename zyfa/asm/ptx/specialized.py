@@ -23,6 +23,7 @@ import dataclasses
 from ..program import Program, Reg
 from .block import (
     emit_accumulators,
+    emit_reference_moves,
     emit_block,
     emit_fold,
     emit_pv_issue,
@@ -39,6 +40,7 @@ from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
 from .smem import emit_descriptor, emit_wait
+from .target import f32
 
 PRODUCER_REGISTERS = 24
 # a consumer's registers after setmaxnreg, and what the launch allots every thread (the
@@ -198,11 +200,12 @@ def _emit_next_tile(prog: Program, t: Reg, it: Reg) -> None:
     prog.emit("add.u32", it, it, 1)
 
 
-def _emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg) -> None:
-    """BLOCK_LOOP: on to block j + 1 (its load number, first key); past the tile's last block,
+def _emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg,
+                          label: str = "BLOCK_LOOP") -> None:
+    """``label``: on to block j + 1 (its load number, first key); past the tile's last block,
     on to LAST_PV."""
     last = prog.reg("pred")
-    prog.label("BLOCK_LOOP")
+    prog.label(label)
     prog.emit("mov.u32", prev_slot, slot)
     prog.emit("add.u32", slot, slot, 1)
     prog.emit("add.u32", j, j, 1)
@@ -280,12 +283,14 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     alpha, beta = prog.regs("f32", 2), prog.regs("f32", 2)
 
     def keep(sm) -> None:
-        """P, alpha and beta of this block for its P V^T, issued in the next GEMM phase."""
+        """P, alpha (unless the reference update left it in place) and beta of this block for
+        its P V^T, issued in the next GEMM phase."""
         for k in range(len(p_regs)):
             for r in range(4):
                 emit("mov.b32", p_regs[k][r], sm.p_regs[k][r])
         for half in (0, 1):
-            emit("mov.f32", alpha[half], sm.alpha[half])
+            if sm.alpha is not None:
+                emit("mov.f32", alpha[half], sm.alpha[half])
             emit("mov.f32", beta[half], sm.beta[half])
 
     def fold(o, tag: str) -> None:
@@ -304,19 +309,34 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     emit_row_update(prog, sm, l, A)
     keep(sm)
 
-    prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1")
-    _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
-    emit_kv_wait(prog, c, slot, "")
-    emit_scores(prog, c, q_descs, slot, s, "", wait=False)
-    o = issue_pv(prev_slot)
-    emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V^T may still run
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "", wait_rowsum=False)
-    emit("wgmma.wait", 0)                                  # P(j - 1) V^T and block j's row sums
-    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
-    fold(o, "")
-    emit_row_update(prog, sm, l, A)
-    keep(sm)
-    emit("bra", "BLOCK_LOOP")
+    prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1. Two copies")
+    prog.comment("of the loop: the blocks below the masked band (no mask test, no masked-row guard), the band's")
+    band = prog.reg("pred")
+    for tag, masked in (("_BELOW", False), ("", True)):          # BLOCK_LOOP_COPIES
+        _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
+        if masked:
+            prog.label("BAND")
+        else:
+            emit("setp.ge.u32", band, start_n, rows.band_start)
+            emit("bra", "BAND", guard=band)
+        emit_kv_wait(prog, c, slot, tag)
+        emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
+        o = issue_pv(prev_slot)
+        emit("wgmma.wait", 1)                              # S(j); P(j - 1) V^T may still run
+        sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
+                          deferred=True)
+        emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
+        _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+        fold(o, tag)
+        prog.comment("block j's references: one exponential a row; alpha and the moves only when a row's")
+        prog.comment("maximum passed A + 8 (a warp-uniform branch); block j - 1 is folded, so alpha may change")
+        for half in (0, 1):
+            emit("mov.f32", alpha[half], f32(1.0))
+        emit_reference_moves(prog, sm, None, A, l, tag, alpha)
+        for half in (0, 1):                                # l = l * alpha + l_blk * beta, as emit_row_update
+            emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
+        keep(sm)
+        emit("bra", f"BLOCK_LOOP{tag}")
 
     prog.label("LAST_PV")
     o = issue_pv(prev_slot)
