@@ -3,8 +3,9 @@
 A batch whose backend is the Triton kernel or the generated Hopper kernel runs in one
 launch over all sequences (zyfa.triton_kernels.attention's VARLEN, the generated kernels'
 packed variants). The Triton kernel reads a paged cache in place when its pages are a
-multiple of the key tile and its pools are laid out as the kernel reads them (PAGE); other
-paged caches are first gathered into a packed batch (one copy of the used pages). The
+multiple of the key tile and its pools are laid out as the kernel reads them (PAGE); for the
+generated kernel, and other paged caches, the pages are first gathered into a packed batch
+(one copy of the used pages). The
 reference and gfx950 run one ``zyfa.flash_attn_func`` call per sequence and concatenate the
 results. Either way the sequence lengths are read on the host (they are validated there).
 """
@@ -226,10 +227,10 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     """(out, lse) from one launch over the packed batch -- the generated Hopper kernel's packed
     variant where it is the backend chosen for the longest sequence, else the Triton kernel --
     or None when that backend is another one (with "auto": the Triton kernel also where a
-    generated kernel was chosen but the sequences are short, SHORT_MEAN_QUERIES). A paged cache is read
-    in place by the Triton kernel where its layout suits it (_pages_fit), else gathered into
-    a packed batch first (_gathered_pages). The kernel reads the caller's (validated) index
-    tensors."""
+    generated kernel was chosen but the sequences are short, SHORT_MEAN_QUERIES). A paged cache
+    is read in place by the Triton kernel where its layout suits it (_pages_fit), else (and
+    always for the generated kernel) gathered into a packed batch first (_gathered_pages). The
+    kernel reads the caller's (validated) index tensors."""
     problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
@@ -240,15 +241,12 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     from .triton_kernels.launch import default_tile, triton_attention
     tile = None
     if block_table is not None:
-        # FP8 pages the Triton kernel reads in place beat gathering them for the generated kernel
-        # (H200, bench/NOTES.md: 495 against 426 TFLOP/s on 8 x 1K..8K tokens, pages of 128)
-        triton_ok = use_triton or (backend == "auto" and is_fp8 and chosen == "ptx"
-                                   and dispatch.by_name("triton").can_implement(problem)[0])
-        if triton_ok:
+        # the generated kernel reads gathered pages (since a packed batch's V^T takes one
+        # launch, faster than the Triton kernel reading them in place; H200, bench/NOTES.md)
+        if use_triton:
             tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
-        use_triton = triton_ok and _pages_fit(k, v, is_fp8, tile.block_n)
-        if not use_triton:
-            if not (triton_ok or chosen == "ptx"):
+        if not (use_triton and _pages_fit(k, v, is_fp8, tile.block_n)):
+            if not (use_triton or chosen == "ptx"):
                 return None
             k, v, starts = _gathered_pages(k, v, starts)
             return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal, descales,
