@@ -152,7 +152,8 @@ class Layout:
 def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
     v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
-    warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K); E4M3
+    warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K; with
+    the serial kernel's diet, -2% to -22% below 32K and +2.4% at 32K); E4M3
     d64 the same, its rows 64 bytes (0.81-0.82x FA3 FP8 at 8K-32K). MLA's Dqk 192, whose K
     tiles leave room for two such CTAs only: the producer / two-consumer kernel
     ("specialized", +23%), its producer up to three blocks ahead in four stages.
@@ -162,7 +163,8 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     16-bit inputs: the specialized kernel with as many stages as fit, up to four (K and V
     tiles twice the bytes: 64 KB a stage at d128, which fits three); at d64 three consumers
     (192-row tiles, FlashAttention-3's shape there): a 64-row block's GEMM phase, half of
-    d128's, is shorter than a consumer's softmax, so two left the tensor cores idle."""
+    d128's, is shorter than a consumer's softmax, so two left the tensor cores idle (three:
+    +5-12% at 2K-32K, -3.5% at 1K)."""
     if dtype != "e4m3":
         block_n = 64 if dqk > 192 else BLOCK_N
         consumers = 3 if dqk == 64 and not packed else 2
