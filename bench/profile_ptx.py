@@ -1,13 +1,19 @@
-"""One launch each of the generated Hopper kernel and FA3 FP8 on a model shape, for Nsight
-Compute (issue 6's profile evidence: issue slots, tensor pipe, memory, warp stalls):
+"""One launch each of a generated Hopper kernel and FA3 (and, for BF16, SDPA cuDNN) on a
+`zyfa bench` case, for Nsight Compute: issue slots, tensor pipe, memory, warp stalls.
 
     ncu --section SpeedOfLight --section SchedulerStats --section WarpStateStats \\
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \\
-        -k regex:"zyfa_attn|FlashAttnFwd" --launch-skip 2 --launch-count 2 \\
-        python bench/profile_ptx.py --case "d128 32 heads 32K" --rule lean_cubic_f16
+        -k regex:"zyfa_attn|FlashAttnFwd|cudnn" --launch-skip 2 --launch-count 2 \\
+        python bench/profile_ptx.py --case "Mistral-7B 16K" --dtype bf16
+
+Where in the kernel warps stall (samples per SASS instruction):
+
+    ncu --section SourceCounters --section WarpStateStats -k regex:zyfa_attn --launch-skip 1 \\
+        --launch-count 1 -o prof python bench/profile_ptx.py --case "d256/256 16K" --no-fa3
+    ncu -i prof.ncu-rep --page source --csv --print-source sass > stalls.csv
 
 The first call of each is a warm-up (compilation, caches), the second is the one profiled;
-the case's head dims pick the kernel's schedule. ``--no-fa3`` leaves FA3 out.
+the case's head dims pick the kernel's schedule (2026-12-02's profiles: bench/PTX_NOTES.md).
 """
 from __future__ import annotations
 
@@ -18,26 +24,31 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from zyfa.asm.ptx.kernels import attention_fp8  # noqa: E402
-from zyfa.bench.cases import model_cases  # noqa: E402
+from zyfa.asm.ptx.kernels import attention_16, attention_fp8  # noqa: E402
+from zyfa.bench.cases import model_cases, sweep_cases  # noqa: E402
 from zyfa.bench.methods import all_methods  # noqa: E402
 from zyfa.bench.run import case_inputs  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", default="d128 32 heads 32K")
-    ap.add_argument("--rule", default="lean_cubic_f16")
-    ap.add_argument("--no-fa3", action="store_true")
+    ap.add_argument("--case", default="Mistral-7B 16K", help="a models or sweep case of zyfa bench")
+    ap.add_argument("--dtype", default="fp8", choices=("fp8", "bf16"))
+    ap.add_argument("--rule", default="exact", help="the FP8 P rule")
+    ap.add_argument("--no-fa3", action="store_true", help="the zyfa kernel only")
     a = ap.parse_args()
-    case = next(c for c in model_cases() if c.name == a.case)
+    case = next(c for c in model_cases() + sweep_cases() if c.name == a.case)
     inp = case_inputs(case, "cuda")
-    x = inp.fp8("head")
-    kw = dict(x.kwargs(), softmax_scale=inp.scale, causal=case.causal)
-    fa3 = next(m for m in all_methods() if m.label == "fa3-fp8")
-    runs = [lambda: attention_fp8(**kw, p_rule=a.rule)]
-    if fa3.missing() is None and not a.no_fa3:
-        runs.append(fa3.build(inp))
+    if a.dtype == "fp8":
+        kw = dict(inp.fp8("head").kwargs(), softmax_scale=inp.scale, causal=case.causal)
+        runs = [lambda: attention_fp8(**kw, p_rule=a.rule)]
+        anchors = ("fa3-fp8",)
+    else:
+        runs = [lambda: attention_16(inp.q, inp.k, inp.v, inp.scale, case.causal)]
+        anchors = ("fa3-bf16", "sdpa_cudnn-bf16")
+    for m in all_methods():
+        if m.label in anchors and m.missing() is None and not a.no_fa3:
+            runs.append(m.build(inp))
     for _ in range(2):                      # warm-up, then the profiled launch
         for fn in runs:
             fn()
