@@ -7,10 +7,11 @@ strides can express, so V is rewritten on every call. In PyTorch that is a seven
 permuted copy of bytes (plus a concatenation when the key count is not a multiple of 16);
 here each program reads a (64 columns x 256 keys) tile in key order, permutes its keys in
 registers and writes it contiguous, zeros past the last key. A packed batch went through a
-copy, a gather and that rewrite (573 us at zyfa bench's 64K-key varlen case on the H200,
-bench/NOTES.md); here each slot finds its sequence and key in the same launch (312 us). The spec's function stays the
-contract. Both Hopper paths call it (the generated kernel's host code and the Triton
-kernel's), so it lives outside either kernel package, as zyfa.tma does.
+copy, a gather and that rewrite (573 us at zyfa bench's 64K-key varlen case on the H200);
+here each slot finds its sequence and key in the same launch (64 us, its loads told to run
+along keys; bench/NOTES.md). The spec's function stays the contract. Both Hopper paths call
+it (the generated kernel's host code and the Triton kernel's), so it lives outside either
+kernel package, as zyfa.tma does.
 """
 from __future__ import annotations
 

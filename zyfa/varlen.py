@@ -5,9 +5,9 @@ launch over all sequences (zyfa.triton_kernels.attention's VARLEN, the generated
 packed variants). The Triton kernel reads a paged cache in place when its pages are a
 multiple of the key tile and its pools are laid out as the kernel reads them (PAGE); for the
 generated kernel, and other paged caches, the pages are first gathered into a packed batch
-(one copy of the used pages). The
-reference and gfx950 run one ``zyfa.flash_attn_func`` call per sequence and concatenate the
-results. Either way the sequence lengths are read on the host (they are validated there).
+(one copy of the used pages). The reference and gfx950 run one ``zyfa.flash_attn_func`` call
+per sequence and concatenate the results. Either way the sequence lengths are read on the
+host (they are validated there).
 """
 from __future__ import annotations
 

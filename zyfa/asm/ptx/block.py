@@ -181,11 +181,7 @@ def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Re
             else:
                 emit_rescale(prog, total, sm.alpha, tag)
         emit_fold(prog, o, total[half * ACC:(half + 1) * ACC], sm.beta)
-    if not deferred:
-        emit_row_update(prog, sm, l, A)
-    else:                                                  # l *= alpha happened with the move
-        for half in (0, 1):
-            prog.emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
+    emit_row_update(prog, sm, l, A)
 
 
 def emit_reference_moves(prog: Program, sm: Softmax, total: list[Reg] | None, A: list[Reg], l: list[Reg],
@@ -226,11 +222,14 @@ def v_halves(prog: Program, v_tile: Reg, n_total: int) -> list[Reg]:
 
 
 def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> None:
-    """l = l * alpha + l_blk * beta; the reference moves to A_new."""
+    """l = l * alpha + l_blk * beta; the reference moves to A_new. A deferred softmax (no
+    alpha, no A_new): emit_reference_moves scaled l and moved A already, l += l_blk * beta."""
     for half in (0, 1):
-        prog.emit("mul.f32", l[half], l[half], sm.alpha[half])
+        if sm.alpha is not None:
+            prog.emit("mul.f32", l[half], l[half], sm.alpha[half])
         prog.emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
-        prog.emit("mov.f32", A[half], sm.A_new[half])
+        if sm.A_new is not None:
+            prog.emit("mov.f32", A[half], sm.A_new[half])
 
 
 def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,

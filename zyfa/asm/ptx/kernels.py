@@ -93,10 +93,10 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     """FP8 attention with head dims (64, 64), (128, 128), MLA's (192, 128) or (256, 256) by the
     generated sm_90a kernel; inputs validated by flash_attn_func (coarse q/k descales,
     ref_rule "block", any P rule). Returns (out BF16, lse float32). The head dims pick the
-    schedule and the P rule the row sums (attn.attention_kernel). ``packed``: q, k are a packed batch's tokens as
-    batch 1 and v its V^T with sequences at 16-key starts, already in the key order
-    (zyfa.hopper_vt.packed_vt's layout with key_order, packed.v_start); descales per
-    (sequence, kv head); out (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""
+    schedule and the P rule the row sums (attn.attention_kernel). ``packed``: q, k are a
+    packed batch's tokens as batch 1 and v its V^T with sequences at 16-key starts, already
+    in the key order (zyfa.hopper_vt.packed_vt's layout with key_order, packed.v_start);
+    descales per (sequence, kv head); out (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""
     if ref_rule != "block":
         raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
     Sq_total, Hq, D = q.shape[1:]

@@ -333,8 +333,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
         for half in (0, 1):
             emit("mov.f32", alpha[half], f32(1.0))
         emit_reference_moves(prog, sm, None, A, l, tag, alpha)
-        for half in (0, 1):                                # l = l * alpha + l_blk * beta, as emit_row_update
-            emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
+        emit_row_update(prog, sm, l, A)
         keep(sm)
         emit("bra", f"BLOCK_LOOP{tag}")
 
