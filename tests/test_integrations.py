@@ -27,6 +27,23 @@ def test_opcheck_bf16_and_fp8():
                           test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
 
 
+def test_eager_calls_skip_the_op_with_its_results(monkeypatch):
+    q, k, v, x = _inputs()
+    expected = [OP(q, k, v, None, True, None, None, None, "exact", "block", "reference"),
+                OP(x.q, x.k, x.v, None, True, x.q_descale, x.k_descale, x.v_descale, "exact", "block", "reference")]
+
+    def no_op(*args):
+        raise AssertionError("an eager call without autograd went through the custom op")
+
+    monkeypatch.setattr(zyfa.api, "flash_attn_op", no_op)
+    got = [zyfa.flash_attn_func(q, k, v, return_lse=True, backend="reference"),
+           zyfa.flash_attn_func(**x.kwargs(), return_lse=True, backend="reference")]
+    for (o, lse), (eo, else_) in zip(got, expected):
+        assert torch.equal(o, eo) and torch.equal(lse, else_)
+    with pytest.raises(AssertionError, match="custom op"):       # autograd records the op
+        zyfa.flash_attn_func(q.clone().requires_grad_(), k, v, backend="reference")
+
+
 def test_compile_fullgraph_matches_eager():
     q, k, v, x = _inputs(seed=2)
 

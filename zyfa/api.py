@@ -6,7 +6,7 @@ import torch
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
 from .device import device_arch
-from .ops import flash_attn_op
+from .ops import flash_attn_op, needs_op, run_backend
 from .spec.descales import is_per_token
 from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules
 from .validation import validate
@@ -60,7 +60,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_
     p_rule, ref_rule = _rules(is_fp8, p_rule, ref_rule, q.dtype)
     b = dispatch.select(_problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale), backend)
     scale = None if softmax_scale is None else float(softmax_scale)
-    out, lse = flash_attn_op(q, k, v, scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, b.name)
+    call = flash_attn_op if needs_op(q, k, v) else run_backend
+    out, lse = call(q, k, v, scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, b.name)
     return (out, lse) if return_lse else out
 
 

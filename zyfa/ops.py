@@ -3,7 +3,8 @@ through it (the fake implementation gives output shapes without running a kernel
 CUDA graphs capture it (the launch does no host synchronisation).
 
 `zyfa.flash_attn_func` validates its arguments and dispatches in Python, then calls
-``torch.ops.zyfa.flash_attn``; call the op directly only with validated arguments.
+``torch.ops.zyfa.flash_attn`` where torch.compile traces or autograd records the call, else
+the backend directly (needs_op); call the op directly only with validated arguments.
 """
 from __future__ import annotations
 
@@ -15,17 +16,29 @@ from . import dispatch
 from .spec.shapes import out_dtype
 
 
-@torch.library.custom_op("zyfa::flash_attn", mutates_args=())
-def flash_attn_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                  causal: bool, q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
-                  v_descale: Optional[torch.Tensor], p_rule: str, ref_rule: str,
-                  backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+def run_backend(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend):
     """Run the named backend (already chosen by dispatch.select). Returns (out, lse)."""
     run = dispatch.by_name(backend).run
     kw = dict(softmax_scale=softmax_scale, causal=causal)
     if v.dtype == torch.float8_e4m3fn:                  # FP8 (q, k E4M3 or int8)
         kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_rule=p_rule, ref_rule=ref_rule)
     return run(q, k, v, **kw)
+
+
+def needs_op(*tensors) -> bool:
+    """Whether a call must go through the custom op: inside torch.compile's trace, or where
+    autograd would record it (its backward raises). Elsewhere run_backend is called directly,
+    which skips the op's dispatch (tens of microseconds of host time a call)."""
+    return torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+@torch.library.custom_op("zyfa::flash_attn", mutates_args=())
+def flash_attn_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
+                  causal: bool, q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
+                  v_descale: Optional[torch.Tensor], p_rule: str, ref_rule: str,
+                  backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """run_backend as a custom op."""
+    return run_backend(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend)
 
 
 @flash_attn_op.register_fake
