@@ -466,9 +466,10 @@ def test_packed_vt_is_each_sequences_v_transposed(key_order, layout):
     elif layout == "slice":                    # every other key of a longer V
         u = torch.randint(0, 256, (808, 2, 128), generator=g, dtype=torch.uint8)[::2]
     v = u.to(DEVICE).view(torch.float8_e4m3fn)
-    vt, v_starts = packed_vt(v, starts, lens, key_order)
+    vt, v_starts, table = packed_vt(v, starts, lens, key_order)
     vt = vt.view(torch.uint8)[0].permute(1, 2, 0).cpu()     # (Hkv, Dv, P)
     assert vt.shape[-1] == sum(n + (-n) % 16 for n in lens) and v_starts[-1] == vt.shape[-1] - 64
+    assert table.device == v.device and table.tolist() == [v_starts, starts, lens]   # the kernels' rows
     for s0, v0, n in zip(starts, v_starts, lens):
         one = u[s0:s0 + n][None]
         want = (hopper_vt(one)[0] if key_order else

@@ -82,13 +82,15 @@ def hopper_vt(v: torch.Tensor) -> torch.Tensor:
 
 
 def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int],
-              key_order: bool = False) -> tuple[torch.Tensor, list[int]]:
+              key_order: bool = False) -> tuple[torch.Tensor, list[int], torch.Tensor]:
     """A packed batch's FP8 V (total_k, Hkv, Dv), any strides, as V^T (1, Hkv, Dv, P) whose
     sequences start at multiples of 16 keys (zeros between them), returned as the (1, P, Hkv,
-    Dv) view the kernels' host code takes, and each sequence's start in it. ``key_order``:
-    each 16-key group in the Hopper key order (zyfa.spec.key_order.hopper_vt's bytes,
-    sequence by sequence), which the generated kernel reads. ``starts``, ``lens``: each
-    sequence's first key and key count, host lists, so nothing waits for the GPU."""
+    Dv) view the kernels' host code takes, each sequence's start in it, and the int32 table
+    on v's device whose rows are those starts, ``starts`` and ``lens`` (the attention kernels
+    read the same rows: one host-to-device copy for all). ``key_order``: each 16-key group in
+    the Hopper key order (zyfa.spec.key_order.hopper_vt's bytes, sequence by sequence), which
+    the generated kernel reads. ``starts``, ``lens``: each sequence's first key and key count,
+    host lists, so nothing waits for the GPU."""
     padded = [n + (-n) % HOPPER_GROUP for n in lens]
     v_starts = starts_of(padded)
     _, Hkv, Dv = v.shape
@@ -96,4 +98,4 @@ def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int],
     out = torch.empty(1, Hkv, Dv, sum(padded), dtype=torch.uint8, device=v.device)
     table = to_device([v_starts, starts, lens], v.device)                 # one copy
     _launch(u[None], out, 0, out.shape[-1], Hkv, Dv, Hkv, (*table, len(lens)), packed=True, key_order=key_order)
-    return out.view(v.dtype).permute(0, 3, 1, 2), v_starts
+    return out.view(v.dtype).permute(0, 3, 1, 2), v_starts, table

@@ -279,14 +279,13 @@ def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, key_o
     (1, total_k, Hkv, Dv)) and its tables (Packed)."""
     from .hopper_vt import packed_vt
     dev = q.device
-    k_start = v_start = to_device(starts, dev)
     if is_fp8:
-        v, v_starts = packed_vt(v, starts, k_lens, key_order)
-        v_start = to_device(v_starts, dev)
+        v, _, (v_start, k_start, k_len) = packed_vt(v, starts, k_lens, key_order)   # its table's rows
     else:
         v = v.unsqueeze(0)
-    return v, Packed(to_device(cu_seqlens_q, dev), k_start, v_start, to_device(k_lens, dev), max(q_lens),
-                     max(k_lens))
+        k_start, k_len = to_device([starts, k_lens], dev)                           # one copy
+        v_start = k_start
+    return v, Packed(to_device(cu_seqlens_q, dev), k_start, v_start, k_len, max(q_lens), max(k_lens))
 
 
 def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_rule, is_fp8):
