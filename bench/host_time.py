@@ -1,7 +1,8 @@
 """Branch fp8-host-time, to delete once measured: where the host time of a flash_attn_func call
-goes, and what it costs in `zyfa bench` (do_bench starts timing before the call's Python runs,
-so host time beyond its L2 flush shows). One process: main's tree (_exp/main_tree/zyfa, as
-zyfa_main) and this branch's, FA3 beside.
+goes (and of a varlen call, whose tables now take two copies instead of five), and what it
+costs in `zyfa bench` (do_bench starts timing before the call's Python runs, so host time
+beyond its L2 flush shows). One process: main's tree (_exp/main_tree/zyfa, as zyfa_main) and
+this branch's, FA3 beside.
 
   host us   wall time of 50 calls while a sleeping kernel keeps the GPU busy (no call waits)
   do_bench  zyfa bench's timer (ms); "graph": a CUDA graph of the call, the device's time alone
@@ -108,5 +109,34 @@ for name, dt, B, S, Hq, Hkv, D in [("fp8 d128 1K", "fp8", 32, 1024, 16, 16, 128)
           + "\n  TFLOP/s " + ", ".join(f"{n} {t:.0f}" for n, t in tf.items())
           + ("\n  steps us " + ", ".join(f"{n} {u:.1f}" for n, u in step_us.items()) if step_us else ""), flush=True)
     torch.cuda.empty_cache()
+# zyfa bench's packed batch (16 sequences, 64K tokens): the varlen call's tables in 2 copies, not 5
+from zyfa.bench.cases import VARLEN_LENGTHS                               # noqa: E402
+lens = list(VARLEN_LENGTHS)
+g = torch.Generator(device="cuda").manual_seed(0)
+q = torch.randn(sum(lens), 32, 128, device="cuda", generator=g).bfloat16()
+k, v = (torch.randn(sum(lens), 8, 128, device="cuda", generator=g).bfloat16() for _ in range(2))
+x = zyfa.quantize_fp8(q[None], k[None], v[None])
+cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+ds = {f"{t}_descale": getattr(x, f"{t}_descale").expand(len(lens), -1).contiguous() for t in "qkv"}
+cud = cu.cuda()
+for dt, args, kw in (("fp8", (x.q[0], x.k[0], x.v[0]), ds), ("bf16", (q, k, v), {})):
+    calls = {n: (lambda m=m, a=args, kw=kw: m.flash_attn_varlen_func(*a, cu, cu, max(lens), max(lens),
+                                                                      backend="ptx", **kw))
+             for n, m in (("main", zm), ("branch", zyfa))}
+    v8 = x.v[0].contiguous()
+    calls["fa3"] = ((lambda: fa3.flash_attn_varlen_func(x.q[0], x.k[0], v8, cud, cud, max(lens), max(lens), causal=True,
+                                                        **ds)) if dt == "fp8" else
+                    (lambda: fa3.flash_attn_varlen_func(q, k, v, cud, cud, max(lens), max(lens), causal=True)))
+    same = torch.equal(calls["main"](), calls["branch"]())
+    host = {n: host_us(f) for n, f in calls.items()}
+    flops = sum(2 * 32 * (m * (m + 1) // 2) * 2 * 128 for m in lens)
+    ms = {}
+    for rep in range(2):
+        for n, f in calls.items():
+            ms[n] = min(ms.get(n, 1e9), median_ms(f))
+    tf = {n: flops / m / 1e9 for n, m in ms.items()}
+    rows.append(dict(case=f"{dt} varlen 16 seqs", host_us=host, ms=ms, tflops=tf, bit_equal=same))
+    print(f"{dt} varlen 16 seqs: bit-equal {same}\n  host us " + ", ".join(f"{n} {u:.0f}" for n, u in host.items())
+          + "\n  TFLOP/s " + ", ".join(f"{n} {t:.0f}" for n, t in tf.items()), flush=True)
 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), open(sys.argv[1], "w"),
           indent=1)
