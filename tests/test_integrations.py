@@ -42,6 +42,17 @@ def test_eager_calls_skip_the_op_with_its_results(monkeypatch):
         assert torch.equal(o, eo) and torch.equal(lse, else_)
     with pytest.raises(AssertionError, match="custom op"):       # autograd records the op
         zyfa.flash_attn_func(q.clone().requires_grad_(), k, v, backend="reference")
+    monkeypatch.undo()
+
+    def no_backend(*args):
+        raise AssertionError("fake tensors reached a backend")
+
+    monkeypatch.setattr(zyfa.api, "run_backend", no_backend)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:                                # fake tensors: the op's fake implementation
+        fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
+        out, lse = zyfa.flash_attn_func(fq, fk, fv, return_lse=True, backend="reference")
+    assert out.shape == q.shape and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
 
 
 def test_compile_fullgraph_matches_eager():

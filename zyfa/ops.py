@@ -26,10 +26,12 @@ def run_backend(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale,
 
 
 def needs_op(*tensors) -> bool:
-    """Whether a call must go through the custom op: inside torch.compile's trace, or where
-    autograd would record it (its backward raises). Elsewhere run_backend is called directly,
-    which skips the op's dispatch (tens of microseconds of host time a call)."""
-    return torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    """Whether a call must go through the custom op: inside torch.compile's trace, for tensor
+    subclasses (fake tensors get the op's fake implementation), or where autograd would record
+    it (its backward raises). Elsewhere run_backend is called directly, which skips the op's
+    dispatch (tens of microseconds of host time a call)."""
+    return (torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in tensors)
+            or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)))
 
 
 @torch.library.custom_op("zyfa::flash_attn", mutates_args=())
