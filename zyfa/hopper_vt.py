@@ -28,8 +28,9 @@ BLOCK_D, BLOCK_K = 64, 256
 
 @triton.jit
 def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, stride_h, stride_d,
-               slot_start, key_start, key_count, sequences,
-               PACKED: tl.constexpr, KEY_ORDER: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
+               slot_start, key_start, key_count, sequences, page_table, table_stride,
+               PACKED: tl.constexpr, KEY_ORDER: tl.constexpr, PAGE: tl.constexpr, BLOCK_D: tl.constexpr,
+               BLOCK_K: tl.constexpr):
     bh = tl.program_id(0)
     b, h = bh // kv_heads, bh % kv_heads
     slot = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -44,15 +45,22 @@ def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, s
         # runs of 16 contiguous keys (a 16-slot group lies in one sequence): said to the
         # compiler, a warp's loads run along keys where V's keys are contiguous, as in the
         # dense case (unsaid, along columns: 32 rows a load, 0.2-0.45 TB/s; bench/NOTES.md)
-        key = tl.max_contiguous(tl.load(key_start + seq) + pos, 16)
         valid = pos < tl.load(key_count + seq)
+        if PAGE:
+            # a paged pool: the key's page from the sequence's row of the table, the same for
+            # a 16-slot group (PAGE a multiple of 16), masked keys included; a group past the
+            # sequence's pages reads the row's last entry (its loads are masked)
+            entry = tl.minimum(pos // PAGE, table_stride - 1)
+            page = tl.max_constancy(tl.load(page_table + seq * table_stride + entry), 16)
+            key_at = page.to(tl.int64) * stride_b + tl.max_contiguous(pos % PAGE, 16).to(tl.int64) * stride_k
+        else:
+            key_at = tl.max_contiguous(tl.load(key_start + seq) + pos, 16).to(tl.int64) * stride_k
     else:
-        key = slot
         valid = slot < seqlen_k
-    base = src + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+        key_at = b.to(tl.int64) * stride_b + slot.to(tl.int64) * stride_k
     # keys in their own order, so a load runs along whichever of keys and columns is contiguous
     # (bytes singly through the permutation ran at 480 GB/s, bench/PTX_NOTES.md)
-    x = tl.load(base + d[:, None].to(tl.int64) * stride_d + key[None, :].to(tl.int64) * stride_k,
+    x = tl.load(src + h.to(tl.int64) * stride_h + d[:, None].to(tl.int64) * stride_d + key_at[None, :],
                 mask=(d[:, None] < dv) & valid[None, :], other=0)
     if KEY_ORDER:
         # key 16 g + 8 h + 2 q + e to slot 16 g + 4 q + 2 h + e: swap the (h, q) axes in registers
@@ -63,11 +71,11 @@ def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, s
     tl.store(out, x, mask=(d[:, None] < dv) & (slot[None, :] < padded_k))
 
 
-def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_order):
+def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_order, page=0):
     grid = (batch_heads, triton.cdiv(padded, BLOCK_K), triton.cdiv(Dv, BLOCK_D))
     if grid[1]:
         _vt_kernel[grid](u, out, seqlen_k, padded, Hkv, Dv, *u.stride(), *tables, PACKED=packed,
-                         KEY_ORDER=key_order, BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K)
+                         KEY_ORDER=key_order, PAGE=page, BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K)
 
 
 def hopper_vt(v: torch.Tensor) -> torch.Tensor:
@@ -77,12 +85,12 @@ def hopper_vt(v: torch.Tensor) -> torch.Tensor:
     u = v.view(torch.uint8)
     padded = Sk + (-Sk) % HOPPER_GROUP
     out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=v.device)
-    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0), packed=False, key_order=True)  # no tables
+    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0, u, 0), packed=False, key_order=True)  # no tables
     return out
 
 
-def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int],
-              key_order: bool = False) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int], key_order: bool = False,
+              pages: list[list[int]] | None = None) -> tuple[torch.Tensor, list[int], torch.Tensor]:
     """A packed batch's FP8 V (total_k, Hkv, Dv), any strides, as V^T (1, Hkv, Dv, P) whose
     sequences start at multiples of 16 keys (zeros between them), returned as the (1, P, Hkv,
     Dv) view the kernels' host code takes, each sequence's start in it, and the int32 table
@@ -90,12 +98,20 @@ def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int],
     read the same rows: one host-to-device copy for all). ``key_order``: each 16-key group in
     the Hopper key order (zyfa.spec.key_order.hopper_vt's bytes, sequence by sequence), which
     the generated kernel reads. ``starts``, ``lens``: each sequence's first key and key count,
-    host lists, so nothing waits for the GPU."""
+    host lists, so nothing waits for the GPU. ``pages``: v is instead a paged pool
+    (num_pages, page_size, Hkv, Dv), read in place, and sequence i's keys lie in its pages
+    ``pages[i]`` in order (``starts`` then only fills the table's row)."""
     padded = [n + (-n) % HOPPER_GROUP for n in lens]
     v_starts = starts_of(padded)
-    _, Hkv, Dv = v.shape
-    u = v.view(torch.uint8)
+    Hkv, Dv = v.shape[-2:]
+    u = v.view(torch.uint8) if pages is not None else v.view(torch.uint8)[None]
     out = torch.empty(1, Hkv, Dv, sum(padded), dtype=torch.uint8, device=v.device)
-    table = to_device([v_starts, starts, lens], v.device)                 # one copy
-    _launch(u[None], out, 0, out.shape[-1], Hkv, Dv, Hkv, (*table, len(lens)), packed=True, key_order=key_order)
+    n = len(lens)
+    width = max((len(p) for p in pages), default=0) if pages is not None else 0
+    rows = [v_starts, starts, lens] + ([p + [0] * (width - len(p)) for p in pages] if pages is not None else [])
+    flat = to_device([x for row in rows for x in row], v.device)          # one copy
+    table = flat[:3 * n].view(3, n)
+    page_table = flat[3 * n:] if pages is not None else flat
+    _launch(u, out, 0, out.shape[-1], Hkv, Dv, Hkv, (*table, n, page_table, width), packed=True,
+            key_order=key_order, page=v.shape[1] if pages is not None else 0)
     return out.view(v.dtype).permute(0, 3, 1, 2), v_starts, table

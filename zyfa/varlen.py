@@ -223,7 +223,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 
 def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal,
-                descales, backend, p_rule, ref_rule, is_fp8, block_table=None):
+                descales, backend, p_rule, ref_rule, is_fp8, block_table=None, v_pages=None):
     """(out, lse) from one launch over the packed batch -- the generated Hopper kernel's packed
     variant where it is the backend chosen for the longest sequence, else the Triton kernel --
     or None when that backend is another one (with "auto": the Triton kernel also where a
@@ -248,12 +248,12 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
         if not (use_triton and _pages_fit(k, v, is_fp8, tile.block_n)):
             if not (use_triton or chosen == "ptx"):
                 return None
-            k, v, starts = _gathered_pages(k, v, starts)
+            k, v, starts, v_pages = _gathered_pages(k, v, starts, is_fp8)
             return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal, descales,
-                               backend, p_rule, ref_rule, is_fp8)
+                               backend, p_rule, ref_rule, is_fp8, v_pages=v_pages)
     if chosen == "ptx" and block_table is None:
         return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8,
-                                                     key_order=True),
+                                                     key_order=True, v_pages=v_pages),
                            softmax_scale, causal, descales, p_rule, ref_rule, is_fp8)
     if not use_triton:
         return None
@@ -265,7 +265,7 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
         k = k.reshape(1, -1, *k.shape[2:])
         v = v if is_fp8 else v.reshape(1, -1, *v.shape[2:])
     else:
-        v, packed = _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8)
+        v, packed = _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, v_pages=v_pages)
         k = k.unsqueeze(0)
     scale = None if softmax_scale is None else float(softmax_scale)
     out, lse = triton_attention(q.unsqueeze(0), k, v, scale, causal, **descales, p_rule=p_rule, ref_rule=ref_rule,
@@ -273,14 +273,16 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     return out[0], lse[0]
 
 
-def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, key_order: bool = False):
+def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, key_order: bool = False,
+                       v_pages=None):
     """A contiguous packed batch as both kernels take it: v (FP8: V^T re-packed to 16-key
     starts, packed_vt, in the Hopper key order for the generated kernel: ``key_order``; 16-bit:
-    (1, total_k, Hkv, Dv)) and its tables (Packed)."""
+    (1, total_k, Hkv, Dv)) and its tables (Packed). ``v_pages``: FP8 v is a paged pool whose
+    V^T packed_vt reads in place, sequence i's keys in pool pages v_pages[i]."""
     from .hopper_vt import packed_vt
     dev = q.device
     if is_fp8:
-        v, _, (v_start, k_start, k_len) = packed_vt(v, starts, k_lens, key_order)   # its table's rows
+        v, _, (v_start, k_start, k_len) = packed_vt(v, starts, k_lens, key_order, pages=v_pages)   # its rows
     else:
         v = v.unsqueeze(0)
         k_start, k_len = to_device([starts, k_lens], dev)                           # one copy
@@ -301,14 +303,19 @@ def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_ru
     return out[0], lse[0]
 
 
-def _gathered_pages(k, v, pages):
+def _gathered_pages(k, v, pages, is_fp8: bool):
     """A paged cache the kernel cannot read in place, copied into a packed layout: each
     sequence's pages in order, one gather a pool: (k, v (total, kv_heads, d), each sequence's
-    first key); the sequence's key count says how many of its pages' keys it uses."""
+    first key, None); the sequence's key count says how many of its pages' keys it uses. FP8
+    v stays the pool (returned with ``pages``): packed_vt writes V^T from it in place, where a
+    gather would turn each page's V^T into rows only for packed_vt to turn them back."""
     page = k.shape[1]
     order = to_device([p for seq in pages for p in seq], k.device, torch.long)   # one copy
-    k, v = (x.index_select(0, order).flatten(0, 1) for x in (k, v))
-    return k, v, starts_of([len(p) * page for p in pages])
+    k = k.index_select(0, order).flatten(0, 1)
+    starts = starts_of([len(p) * page for p in pages])
+    if is_fp8:
+        return k, v, starts, pages
+    return k, v.index_select(0, order).flatten(0, 1), starts, None
 
 
 def _pages_fit(k, v, is_fp8: bool, block_n: int) -> bool:
