@@ -477,11 +477,13 @@ def test_packed_vt_is_each_sequences_v_transposed(key_order, layout):
         assert torch.equal(vt[..., v0:v0 + n + (-n) % 16], want)
 
 
+@pytest.mark.parametrize("pool_layout", ["page V^T", "rows"])
 @pytest.mark.parametrize("page", [16, 64, 128])
 @pytest.mark.parametrize("key_order", [False, True], ids=["natural", "hopper"])
-def test_packed_vt_reads_a_paged_pool_in_place(key_order, page):
+def test_packed_vt_reads_a_paged_pool_in_place(key_order, page, pool_layout):
     """packed_vt over a shuffled paged pool (paged_kv_cache's FP8 layout, each page's V^T
-    contiguous) writes the bytes and tables it writes for the same keys packed."""
+    contiguous, or rows as stored) writes the bytes and tables it writes for the same keys
+    packed."""
     from zyfa.hopper_vt import packed_vt
     lens = [1, 16, 37, 0, 300, 50]
     g = torch.Generator().manual_seed(11)
@@ -489,6 +491,8 @@ def test_packed_vt_reads_a_paged_pool_in_place(key_order, page):
     v = u.to(DEVICE).view(torch.float8_e4m3fn)
     cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32)
     _, pool, table, _ = zyfa.varlen.paged_kv_cache(v, v, cu, page, seed=3, spare_pages=2)
+    if pool_layout == "rows":
+        pool = pool.contiguous()
     pages = [table[i, :-(-n // page)].tolist() for i, n in enumerate(lens)]
     starts = cu[:-1].tolist()
     want, want_starts, want_table = packed_vt(v, starts, lens, key_order)
