@@ -88,3 +88,21 @@ def test_evaluator_fma_and_add_round_once(dtype):
                 for p, q, r in zip(aa, bb, cc)]
         bad = np.nonzero(got.astype(np.float64) != np.array(want))[0]
         assert len(bad) == 0, f"{len(bad)}/{len(got)} wrong, first at a={aa[bad[:3]]}, b={bb[bad[:3]]}, c={cc[bad[:3]]}"
+
+
+def test_epilogue_quad_transpose_gives_each_lane_a_column_group():
+    """The epilogue's butterfly exchange (emitted PTX, shuffles and selects run on 64 lanes):
+    lane l of a quad ends with word l of each of the quad's lanes, in lane order, so its
+    16-byte store holds one row's columns 8 (4i + l) .. + 7."""
+    from zyfa.asm.ptx.epilogue import emit_transpose_quad
+    from zyfa.asm.ptx.target import program
+    prog = program()
+    words, up = prog.regs("b32", 4), prog.regs("pred", 2)
+    out = emit_transpose_quad(prog, words, up)
+    lanes = np.arange(64)
+    given = np.random.default_rng(0).integers(0, 2 ** 32, (4, 64), dtype=np.uint32)
+    regs = {str(w): given[k] for k, w in enumerate(words)}
+    regs.update({str(up[0]): (lanes & 2) // 2, str(up[1]): lanes & 1})
+    ev = EV.Evaluator(regs).run(EV.render_body(prog))
+    for k, reg in enumerate(out):
+        np.testing.assert_array_equal(ev.regs[str(reg)], given[lanes & 3, (lanes & ~3) | k])

@@ -35,12 +35,12 @@ def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[R
         emit("add.u32", idx, bsq, rows.rows[half])
         emit("mad.lo.u32", idx, idx, p.heads, t.h)           # (b * Sq + row) * Hq + h
         emit("mul.lo.u32", idx, idx, dv)
-        emit("add.u32", idx, idx, q)
-        emit("add.u32", idx, idx, q)                         # + 2q
+        emit("mad.lo.u32", idx, q, 8, idx)                   # + 8q: the quad's transposed words (below)
         off = prog.reg("u64")
         emit("mul.wide.u32", off, idx, 2)
         emit("add.u64", row_base[half], p.out, off)
     convert = "cvt.f16x2.f32" if c.layout.dtype == "f16" else "cvt.bf16x2.f32"
+    words = ([], [])                              # per row: columns 8 jb + 2q, + 1 as one word, jb = 0, 1, ...
     for jb in range(len(total) // 4):
         if fp8:
             vd = prog.regs("f32", 2)
@@ -55,9 +55,18 @@ def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[R
                     emit("mul.f32", vals[e], vals[e], vd[e])
             packed = prog.reg("b32")
             emit(convert, packed, vals[1], vals[0])            # high half: the odd column
+            words[half].append(packed)
+    up = prog.regs("pred", 2)                     # the thread's quad lane has bit 1 / bit 0 set
+    for bit, pred in zip((2, 1), up):
+        lane_bit = prog.reg("u32")
+        emit("and.b32", lane_bit, q, bit)
+        emit("setp.gt.u32", pred, lane_bit, 0)
+    for half in (0, 1):
+        for i in range(len(words[half]) // 4):    # each thread: the 16 bytes of column group 4i + q
+            quad = emit_transpose_quad(prog, words[half][4 * i:4 * i + 4], up)
             dst = prog.reg("u64")
-            emit("add.u64", dst, row_base[half], 2 * 8 * jb)
-            emit("st.global.b32", dst, packed, guard=ok[half])
+            emit("add.u64", dst, row_base[half], 2 * 8 * 4 * i)
+            emit("st.global.v4.b32", dst, *quad, guard=ok[half])
 
     prog.comment("LSE from the first thread of each quad")
     first = prog.reg("pred")
@@ -84,3 +93,22 @@ def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[R
         emit("mul.wide.u32", off, idx, 4)
         emit("add.u64", addr, p.lse, off)
         emit("st.global.f32", addr, lg[half], guard=store)
+
+
+def emit_transpose_quad(prog: Program, w: list[Reg], up: list[Reg]) -> list[Reg]:
+    """Word k of quad lane l becomes word l of lane k (two butterfly exchanges, at lane
+    distance 2 then 1): lane q then holds a row's columns 8 (4i + q) .. + 7 in order, one
+    16-byte store instead of four 4-byte ones. ``up``: the lane's bit 1 and bit 0 set."""
+    emit = prog.emit
+    w = list(w)
+    for dist, is_up in zip((2, 1), up):
+        for k in (k for k in range(4) if not k & dist):
+            k2 = k | dist
+            send, recv, lo, hi = prog.regs("b32", 4)
+            emit("selp.b32", send, w[k], w[k2], is_up)      # the lower lane gives its upper word
+            emit("shfl.bfly", recv, send, dist)
+            emit("selp.b32", lo, recv, w[k], is_up)
+            emit("selp.b32", hi, w[k2], recv, is_up)
+            w[k], w[k2] = lo, hi
+    return w
+

@@ -121,7 +121,8 @@ def _int_imm(tok: str) -> int:
 
 class Evaluator:
     """Runs straight-line PTX instructions on register arrays; ``regs`` maps names to uint32
-    bit arrays (16-bit registers keep their value in the low half)."""
+    bit arrays (16-bit registers keep their value in the low half, predicates 0 / 1). For
+    shuffles the last axis is the lane (a multiple of 32 long)."""
 
     def __init__(self, regs: dict):
         self.regs = {k: np.asarray(v, np.uint32) for k, v in regs.items()}
@@ -175,6 +176,11 @@ class Evaluator:
                 else:
                     raise NotImplementedError(op)
             r = _pack_halves(out[0], out[1])
+        elif op == "selp.b32":                                 # predicates hold 0 / 1
+            r = np.where(x[2] != 0, x[0], x[1])
+        elif op == "shfl.sync.bfly.b32":                       # the array's last axis: lanes of warps
+            lanes = np.arange(x[0].shape[-1]) ^ _int_imm(src[1])
+            r = x[0][..., lanes]
         elif op == "prmt.b32":
             r = _prmt(x[0], x[1], _int_imm(src[2]))
         elif op == "ex2.approx.ftz.f32":                       # exact exp2, rounded once (not MUFU)
