@@ -57,13 +57,19 @@ def _lse_err(lse, rows, ref):
     return (lse[:, :, rows].double() - ref).abs().max().item()
 
 
-def measure_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
-    """One record (speed, error, repeatability of the method on one case) and the call timed."""
+def _record(inp: Inputs, m: Method) -> dict:
     c = inp.case
-    rec = dict(gpu=gpu_name(), date=datetime.date.today().isoformat(), method=m.method, backend=m.backend,
-               p_rule=m.p_rule, dtype=m.dtype, label=m.label, case=c.name, group=c.group, input=c.input,
-               B=c.B, Sq=c.Sq, Sk=c.Sk, Hq=c.Hq, Hkv=c.Hkv, Dqk=c.D, Dv=c.Dv, causal=c.causal,
-               flops=c.flops)
+    return dict(gpu=gpu_name(), date=datetime.date.today().isoformat(), method=m.method, backend=m.backend,
+                p_rule=m.p_rule, dtype=m.dtype, label=m.label, case=c.name, group=c.group, input=c.input,
+                B=c.B, Sq=c.Sq, Sk=c.Sk, Hq=c.Hq, Hkv=c.Hkv, Dqk=c.D, Dv=c.Dv, causal=c.causal,
+                flops=c.flops)
+
+
+def time_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
+    """A method's record with its speed on one case, and its (call, finish) pair for
+    check_one; None where it is missing, cannot run the case or fails."""
+    c = inp.case
+    rec = _record(inp, m)
     reason = m.missing()
     if reason:
         return dict(rec, status="missing", reason=reason), None
@@ -75,6 +81,19 @@ def measure_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
     try:
         built = m.build(inp)
         fn, finish = built if isinstance(built, tuple) else (built, lambda res: res)
+        fn()                                       # compiles, loads, allocates: outside the timing
+        ms = timer(fn)
+        rec.update(ms=ms, tflops=c.flops / ms / 1e9, status="ok")
+        return rec, (fn, finish)
+    except Exception as e:  # noqa: BLE001  (a failing method is recorded, never dropped)
+        return dict(rec, status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
+
+
+def check_one(inp: Inputs, m: Method, rec: dict, call) -> None:
+    """Error against float64 (end to end and kernel-only), LSE error, non-finite count and
+    repeatability of a timed method, into its record."""
+    fn, finish = call
+    try:
         out, lse = finish(fn())
         again, _ = finish(fn())
         rows = inp.ref_rows()
@@ -85,12 +104,8 @@ def measure_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
                    lse_err=_lse_err(lse, rows, kref_lse),
                    nonfinite=int((~torch.isfinite(out.float())).sum()),
                    repeatable=bool(torch.equal(out, again)))
-        del out, again, lse
-        ms = timer(fn)
-        rec.update(ms=ms, tflops=c.flops / ms / 1e9, status="ok")
-        return rec, fn
-    except Exception as e:  # noqa: BLE001  (a failing method is recorded, never dropped)
-        return dict(rec, status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
+    except Exception as e:  # noqa: BLE001
+        rec.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
 
 
 def measure_energy(rec: dict, fn, power: Power) -> None:
@@ -124,17 +139,19 @@ def run(cases: list[Case], methods: list[Method], path: str, key: str | None = N
         doc["records"] = earlier["records"]
     for i, case in enumerate(_progress(cases, "zyfa bench")):
         inp = case_inputs(case, device, None if captured is None else captured[i])
-        timed = []
-        for m in methods:
-            rec, fn = measure_one(inp, m, timer)
+        # every method is timed before any float64 reference is computed: a reference (seconds of
+        # float64 work on short cases) run just before one method's timing would skew that one
+        timed = [(m, *time_one(inp, m, timer)) for m in methods]
+        for m, rec, call in timed:
+            if call is not None:
+                check_one(inp, m, rec, call)
             rec["run"] = run_id
             doc["records"] = [r for r in doc["records"] if (r["case"], r["label"]) != (case.name, m.label)]
             doc["records"].append(rec)
-            if fn is not None:
-                timed.append((rec, fn))
             shown = f"{rec['tflops']:.0f} TFLOP/s, err {rec['err_kernel']:.2e}" if rec["status"] == "ok" else \
                 f"{rec['status']}: {rec['reason'][:100]}"
             print(f"  {case.name:24s} {m.label:22s} {shown}", flush=True)
+        timed = [(rec, call[0]) for _, rec, call in timed if call is not None and rec["status"] == "ok"]
         if power is not None:
             for rec, fn in timed:
                 measure_energy(rec, fn, power)
