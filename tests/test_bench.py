@@ -65,6 +65,19 @@ def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
         assert set(json.load(f)) == {run_key(), "2026-01-01-older-run.json"}
 
 
+def test_every_method_is_timed_before_any_reference_is_computed(tmp_path, monkeypatch):
+    """A float64 reference (the heaviest work of a case) must not run between two timings."""
+    from zyfa.bench.methods import Inputs
+    events = []
+    reference = Inputs.reference
+    monkeypatch.setattr(Inputs, "reference", lambda self, quant: (events.append("reference"),
+                                                                  reference(self, quant))[1])
+    methods = [m for m in all_methods() if m.label in ("zyfa-bf16", "zyfa-fp8-lean_cubic")]
+    doc = run([TINY], methods, str(tmp_path / "r.json"), timer=lambda fn: (events.append("time"), 1.0)[1])
+    assert [r["status"] for r in doc["records"]] == ["ok", "ok"]
+    assert events[:2] == ["time", "time"] and set(events[2:]) == {"reference"}
+
+
 def test_bench_on_captured_activations(tmp_path):
     transformers = pytest.importorskip("transformers")
     from zyfa.activations import capture
