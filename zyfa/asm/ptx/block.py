@@ -247,7 +247,8 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
 
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
-    A_new, alpha, beta, diff = (prog.regs("f32", 2) for _ in range(4))
+    beta, diff = prog.regs("f32", 2), prog.regs("f32", 2)
+    A_new, alpha = (None, None) if deferred else (prog.regs("f32", 2), prog.regs("f32", 2))
     moved, thr = prog.regs("pred", 2), prog.regs("f32", 2)
     for half in (0, 1):
         emit_row_max(prog, s, fac, half, m[half], masked)
@@ -263,8 +264,6 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         emit("ex2.f32", beta[half], diff[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
-    if deferred:
-        alpha = A_new = None
 
     prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
                  + ("(half-precision wgmma)" if hmma else "(ALU)"))
