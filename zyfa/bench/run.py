@@ -139,8 +139,9 @@ def run(cases: list[Case], methods: list[Method], path: str, key: str | None = N
         doc["records"] = earlier["records"]
     for i, case in enumerate(_progress(cases, "zyfa bench")):
         inp = case_inputs(case, device, None if captured is None else captured[i])
-        # every method is timed before any float64 reference is computed: a reference (seconds of
-        # float64 work on short cases) run just before one method's timing would skew that one
+        # every method is timed before any float64 reference is computed: a reference (float64 over
+        # every row of a short case, the case's heaviest work) run just before one method's timing
+        # would skew that one
         timed = [(m, *time_one(inp, m, timer)) for m in methods]
         for m, rec, call in timed:
             if call is not None:
