@@ -4,8 +4,8 @@ A batch whose backend is the Triton kernel or the generated Hopper kernel runs i
 launch over all sequences (zyfa.triton_kernels.attention's VARLEN, the generated kernels'
 packed variants). The Triton kernel reads a paged cache in place when its pages are a
 multiple of the key tile and its pools are laid out as the kernel reads them (PAGE); for the
-generated kernel, and other paged caches, the pages are first gathered into a packed batch
-(one copy of the used pages). The reference and gfx950 run one ``zyfa.flash_attn_func`` call
+generated kernel, and other paged caches, K's pages (and 16-bit V's) are first gathered into a
+packed batch (one copy of the used pages), while FP8 V^T is written from its pool in place. The reference and gfx950 run one ``zyfa.flash_attn_func`` call
 per sequence and concatenate the results. Either way the sequence lengths are read on the
 host (they are validated there).
 """
@@ -229,8 +229,8 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     or None when that backend is another one (with "auto": the Triton kernel also where a
     generated kernel was chosen but the sequences are short, SHORT_MEAN_QUERIES). A paged cache
     is read in place by the Triton kernel where its layout suits it (_pages_fit), else (and
-    always for the generated kernel) gathered into a packed batch first (_gathered_pages). The
-    kernel reads the caller's (validated) index tensors."""
+    always for the generated kernel) gathered into a packed batch first (_gathered_pages; FP8
+    V^T from its pool in place). The kernel reads the caller's (validated) index tensors."""
     problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
@@ -307,7 +307,7 @@ def _gathered_pages(k, v, pages, is_fp8: bool):
     """A paged cache the kernel cannot read in place, copied into a packed layout: each
     sequence's pages in order, one gather a pool: (k, v (total, kv_heads, d), each sequence's
     first key, None); the sequence's key count says how many of its pages' keys it uses. FP8
-    v stays the pool (returned with ``pages``): packed_vt writes V^T from it in place, where a
+    v stays the pool (returned with ``pages`` in place of None): packed_vt writes V^T from it in place, where a
     gather would turn each page's V^T into rows only for packed_vt to turn them back."""
     page = k.shape[1]
     order = to_device([p for seq in pages for p in seq], k.device, torch.long)   # one copy
