@@ -32,8 +32,10 @@ from .target import f32
 
 
 # the block loop is emitted twice (serial.py, the pipelined consumer of specialized.py): the
-# blocks below the masked band (no mask test, no guard for fully masked rows), then the band's
-BLOCK_LOOP_COPIES = 2
+# blocks below the masked band (no mask test, no guard for fully masked rows), then the band's;
+# (label tag, masked) of each copy
+BLOCK_LOOPS = (("_BELOW", False), ("", True))
+BLOCK_LOOP_COPIES = len(BLOCK_LOOPS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ the spec's block_n; grid (query tiles, batch * heads), heaviest query tiles firs
 from __future__ import annotations
 
 from ..program import Program
-from .block import emit_accumulators, emit_block, emit_q_descriptors, emit_scores
+from .block import BLOCK_LOOPS, emit_accumulators, emit_block, emit_q_descriptors, emit_scores
 from .cta import emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .layout import ACC, BLOCK_N, Layout
@@ -49,7 +49,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     next_j, more = prog.reg("u32"), prog.reg("pred")
     emit("setp.ge.u32", more, start_n, rows.band_start)
     emit("bra", "BAND", guard=more)
-    for tag, masked in (("_BELOW", False), ("", True)):          # BLOCK_LOOP_COPIES
+    for tag, masked in BLOCK_LOOPS:
         prog.label(f"BLOCK_LOOP{tag}")
         emit("add.u32", next_j, j, 1)
         emit_prefetch(prog, c, next_j, tag)

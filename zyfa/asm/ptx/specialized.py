@@ -22,6 +22,7 @@ import dataclasses
 
 from ..program import Program, Reg
 from .block import (
+    BLOCK_LOOPS,
     emit_accumulators,
     emit_reference_moves,
     emit_block,
@@ -312,7 +313,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1. Two copies")
     prog.comment("of the loop: the blocks below the masked band (no mask test, no masked-row guard), the band's")
     band = prog.reg("pred")
-    for tag, masked in (("_BELOW", False), ("", True)):          # BLOCK_LOOP_COPIES
+    for tag, masked in BLOCK_LOOPS:
         _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
         if masked:
             prog.label("BAND")
