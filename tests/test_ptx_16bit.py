@@ -92,6 +92,31 @@ def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, pac
     assert layout_fits(dims, dtype)
 
 
+@pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
+def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
+    """A packed launch's producer takes each next tile from the counter (atomics, its first
+    tile its own CTA index) and hands it over in shared memory before releasing the Q tiles;
+    the consumers read it only after Q has landed; the end is handed over the same way. Dense
+    launches keep one CTA a tile (no counter)."""
+    dtype, d = kernel.split()
+    d = int(d[1:])
+    make = ((lambda packed: attn.attention_kernel_16("bf16", True, d, d, packed=packed)) if dtype == "bf16" else
+            (lambda packed: attn.attention_kernel("exact", True, d, "sm_90a", packed)))
+    assert "atom.global" not in make(False)[1]
+    lines = [line.strip() for line in make(True)[1].splitlines()]
+    at = {line[:-1]: i for i, line in enumerate(lines) if line.endswith(":")}     # labels
+    word_store = [i for i, line in enumerate(lines) if line.startswith("st.shared.b32")]
+    q_full = [i for i, line in enumerate(lines) if "mbarrier.arrive.expect_tx" in line]
+    atoms = [i for i, line in enumerate(lines) if line.startswith("atom.global.add.u32")]
+    assert len(atoms) == 2 and all(i > at["PRODUCER"] for i in atoms)            # the next tile; past an empty one
+    handed = [i for i in word_store if at["PRODUCER"] < i < at["TILE_LOADED"]]
+    assert len(handed) == 1 and handed[0] < min(i for i in q_full if i > at["PRODUCER"])
+    end = [i for i in word_store if i > at["PRODUCE_TILE_DONE"]]
+    assert len(end) == 1 and lines[end[0] + 1].startswith("mbarrier.arrive.shared")
+    word_load = [i for i, line in enumerate(lines) if line.startswith("ld.shared.b32") and i < at["PRODUCER"]]
+    assert word_load and at["TILE"] < at["WAIT_Q"] < word_load[0] < at["TILE_DONE"]
+
+
 def layout_fits(dims, dtype) -> bool:
     """Two stages of K and V and every consumer's Q tiles fit the SM's 227 KB."""
     return attn.layout_for(dims[0], dtype, dims[1]).shared_bytes <= 227 * 1024

@@ -56,6 +56,16 @@ def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device) -> tuple:
     return (-(-Sq // attn.BLOCK_M), B * Hq)
 
 
+def _tile_counter(layout, device: torch.device) -> torch.Tensor | None:
+    """A zeroed int32 the launch's CTAs count their tiles on (Layout.tile_counter), one a
+    launch: launches on different streams never share one."""
+    return torch.zeros(1, dtype=torch.int32, device=device) if layout.tile_counter else None
+
+
+def _pointers(*tensors) -> list:
+    return [ctypes.c_uint64(t.data_ptr()) for t in tensors if t is not None]
+
+
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
@@ -84,7 +94,8 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", _device_index(dev), packed is not None)
-    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
+    counter = _tile_counter(layout, dev)
+    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra + _pointers(counter))
     return out, lse
 
 
@@ -125,5 +136,6 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None)
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None)
-    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
+    counter = _tile_counter(layout, dev)
+    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra + _pointers(counter))
     return out, lse

@@ -139,10 +139,23 @@ class Layout:
         return self.bar_offset + 8 * self.barriers
 
     @property
+    def tile_counter(self) -> bool:
+        """A packed batch's persistent CTAs take their tiles from a counter in global memory as
+        they finish the last (the producer takes it and hands it to the consumers in shared
+        memory): a fixed stride over tiles of unequal length left some SMs 8-14% busier than
+        the mean (bench/tile_balance.py)."""
+        return self.packed and self.specialized
+
+    @property
+    def tile_word_offset(self) -> int:
+        """The shared word that hands the consumers their next tile (tile_counter), after the
+        scratch words."""
+        return self.scratch_offset + (4 * THREADS * self.consumers if self.pins_softmax else 0)
+
+    @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the kernel (+ slack to align the base to 1024)."""
-        scratch = 4 * THREADS * self.consumers if self.pins_softmax else 0
-        return self.scratch_offset + scratch + 1024
+        return self.tile_word_offset + (16 if self.tile_counter else 0) + 1024
 
     @property
     def threads(self) -> int:
@@ -195,8 +208,13 @@ PACKED_PARAMS = [(".u64", "cu_q_ptr"), (".u64", "k_start_ptr"), (".u64", "k_len_
                  (".u32", "total_q")]
 
 
+# tile_counter: an int32 in global memory, zero at launch
+TILE_COUNTER_PARAMS = [(".u64", "tile_counter_ptr")]
+
+
 def params_for(layout: Layout) -> list:
-    return PARAMS + PACKED_PARAMS if layout.packed else PARAMS
+    return (PARAMS + (PACKED_PARAMS if layout.packed else [])
+            + (TILE_COUNTER_PARAMS if layout.tile_counter else []))
 
 
 def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False) -> str:
