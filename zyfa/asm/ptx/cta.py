@@ -25,6 +25,7 @@ class Params:
     kv_heads: Reg
     batch: Reg
     packed: "PackedParams | None" = None    # a packed batch's per-sequence tables
+    tile_counter: Reg | None = None         # Layout.tile_counter: the launch's tile counter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,6 @@ class PackedParams:
     k_len: Reg
     v_start: Reg
     total_q: Reg
-    tile_counter: Reg | None            # Layout.tile_counter: the launch's tile counter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,12 +163,12 @@ def emit_params(prog: Program, layout: Layout) -> Params:
         for r, name in zip(tables, ("cu_q_ptr", "k_start_ptr", "k_len_ptr", "v_start_ptr")):
             emit("ld.param.u64", r, name)
         emit("ld.param.u32", total_q, "total_q")
-        counter = None
-        if layout.tile_counter:
-            counter = prog.reg("u64")
-            emit("ld.param.u64", counter, "tile_counter_ptr")
-        packed = PackedParams(*tables, total_q, counter)
-    return Params(maps, *pointers, *sizes, packed)
+        packed = PackedParams(*tables, total_q)
+    counter = None
+    if layout.tile_counter:
+        counter = prog.reg("u64")
+        emit("ld.param.u64", counter, "tile_counter_ptr")
+    return Params(maps, *pointers, *sizes, packed, counter)
 
 
 def emit_thread(prog: Program, layout: Layout) -> Thread:

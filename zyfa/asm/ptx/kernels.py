@@ -48,7 +48,7 @@ def _batch(q, k, packed: Packed | None) -> tuple[int, int, int, list]:
 def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device) -> tuple:
     if layout.specialized:                         # a line of CTAs, one a 128-row tile
         tiles = -(-Sq // (layout.consumers * attn.BLOCK_M)) * B * Hq
-        if layout.packed:                          # one CTA an SM over the tiles: a packed batch's
+        if layout.tile_counter:                    # one CTA an SM over the tiles: a packed batch's
             # short sequences leave each tile a few blocks, and a CTA's producer loads the next
             # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
             return (min(tiles, torch.cuda.get_device_properties(device).multi_processor_count),)

@@ -99,7 +99,7 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
         heads_batch, word = prog.regs("u32", 2)
         emit("mul.lo.u32", heads_batch, params.heads, params.batch)
         emit("add.u32", word, shared.base, layout.tile_word_offset)
-        tiles = TileLoop(per_head, count, q_free, heads_batch, word, params.packed.tile_counter)
+        tiles = TileLoop(per_head, count, q_free, heads_batch, word, params.tile_counter)
     emit("bra", "PRODUCER", guard=producer)
 
     if layout.is_fp8 and layout.dv > HEAD_DIM:
