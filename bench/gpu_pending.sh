@@ -6,7 +6,7 @@ set -x
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
 timeout 300 python3 bench/tile_counter_ab.py $OUT/tile_counter_ab.json 2>&1 | grep -v Warn | tee $OUT/tile_counter_ab.txt
-timeout 200 python3 -m pytest tests/test_varlen.py tests/test_ptx_16bit.py -x -q -p no:cacheprovider -rf \
+timeout 300 python3 -m pytest tests/test_varlen.py tests/test_ptx_16bit.py -x -q -p no:cacheprovider -rf \
   --tb=short -k "packed or varlen or paged" 2>&1 | tail -15 > $OUT/pytest-packed.txt
 tail -3 $OUT/pytest-packed.txt
 timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool memcheck python3 bench/sanitize.py 2>&1 \
