@@ -1,6 +1,6 @@
 """Branch ptx-packed-tile-counter, to delete once measured: packed (varlen) batches on the
-persistent generated kernels (16-bit, FP8 d256 / MLA) taking their tiles from a counter,
-query tile slowest, against main's fixed stride, in one process: main's tree under
+persistent generated kernels (16-bit, FP8 d256 / MLA) drawing their tiles from a counter in
+the host's order (non-empty tiles, most keys first), against main's fixed stride, in one process: main's tree under
 _exp/main_tree/zyfa imported as zyfa_main, FA3's varlen beside. Outputs must equal main's bit
 for bit (each tile's arithmetic is unchanged; only which CTA runs it changes).
 
@@ -68,43 +68,3 @@ for dt, hq, hkv, d, dv in SHAPES:
 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), open(sys.argv[1], "w"),
           indent=1)
 
-# Dense launches with the counter too (one CTA an SM, tiles as SMs free up, query tile slowest),
-# an experiment: the branch keeps dense launches one CTA a tile, so the branch's kernels are
-# rebuilt with Layout.tile_counter forced on; main timed before and after (drift).
-from zyfa.activations import make                                               # noqa: E402
-from zyfa.asm.ptx import kernels as K                                           # noqa: E402
-from zyfa.asm.ptx.layout import Layout                                          # noqa: E402
-DENSE = [("d128 1K", 32, 1024, 16, 16, 128, 128), ("d128 2K", 16, 2048, 16, 16, 128, 128),
-         ("d64 1K", 32, 1024, 16, 16, 64, 64), ("d256 1K", 32, 1024, 16, 16, 256, 256),
-         ("MLA 4K", 8, 4096, 16, 16, 192, 128), ("batch 4 4K", 4, 4096, 32, 32, 128, 128),
-         ("Mistral 16K", 1, 16384, 32, 8, 128, 128)]
-dense = {}
-for name, B, S, Hq, Hkv, D, Dv in DENSE:
-    q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, Dv, seed=0, device="cuda"))
-    dense[name] = (q, k, v, 2 * B * Hq * (S * (S + 1) // 2) * (D + Dv))
-ms = {}
-
-
-def time_all(label, mod):
-    for name, (q, k, v, _) in dense.items():
-        ms[(name, label)] = min(ms.get((name, label), 1e9),
-                                median_ms(lambda: mod.flash_attn_func(q, k, v, causal=True, backend="ptx")))
-
-
-outs = {name: zm.flash_attn_func(q, k, v, causal=True, backend="ptx") for name, (q, k, v, _) in dense.items()}
-time_all("main", zm)
-Layout.tile_counter = property(lambda self: self.specialized)
-K._attention_16.cache_clear()
-same = {name: torch.equal(zyfa.flash_attn_func(q, k, v, causal=True, backend="ptx"), outs[name])
-        for name, (q, k, v, _) in dense.items()}
-time_all("dense counter", zyfa)
-time_all("main", zm)
-time_all("dense counter", zyfa)
-dense_rows = []
-for name, (_, _, _, flops) in dense.items():
-    tf = {label: flops / ms[(name, label)] / 1e9 for label in ("main", "dense counter")}
-    dense_rows.append(dict(case=name, dtype="bf16", tflops=tf, outputs_equal_main=same[name]))
-    print(f"bf16 dense {name:12s} main {tf['main']:5.0f}  dense counter {tf['dense counter']:5.0f} "
-          f"({tf['dense counter'] / tf['main'] - 1:+.1%})  equal {same[name]}", flush=True)
-json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows, dense=dense_rows),
-          open(sys.argv[1], "w"), indent=1)

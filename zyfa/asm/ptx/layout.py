@@ -140,10 +140,12 @@ class Layout:
 
     @property
     def tile_counter(self) -> bool:
-        """A packed batch's persistent CTAs take their tiles from a counter in global memory as
-        they finish the last (the producer takes it and hands it to the consumers in shared
-        memory): a fixed stride over tiles of unequal length left some SMs 8-14% busier than
-        the mean (bench/tile_balance.py)."""
+        """A packed batch's persistent CTAs take their tiles as they finish the last, in an
+        order the host lists (the non-empty tiles, most keys first) after a counter in global
+        memory (the producer draws the next and hands it to the consumers in shared memory): a
+        fixed stride over tiles of unequal length left some SMs 8-14% busier than the mean
+        (bench/tile_balance.py), and slots of a grid sized by the longest sequence are mostly
+        empty (75% on the bench's batch)."""
         return self.packed and self.specialized
 
     @property
@@ -208,8 +210,9 @@ PACKED_PARAMS = [(".u64", "cu_q_ptr"), (".u64", "k_start_ptr"), (".u64", "k_len_
                  (".u32", "total_q")]
 
 
-# tile_counter: an int32 in global memory, zero at launch
-TILE_COUNTER_PARAMS = [(".u64", "tile_counter_ptr")]
+# tile_counter: int32s in global memory, the counter (zero at launch) and then the tile order
+# (kernels.tile_order), and the number of draws that give a tile (its slots x heads)
+TILE_COUNTER_PARAMS = [(".u64", "tile_order_ptr"), (".u32", "tile_draws")]
 
 
 def params_for(layout: Layout) -> list:

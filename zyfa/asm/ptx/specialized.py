@@ -14,9 +14,10 @@ The arithmetic is the serial kernel's, block by block (total = total * alpha + b
 in the same order), so the outputs are bit-identical to it. A CTA takes tiles x, x +
 nctaid.x, ... and counts its loads across them (the stage ring's position) and its tiles
 (the Q mbarriers' phases); a dense launch gives every tile its own CTA, so each runs the tile
-loop once, which stays as measured. A packed launch runs a CTA an SM whose producer takes
-each next tile from a counter in global memory and hands it to the consumers in shared
-memory with its Q tiles (Layout.tile_counter). Versions and H200 timings: bench/PTX_NOTES.md
+loop once, which stays as measured. A packed launch runs a CTA an SM whose producer draws
+each next tile from a counter in global memory, looks it up in the host's order (non-empty
+tiles, most keys first) and hands it to the consumers in shared memory with its Q tiles
+(Layout.tile_counter). Versions and H200 timings: bench/PTX_NOTES.md
 (v11-v15).
 """
 from __future__ import annotations
@@ -62,13 +63,17 @@ def consumer_warps(layout: Layout) -> int:
 @dataclasses.dataclass(frozen=True)
 class TileLoop:
     """The tiles of 128 query rows, heaviest first: query tile fastest within a (batch, head),
-    or (Layout.tile_counter) query tile slowest, over the whole batch."""
+    or (Layout.tile_counter) numbered query tile slowest over the whole batch (tile t: query
+    tile per_head - 1 - t / heads_batch of (batch, head) t % heads_batch), taken in the order
+    the host lists."""
     per_head: Reg           # query tiles a (batch, head)
     count: Reg              # tiles in all
     q_free: Reg             # mbarrier: the consumers are done with the Q tiles
     heads_batch: Reg | None = None   # tile_counter: heads x batch entries
     word: Reg | None = None          # tile_counter: the shared word that hands the consumers their tile
-    counter: Reg | None = None       # tile_counter: the launch's counter in global memory
+    order: Reg | None = None         # tile_counter: the counter in global memory, then the tile order
+    draws: Reg | None = None         # tile_counter: draws that give a tile
+    heads: Reg | None = None         # tile_counter: a slot's tiles (one a head)
 
 
 def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
@@ -99,7 +104,8 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
         heads_batch, word = prog.regs("u32", 2)
         emit("mul.lo.u32", heads_batch, params.heads, params.batch)
         emit("add.u32", word, shared.base, layout.tile_word_offset)
-        tiles = TileLoop(per_head, count, q_free, heads_batch, word, params.tile_counter)
+        tiles = TileLoop(per_head, count, q_free, heads_batch, word, params.tile_order, params.tile_draws,
+                         params.heads)
     emit("bra", "PRODUCER", guard=producer)
 
     if layout.is_fp8 and layout.dv > HEAD_DIM:
@@ -137,7 +143,7 @@ def _emit_tile_loop_head(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: 
     prog.emit("sub.u32", ty, tiles.per_head, ty)
     prog.emit("sub.u32", ty, ty, 1)                       # heaviest query tile first
     emit_work(prog, c.params, c.thread, c.tile, c.layout, ty, bh)
-    if c.layout.packed and not handed:                    # past its sequence's queries: the next tile
+    if c.layout.packed and tiles.order is None:           # past its sequence's queries: the next tile
         prog.emit("bra.div", f"{label}_SKIP", guard=c.tile.seq.empty)
 
 
@@ -147,21 +153,44 @@ def _emit_q_wait(prog: Program, c: Cta, it: Reg) -> None:
 
 
 def _emit_tile_skip(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: str) -> None:
-    """A packed batch's empty tile: on to the next, no load or mbarrier phase used."""
-    if c.layout.packed:
+    """A packed batch's empty tile: on to the next, no load or mbarrier phase used (a
+    tile_counter launch's order lists none)."""
+    if c.layout.packed and tiles.order is None:
         prog.label(f"{label}_SKIP")
         _emit_next_t(prog, tiles, t)
         prog.emit("bra.div", label)
 
 
 def _emit_next_t(prog: Program, tiles: TileLoop, t: Reg) -> None:
-    """t: the CTA's next tile: t + nctaid.x, or (tile_counter) nctaid.x + the counter's count
-    so far (each CTA's first tile is its own index)."""
+    """t: the CTA's next tile: t + nctaid.x, or (tile_counter) the tile of draw nctaid.x +
+    the counter's count so far (each CTA's first draw is its own index)."""
     n = prog.reg("u32")
     prog.emit("mov.u32", n, "%nctaid.x")
-    if tiles.counter is not None:
-        prog.emit("atom.global.add.u32", t, tiles.counter, 1)
-    prog.emit("add.u32", t, t, n)
+    if tiles.order is None:
+        prog.emit("add.u32", t, t, n)
+        return
+    d = prog.reg("u32")
+    prog.emit("atom.global.add.u32", d, tiles.order, 1)
+    prog.emit("add.u32", d, d, n)
+    _emit_tile_of_draw(prog, tiles, d, t)
+
+
+def _emit_tile_of_draw(prog: Program, tiles: TileLoop, d: Reg, t: Reg) -> None:
+    """tile_counter: t = the tile of draw d: its slot's first tile (the word after the counter
+    at d / heads) + its head, or a tile past the last once the draws are spent."""
+    emit = prog.emit
+    more = prog.reg("pred")
+    slot, head = prog.regs("u32", 2)
+    off, addr = prog.regs("u64", 2)
+    emit("setp.lt.u32", more, d, tiles.draws)
+    emit("mov.u32", t, tiles.count)
+    emit("div.u32", slot, d, tiles.heads)
+    emit("rem.u32", head, d, tiles.heads)
+    emit("mul.wide.u32", off, slot, 4)
+    emit("add.u64", addr, tiles.order, off)
+    emit("add.u64", addr, addr, 4)
+    emit("ld.global.u32", t, addr, guard=more)
+    emit("add.u32", t, t, head, guard=more)
 
 
 def _phase_of(prog: Program, count: Reg, flip: bool = False) -> Reg:
@@ -183,6 +212,10 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("bra.div", "PRODUCER_DONE", guard=f"!{c.thread.leader}")
     t, it, slot, j = prog.regs("u32", 4)
     emit("mov.u32", t, "%ctaid.x")
+    if tiles.order is not None:
+        first = prog.reg("u32")
+        emit("mov.u32", first, t)
+        _emit_tile_of_draw(prog, tiles, first, t)
     emit("mov.u32", it, 0)
     emit("mov.u32", slot, 0)
     _emit_tile_loop_head(prog, c, tiles, t, "PRODUCE_TILE")
