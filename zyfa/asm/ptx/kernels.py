@@ -13,6 +13,7 @@ from ...spec.shapes import Packed
 from ...spec.descales import head_factor, per_channel_v_descale
 from ...hopper_vt import hopper_vt
 from ...tma import tma_ready
+from ...device import to_device
 from . import attention as attn
 from .assemble import assemble
 from .loader import Kernel, tensor_map
@@ -64,7 +65,14 @@ def _tile_order(layout, packed: Packed | None, heads: int, causal: bool, device:
     if not layout.tile_counter:
         return None
     rows = layout.consumers * attn.BLOCK_M
-    q_lens, k_lens = (torch.tensor(n, dtype=torch.int64) for n in packed.host_lengths())
+    words = _order_words(*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, causal)
+    return to_device(words, device), (len(words) - 1) * heads
+
+
+@functools.lru_cache(maxsize=16)     # a model's layers call with the same lengths
+def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, causal: bool) -> torch.Tensor:
+    """_tile_order's words on the host (int32)."""
+    q_lens, k_lens = torch.tensor(q_lens), torch.tensor(k_lens)
     tiles = (q_lens + rows - 1) // rows                            # per sequence
     seq = torch.repeat_interleave(torch.arange(len(tiles)), tiles)
     tile = torch.arange(len(seq)) - torch.repeat_interleave(tiles.cumsum(0) - tiles, tiles)
@@ -72,10 +80,8 @@ def _tile_order(layout, packed: Packed | None, heads: int, causal: bool, device:
     if causal:                                                     # bottom-right: the tile's last row's keys
         keys = torch.minimum(keys, keys - q_lens[seq] + (tile + 1) * rows)
     order = torch.argsort(-keys, stable=True)
-    per_head = -(-packed.max_seqlen_q // rows)
     first = (per_head - 1 - tile[order]) * (len(tiles) * heads) + seq[order] * heads
-    words = torch.cat([torch.zeros(1, dtype=torch.int64), first]).to(torch.int32)
-    return words.to(device), len(first) * heads
+    return torch.cat([torch.zeros(1, dtype=torch.int64), first]).to(torch.int32)
 
 
 def _order_args(order) -> list:
