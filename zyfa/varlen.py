@@ -287,7 +287,8 @@ def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, key_o
         v = v.unsqueeze(0)
         k_start, k_len = to_device([starts, k_lens], dev)                           # one copy
         v_start = k_start
-    return v, Packed(to_device(cu_seqlens_q, dev), k_start, v_start, k_len, max(q_lens), max(k_lens))
+    return v, Packed(to_device(cu_seqlens_q, dev), k_start, v_start, k_len, max(q_lens), max(k_lens),
+                     lengths=(tuple(q_lens), tuple(k_lens)))
 
 
 def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_rule, is_fp8):

@@ -28,7 +28,9 @@ class Packed:
     longest lengths. (FP8 V^T's sequences start at multiples of 16 keys: ``packed_vt``.)
     A paged cache adds its block table (batch, max_pages) int32 and page size; k and v are
     then the pools, k (and BF16 v) (1, pages * page_size, Hkv, D), FP8 v (pages, page_size,
-    Hkv, Dv) with each page's V^T contiguous."""
+    Hkv, Dv) with each page's V^T contiguous. ``lengths``: the (query, key) lengths as host
+    ints where the caller has them (a kernel that orders its tiles by them reads them there
+    rather than copy the tables back)."""
     cu_q: torch.Tensor
     k_start: torch.Tensor
     v_start: torch.Tensor
@@ -37,7 +39,15 @@ class Packed:
     max_seqlen_k: int
     block_table: torch.Tensor | None = None
     page_size: int = 0
+    lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     @property
     def batch(self) -> int:
         return self.cu_q.numel() - 1
+
+    def host_lengths(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The (query, key) lengths as host ints (``lengths``, else read from the tables)."""
+        if self.lengths is not None:
+            return self.lengths
+        cu = self.cu_q.tolist()
+        return tuple(b - a for a, b in zip(cu, cu[1:])), tuple(self.k_len.tolist())

@@ -25,6 +25,8 @@ class Params:
     kv_heads: Reg
     batch: Reg
     packed: "PackedParams | None" = None    # a packed batch's per-sequence tables
+    tile_order: Reg | None = None           # Layout.tile_counter: the counter, then the tile order
+    tile_draws: Reg | None = None           # Layout.tile_counter: draws that give a tile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +165,12 @@ def emit_params(prog: Program, layout: Layout) -> Params:
             emit("ld.param.u64", r, name)
         emit("ld.param.u32", total_q, "total_q")
         packed = PackedParams(*tables, total_q)
-    return Params(maps, *pointers, *sizes, packed)
+    order = draws = None
+    if layout.tile_counter:
+        order, draws = prog.reg("u64"), prog.reg("u32")
+        emit("ld.param.u64", order, "tile_order_ptr")
+        emit("ld.param.u32", draws, "tile_draws")
+    return Params(maps, *pointers, *sizes, packed, order, draws)
 
 
 def emit_thread(prog: Program, layout: Layout) -> Thread:

@@ -13,6 +13,7 @@ from ...spec.shapes import Packed
 from ...spec.descales import head_factor, per_channel_v_descale
 from ...hopper_vt import hopper_vt
 from ...tma import tma_ready
+from ...device import to_device
 from . import attention as attn
 from .assemble import assemble
 from .loader import Kernel, tensor_map
@@ -45,15 +46,47 @@ def _batch(q, k, packed: Packed | None) -> tuple[int, int, int, list]:
     return packed.batch, packed.max_seqlen_q, packed.max_seqlen_k, tables + [ctypes.c_uint32(q.shape[1])]
 
 
-def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device) -> tuple:
+def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) -> tuple:
+    if layout.tile_counter:                        # one CTA an SM over the tiles: a packed batch's
+        # short sequences leave each tile a few blocks, and a CTA's producer loads the next
+        # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
+        return (max(1, min(order[1], torch.cuda.get_device_properties(device).multi_processor_count)),)
     if layout.specialized:                         # a line of CTAs, one a 128-row tile
-        tiles = -(-Sq // (layout.consumers * attn.BLOCK_M)) * B * Hq
-        if layout.packed:                          # one CTA an SM over the tiles: a packed batch's
-            # short sequences leave each tile a few blocks, and a CTA's producer loads the next
-            # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
-            return (min(tiles, torch.cuda.get_device_properties(device).multi_processor_count),)
-        return (tiles,)
+        return (-(-Sq // (layout.consumers * attn.BLOCK_M)) * B * Hq,)
     return (-(-Sq // attn.BLOCK_M), B * Hq)
+
+
+def _tile_order(layout, packed: Packed | None, heads: int, causal: bool, device: torch.device):
+    """Layout.tile_counter: (int32s on the device: the counter, zero, then the packed batch's
+    non-empty slots (query tile, sequence), most keys first, each as its first tile's number in
+    specialized.TileLoop's numbering (a slot's tiles are one a head); the draws that give a
+    tile, slots x heads). One a launch: launches on different streams never share a counter.
+    None for other launches."""
+    if not layout.tile_counter:
+        return None
+    rows = layout.consumers * attn.BLOCK_M
+    words = _order_words(*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, causal)
+    return to_device(words, device), (len(words) - 1) * heads
+
+
+@functools.lru_cache(maxsize=16)     # a model's layers call with the same lengths
+def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, causal: bool) -> torch.Tensor:
+    """_tile_order's words on the host (int32)."""
+    q_lens, k_lens = torch.tensor(q_lens), torch.tensor(k_lens)
+    tiles = (q_lens + rows - 1) // rows                            # per sequence
+    seq = torch.repeat_interleave(torch.arange(len(tiles)), tiles)
+    tile = torch.arange(len(seq)) - torch.repeat_interleave(tiles.cumsum(0) - tiles, tiles)
+    keys = k_lens[seq]
+    if causal:                                                     # bottom-right: the tile's last row's keys
+        keys = torch.minimum(keys, keys - q_lens[seq] + (tile + 1) * rows)
+    order = torch.argsort(-keys, stable=True)
+    first = (per_head - 1 - tile[order]) * (len(tiles) * heads) + seq[order] * heads
+    return torch.cat([torch.zeros(1, dtype=torch.int64), first]).to(torch.int32)
+
+
+def _order_args(order) -> list:
+    """layout.TILE_COUNTER_PARAMS for a _tile_order (none for other launches)."""
+    return [] if order is None else [ctypes.c_uint64(order[0].data_ptr()), ctypes.c_uint32(order[1])]
 
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -84,7 +117,8 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", _device_index(dev), packed is not None)
-    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
+    order = _tile_order(layout, packed, Hq, causal, dev)
+    kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse
 
 
@@ -125,5 +159,6 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None)
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None)
-    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + extra)
+    order = _tile_order(layout, packed, Hq, causal, dev)
+    kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse

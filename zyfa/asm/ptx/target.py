@@ -116,6 +116,7 @@ OPS = {
     "cvt.bf16x2.f32": "cvt.rn.bf16x2.f32 {0}, {1}, {2};",      # {1} -> upper half, {2} -> lower
     "ld.global.f32": "ld.global.nc.f32 {0}, [{1}];",
     "ld.global.u32": "ld.global.nc.u32 {0}, [{1}];",
+    "atom.global.add.u32": "atom.global.add.u32 {0}, [{1}], {2};",
     "ld.global.v2.f32": "ld.global.nc.v2.f32 {{{0}, {1}}}, [{2}];",
     "st.global.f32": "st.global.f32 [{0}], {1};",
     "ld.shared.b32": "ld.shared.b32 {0}, [{1}];",
