@@ -1,8 +1,10 @@
 """A CPU model of how a persistent packed launch spreads its query tiles over the SMs.
 
-The generated kernels' packed (varlen) launches run one CTA an SM, each striding over the
-tile slots (batch entry, head, query tile) with the query tile fastest and heaviest first;
-a slot past its sequence's queries is skipped. This model gives each tile a cost of its
+It made the case for the tile counter (Layout.tile_counter, merged 2026-12-02): the packed
+(varlen) launches had run one CTA an SM, each striding over the tile slots (batch entry,
+head, query tile) with the query tile fastest and heaviest first, skipping slots past their
+sequence's queries; they now draw tiles from a counter in an order the host lists. This
+model gives each tile a cost of its
 causal key blocks plus a fixed per-tile cost, and reports the busiest SM's load over the
 mean (1.0: perfect balance) for that static striding and for dynamic assignment (each SM
 takes the next slot when it finishes, as an atomic tile counter would give).
