@@ -124,7 +124,7 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
 def test_tile_order_lists_each_nonempty_tile_once_most_keys_first(kernel, causal):
     """The host's order for a packed launch (kernels._tile_order), decoded the way the
-    producer and specialized.TileLoop do, names every (sequence, query tile, head) that has
+    producer and tile_loop.TileLoop do, names every (sequence, query tile, head) that has
     queries exactly once, none past a sequence's queries, in non-increasing key counts."""
     from zyfa.asm.ptx.kernels import _tile_order
     from zyfa.spec.shapes import Packed
@@ -138,7 +138,7 @@ def test_tile_order_lists_each_nonempty_tile_once_most_keys_first(kernel, causal
     assert words[0] == 0
     per_head, heads_batch = -(-max(q_lens) // rows), heads * len(q_lens)
     seen = []
-    for d in range(draws):                                   # specialized._emit_tile_of_draw, then TileLoop
+    for d in range(draws):                                   # tile_loop._emit_tile_of_draw, then TileLoop
         t = int(words[1 + d // heads]) + d % heads
         tile, (seq, head) = per_head - 1 - t // heads_batch, divmod(t % heads_batch, heads)
         keys = min(k_lens[seq], k_lens[seq] - q_lens[seq] + (tile + 1) * rows) if causal else k_lens[seq]

@@ -55,7 +55,7 @@ class Thread:
 
 @dataclasses.dataclass(frozen=True)
 class Tile:
-    """The CTA's tile of work (registers the prologue or, per tile, specialized.py writes) and
+    """The CTA's tile of work (registers the prologue or, per tile, tile_loop.py writes) and
     the kernel-wide key bounds it is cut by."""
     causal: bool
     group: Reg              # heads / kv_heads (GQA)

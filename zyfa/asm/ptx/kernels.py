@@ -59,7 +59,7 @@ def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) ->
 def _tile_order(layout, packed: Packed | None, heads: int, causal: bool, device: torch.device):
     """Layout.tile_counter: (int32s on the device: the counter, zero, then the packed batch's
     non-empty slots (query tile, sequence), most keys first, each as its first tile's number in
-    specialized.TileLoop's numbering (a slot's tiles are one a head); the draws that give a
+    tile_loop.TileLoop's numbering (a slot's tiles are one a head); the draws that give a
     tile, slots x heads). One a launch: launches on different streams never share a counter.
     None for other launches."""
     if not layout.tile_counter:

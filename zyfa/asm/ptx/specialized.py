@@ -11,18 +11,12 @@ One CTA = 128 query rows of one head, 384 threads (16-bit d64: 192 rows, 512 thr
                then the softmax of S(j) while the tensor cores run the phase
 
 The arithmetic is the serial kernel's, block by block (total = total * alpha + block * beta
-in the same order), so the outputs are bit-identical to it. A CTA takes tiles x, x +
-nctaid.x, ... and counts its loads across them (the stage ring's position) and its tiles
-(the Q mbarriers' phases); a dense launch gives every tile its own CTA, so each runs the tile
-loop once, which stays as measured. A packed launch runs a CTA an SM whose producer draws
-each next tile from a counter in global memory, looks it up in the host's order (non-empty
-tiles, most keys first) and hands it to the consumers in shared memory with its Q tiles
-(Layout.tile_counter). Versions and H200 timings: bench/PTX_NOTES.md
-(v11-v15).
+in the same order), so the outputs are bit-identical to it. A CTA runs a loop over tiles
+(tile_loop.py: one tile a CTA for a dense launch; a packed launch's CTAs draw them from a
+counter) and counts its loads across them (the stage ring's position) and its tiles (the Q
+mbarriers' phases). Versions and H200 timings: bench/PTX_NOTES.md (v11-v15).
 """
 from __future__ import annotations
-
-import dataclasses
 
 from ..program import Program, Reg
 from .block import (
@@ -39,13 +33,15 @@ from .block import (
     emit_softmax,
 )
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
-from .cta import Cta, emit_positive_factor, emit_prologue, emit_rows, emit_work
+from .cta import Cta, emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
 from .smem import emit_descriptor, emit_wait
 from .target import f32
+from .tile_loop import (TileLoop, emit_first_tile, emit_next_t, emit_tile_end, emit_tile_entry, emit_tile_loop,
+                        emit_tile_loop_head, phase_of)
 
 PRODUCER_REGISTERS = 24
 # a consumer's registers after setmaxnreg, and what the launch allots every thread (the
@@ -60,26 +56,10 @@ def consumer_warps(layout: Layout) -> int:
     return 4 * layout.consumers
 
 
-@dataclasses.dataclass(frozen=True)
-class TileLoop:
-    """The tiles of 128 query rows, heaviest first: query tile fastest within a (batch, head),
-    or (Layout.tile_counter) numbered query tile slowest over the whole batch (tile t: query
-    tile per_head - 1 - t / heads_batch of (batch, head) t % heads_batch), taken in the order
-    the host lists."""
-    per_head: Reg           # query tiles a (batch, head)
-    count: Reg              # tiles in all
-    q_free: Reg             # mbarrier: the consumers are done with the Q tiles
-    heads_batch: Reg | None = None   # tile_counter: heads x batch entries
-    word: Reg | None = None          # tile_counter: the shared word that hands the consumers their tile
-    order: Reg | None = None         # tile_counter: the counter in global memory, then the tile order
-    draws: Reg | None = None         # tile_counter: draws that give a tile
-    heads: Reg | None = None         # tile_counter: a slot's tiles (one a head)
-
-
 def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     emit = prog.emit
     c, _ = emit_prologue(prog, causal, layout)
-    params, shared = c.params, c.shared
+    shared = c.shared
     producer = prog.reg("pred")
     emit("setp.eq.u32", producer, c.thread.wg, 0)
     # mbarriers: Q full, stages full, stages free, Q free (split_kv: then V full, V free)
@@ -89,23 +69,9 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     if layout.split_kv:                                    # V full, V free
         counts += [1] * n + [warps] * n
     ones = emit_setup(prog, c, rule, counts, writers=producer)
-    q_free, per_head, count = prog.regs("u32", 3)
+    q_free = prog.reg("u32")
     emit("add.u32", q_free, shared.free0, 8 * n)
-    rows = BLOCK_M * layout.consumers                      # a tile's query rows
-    emit("add.u32", per_head, params.seqlen_q, rows - 1)
-    if rows & (rows - 1):
-        emit("div.u32", per_head, per_head, rows)
-    else:
-        emit("shr.u32", per_head, per_head, rows.bit_length() - 1)
-    emit("mul.lo.u32", count, per_head, params.heads)
-    emit("mul.lo.u32", count, count, params.batch)
-    tiles = TileLoop(per_head, count, q_free)
-    if layout.tile_counter:
-        heads_batch, word = prog.regs("u32", 2)
-        emit("mul.lo.u32", heads_batch, params.heads, params.batch)
-        emit("add.u32", word, shared.base, layout.tile_word_offset)
-        tiles = TileLoop(per_head, count, q_free, heads_batch, word, params.tile_order, params.tile_draws,
-                         params.heads)
+    tiles = emit_tile_loop(prog, c, q_free)
     emit("bra", "PRODUCER", guard=producer)
 
     if layout.is_fp8 and layout.dv > HEAD_DIM:
@@ -120,89 +86,6 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     emit("ret")
 
 
-def _emit_tile_loop_head(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: str,
-                         handed_it: Reg | None = None) -> None:
-    """At ``label``: leave for {label}_DONE once tile ``t`` is past the last, else the tile's
-    work. ``handed_it``: a consumer of a tile_counter launch, its tiles so far: the producer
-    hands it tile t in shared memory with the Q tiles (waited for here), never an empty one."""
-    done = prog.reg("pred")
-    handed = handed_it is not None
-    prog.label(label)
-    if handed:
-        _emit_q_wait(prog, c, handed_it)
-        prog.emit("ld.shared.b32", t, tiles.word)
-    prog.emit("setp.ge.u32", done, t, tiles.count)
-    prog.emit("bra.div", f"{label}_DONE", guard=done)
-    ty, bh = prog.regs("u32", 2)
-    if tiles.heads_batch is not None:                     # query tile slowest: across the batch
-        prog.emit("div.u32", ty, t, tiles.heads_batch)
-        prog.emit("rem.u32", bh, t, tiles.heads_batch)
-    else:
-        prog.emit("rem.u32", ty, t, tiles.per_head)
-        prog.emit("div.u32", bh, t, tiles.per_head)
-    prog.emit("sub.u32", ty, tiles.per_head, ty)
-    prog.emit("sub.u32", ty, ty, 1)                       # heaviest query tile first
-    emit_work(prog, c.params, c.thread, c.tile, c.layout, ty, bh)
-    if c.layout.packed and tiles.order is None:           # past its sequence's queries: the next tile
-        prog.emit("bra.div", f"{label}_SKIP", guard=c.tile.seq.empty)
-
-
-def _emit_q_wait(prog: Program, c: Cta, it: Reg) -> None:
-    """A consumer: wait until its tile's Q tiles have landed (``it``: its tiles so far)."""
-    emit_wait(prog, c.shared.bar_q, _phase_of(prog, it), "WAIT_Q")   # 16-bit: c > 0, softmax_scale is positive
-
-
-def _emit_tile_skip(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: str) -> None:
-    """A packed batch's empty tile: on to the next, no load or mbarrier phase used (a
-    tile_counter launch's order lists none)."""
-    if c.layout.packed and tiles.order is None:
-        prog.label(f"{label}_SKIP")
-        _emit_next_t(prog, tiles, t)
-        prog.emit("bra.div", label)
-
-
-def _emit_next_t(prog: Program, tiles: TileLoop, t: Reg) -> None:
-    """t: the CTA's next tile: t + nctaid.x, or (tile_counter) the tile of draw nctaid.x +
-    the counter's count so far (each CTA's first draw is its own index)."""
-    n = prog.reg("u32")
-    prog.emit("mov.u32", n, "%nctaid.x")
-    if tiles.order is None:
-        prog.emit("add.u32", t, t, n)
-        return
-    d = prog.reg("u32")
-    prog.emit("atom.global.add.u32", d, tiles.order, 1)
-    prog.emit("add.u32", d, d, n)
-    _emit_tile_of_draw(prog, tiles, d, t)
-
-
-def _emit_tile_of_draw(prog: Program, tiles: TileLoop, d: Reg, t: Reg) -> None:
-    """tile_counter: t = the tile of draw d: its slot's first tile (the word after the counter
-    at d / heads) + its head, or a tile past the last once the draws are spent."""
-    emit = prog.emit
-    more = prog.reg("pred")
-    slot, head = prog.regs("u32", 2)
-    off, addr = prog.regs("u64", 2)
-    emit("setp.lt.u32", more, d, tiles.draws)
-    emit("mov.u32", t, tiles.count)
-    emit("div.u32", slot, d, tiles.heads)
-    emit("rem.u32", head, d, tiles.heads)
-    emit("mul.wide.u32", off, slot, 4)
-    emit("add.u64", addr, tiles.order, off)
-    emit("add.u64", addr, addr, 4)
-    emit("ld.global.u32", t, addr, guard=more)
-    emit("add.u32", t, t, head, guard=more)
-
-
-def _phase_of(prog: Program, count: Reg, flip: bool = False) -> Reg:
-    """The mbarrier parity of use number ``count`` of a barrier used once per round (a
-    waiter for "free" waits for the previous round: ``flip``)."""
-    phase = prog.reg("u32")
-    prog.emit("and.b32", phase, count, 1)
-    if flip:
-        prog.emit("xor.b32", phase, phase, 1)              # a fresh barrier has completed "round -1"
-    return phase
-
-
 def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     """Thread 0: per tile, the consumers' Q tiles once they are done with the last ones, then
     its key blocks, each once its stage is free again."""
@@ -211,15 +94,11 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("setmaxnreg.dec", PRODUCER_REGISTERS)
     emit("bra.div", "PRODUCER_DONE", guard=f"!{c.thread.leader}")
     t, it, slot, j = prog.regs("u32", 4)
-    emit("mov.u32", t, "%ctaid.x")
-    if tiles.order is not None:
-        first = prog.reg("u32")
-        emit("mov.u32", first, t)
-        _emit_tile_of_draw(prog, tiles, first, t)
+    emit_first_tile(prog, tiles, t)
     emit("mov.u32", it, 0)
     emit("mov.u32", slot, 0)
-    _emit_tile_loop_head(prog, c, tiles, t, "PRODUCE_TILE")
-    emit_wait(prog, tiles.q_free, _phase_of(prog, it, flip=True), "WAIT_Q_FREE")
+    emit_tile_loop_head(prog, c, tiles, t, "PRODUCE_TILE")
+    emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
     if tiles.word is not None:                            # the consumers' tile, released with the Q tiles
         emit("st.shared.b32", tiles.word, t)
     q_tiles = [(shared.base, tile.tile_m)]
@@ -237,7 +116,7 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("setp.ge.u32", done, j, tile.n_blocks)
     emit("bra.div", "TILE_LOADED", guard=done)
     _, rounds = emit_ring_position(prog, c.layout.stages, slot)
-    emit_wait(prog, _free_bar(prog, c, slot), _phase_of(prog, rounds, flip=True), "WAIT_FREE")
+    emit_wait(prog, _free_bar(prog, c, slot), phase_of(prog, rounds, flip=True), "WAIT_FREE")
     if c.layout.split_kv:
         _emit_split_load(prog, c, j, slot, rounds)
     else:
@@ -246,13 +125,12 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("add.u32", slot, slot, 1)
     emit("bra.div", "LOAD_LOOP")
     prog.label("TILE_LOADED")
-    _emit_next_t(prog, tiles, t)
+    emit_next_t(prog, tiles, t)
     emit("add.u32", it, it, 1)
     emit("bra.div", "PRODUCE_TILE")
-    _emit_tile_skip(prog, c, tiles, t, "PRODUCE_TILE")
     prog.label("PRODUCE_TILE_DONE")
     if tiles.word is not None:                            # the end, handed over as a tile past the last
-        emit_wait(prog, tiles.q_free, _phase_of(prog, it, flip=True), "WAIT_Q_FREE_END")
+        emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE_END")
         emit("st.shared.b32", tiles.word, tiles.count)
         emit("mbarrier.arrive", shared.bar_q)
     prog.label("PRODUCER_DONE")
@@ -264,7 +142,7 @@ def _emit_split_load(prog: Program, c: Cta, block: Reg, slot: Reg, rounds: Reg) 
     key0 = emit_first_key(prog, c, block)
     prog.emit("mbarrier.expect_tx", bar, c.layout.k_bytes)
     emit_k_rows(prog, c, k_tile, key0, bar)
-    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_free0), _phase_of(prog, rounds, flip=True), "WAIT_V_FREE")
+    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_free0), phase_of(prog, rounds, flip=True), "WAIT_V_FREE")
     v_full = _v_bar(prog, c, slot, c.shared.v_full0)
     prog.emit("mbarrier.expect_tx", v_full, c.layout.stage_bytes - c.layout.k_bytes)
     emit_v_rows(prog, c, v_tile, key0, v_full)
@@ -309,7 +187,7 @@ def _v_bar(prog: Program, c: Cta, slot: Reg, first: Reg) -> Reg:
 def _emit_v_wait(prog: Program, c: Cta, slot: Reg, tag: str) -> None:
     """split_kv: spin until load number ``slot``'s V has landed."""
     _, rounds = emit_ring_position(prog, c.layout.stages, slot)
-    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_full0), _phase_of(prog, rounds), f"WAIT_V{tag}")
+    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_full0), phase_of(prog, rounds), f"WAIT_V{tag}")
 
 
 def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
@@ -318,28 +196,9 @@ def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> t
     Returns (q_tile, q_descs, d_ones, rows, t, it, base); base: the load number of the tile's block 0."""
     q_sync, q_tile, q_descs = _emit_consumer_start(prog, c)
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
-    rows, t, it, base = _emit_tile_entry(prog, c, tiles)
+    rows, t, it, base = emit_tile_entry(prog, c, tiles)
     emit_positive_factor(prog, c, rows, q_tile, sync=lambda: prog.emit("bar.sync.n", q_sync, THREADS))
     return q_tile, q_descs, d_ones, rows, t, it, base
-
-
-def _emit_tile_entry(prog: Program, c: Cta, tiles: TileLoop) -> tuple:
-    """A consumer's tile loop: its counters (t the tile, it the tiles done, base the load
-    number of the tile's block 0), the loop's head (label TILE), the tile's rows, Q landed.
-    Returns (rows, t, it, base)."""
-    emit = prog.emit
-    t, it, base = prog.regs("u32", 3)
-    handed = tiles.word is not None
-    if not handed:
-        emit("mov.u32", t, "%ctaid.x")
-    emit("mov.u32", it, 0)
-    emit("mov.u32", base, 0)
-
-    _emit_tile_loop_head(prog, c, tiles, t, "TILE", handed_it=it if handed else None)
-    rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
-    if not handed:
-        _emit_q_wait(prog, c, it)
-    return rows, t, it, base
 
 
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
@@ -417,7 +276,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     _emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     fold(o, "_LAST")
     emit_epilogue(prog, c, rows, total, A, l)
-    _emit_tile_end(prog, c, tiles, t, it, base)
+    emit_tile_end(prog, c, tiles, t, it, base)
 
 
 def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
@@ -449,19 +308,7 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
 
     _emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     emit_epilogue(prog, c, rows, total, A, l)
-    _emit_tile_end(prog, c, tiles, t, it, base)
-
-
-def _emit_tile_end(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg, base: Reg) -> None:
-    """A consumer after a tile's epilogue: its block slots advanced, on to the next tile."""
-    prog.emit("add.u32", base, base, c.tile.n_blocks)
-    if tiles.word is None:
-        _emit_next_t(prog, tiles, t)
-    prog.emit("add.u32", it, it, 1)
-    prog.emit("bra.div", "TILE")
-    if tiles.word is None:
-        _emit_tile_skip(prog, c, tiles, t, "TILE")
-    prog.label("TILE_DONE")
+    emit_tile_end(prog, c, tiles, t, it, base)
 
 
 def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, list[list[Reg]]]:
@@ -490,7 +337,7 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("mov.u32", scratch, "%tid.x")
     emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
     emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
-    rows, t, it, base = _emit_tile_entry(prog, c, tiles)
+    rows, t, it, base = emit_tile_entry(prog, c, tiles)
 
     total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
@@ -539,4 +386,4 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
     _emit_release(prog, c, tiles.q_free)
     emit_epilogue(prog, c, rows, total, A, l)
-    _emit_tile_end(prog, c, tiles, t, it, base)
+    emit_tile_end(prog, c, tiles, t, it, base)
