@@ -5,9 +5,9 @@ launch over all sequences (zyfa.triton_kernels.attention's VARLEN, the generated
 packed variants). The Triton kernel reads a paged cache in place when its pages are a
 multiple of the key tile and its pools are laid out as the kernel reads them (PAGE); for the
 generated kernel, and other paged caches, K's pages (and 16-bit V's) are first gathered into a
-packed batch (one copy of the used pages), while FP8 V^T is written from its pool in place. The reference and gfx950 run one ``zyfa.flash_attn_func`` call
-per sequence and concatenate the results. Either way the sequence lengths are read on the
-host (they are validated there).
+packed batch (one copy of the used pages), while FP8 V^T is written from its pool in place.
+The reference and gfx950 run one ``zyfa.flash_attn_func`` call per sequence and concatenate
+the results. Either way the sequence lengths are read on the host (they are validated there).
 """
 from __future__ import annotations
 
@@ -308,8 +308,9 @@ def _gathered_pages(k, v, pages, is_fp8: bool):
     """A paged cache the kernel cannot read in place, copied into a packed layout: each
     sequence's pages in order, one gather a pool: (k, v (total, kv_heads, d), each sequence's
     first key, None); the sequence's key count says how many of its pages' keys it uses. FP8
-    v stays the pool (returned with ``pages`` in place of None): packed_vt writes V^T from it in place, where a
-    gather would turn each page's V^T into rows only for packed_vt to turn them back."""
+    v stays the pool (returned with ``pages`` in place of None): packed_vt writes V^T from it
+    in place, where a gather would turn each page's V^T into rows only for packed_vt to turn
+    them back."""
     page = k.shape[1]
     order = to_device([p for seq in pages for p in seq], k.device, torch.long)   # one copy
     k = k.index_select(0, order).flatten(0, 1)

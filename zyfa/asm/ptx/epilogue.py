@@ -111,4 +111,3 @@ def emit_transpose_quad(prog: Program, w: list[Reg], up: list[Reg]) -> list[Reg]
             emit("selp.b32", hi, w[k2], recv, is_up)
             w[k], w[k2] = lo, hi
     return w
-
