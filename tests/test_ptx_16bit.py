@@ -135,11 +135,11 @@ def test_tile_order_lists_each_nonempty_tile_once_most_keys_first(kernel, causal
     none = torch.zeros(len(q_lens), dtype=torch.int32)
     packed = Packed(none, none, none, none, max(q_lens), max(k_lens), lengths=(tuple(q_lens), tuple(k_lens)))
     words, draws = _tile_order(layout, packed, heads, causal, torch.device("cpu"))
-    assert words[0] == 0
+    assert words[0] == 0 and len(words) == 1 + draws
     per_head, heads_batch = -(-max(q_lens) // rows), heads * len(q_lens)
     seen = []
     for d in range(draws):                                   # tile_loop._emit_tile_of_draw, then TileLoop
-        t = int(words[1 + d // heads]) + d % heads
+        t = int(words[1 + d])
         tile, (seq, head) = per_head - 1 - t // heads_batch, divmod(t % heads_batch, heads)
         keys = min(k_lens[seq], k_lens[seq] - q_lens[seq] + (tile + 1) * rows) if causal else k_lens[seq]
         seen.append((keys, seq, tile, head))

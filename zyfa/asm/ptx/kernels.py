@@ -58,20 +58,21 @@ def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) ->
 
 def _tile_order(layout, packed: Packed | None, heads: int, causal: bool, device: torch.device):
     """Layout.tile_counter: (int32s on the device: the counter, zero, then the packed batch's
-    non-empty slots (query tile, sequence), most keys first, each as its first tile's number in
-    tile_loop.TileLoop's numbering (a slot's tiles are one a head); the draws that give a
-    tile, slots x heads). One a launch: launches on different streams never share a counter.
-    None for other launches."""
+    non-empty tiles in the order the CTAs draw them, each as its number in
+    tile_loop.TileLoop's numbering; the number of tiles). One a launch: launches on
+    different streams never share a counter. None for other launches."""
     if not layout.tile_counter:
         return None
     rows = layout.consumers * attn.BLOCK_M
     words = _order_words(*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, causal)
-    return to_device(words, device), (len(words) - 1) * heads
+    return to_device(words, device), len(words) - 1
 
 
 @functools.lru_cache(maxsize=16)     # a model's layers call with the same lengths
 def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, causal: bool) -> torch.Tensor:
-    """_tile_order's words on the host (int32)."""
+    """_tile_order's words on the host (int32): the (query tile, sequence) slots, most keys
+    first (causal: the tile's last row's keys), each slot's heads in a row (GQA's heads of a
+    kv head share their K and V)."""
     q_lens, k_lens = torch.tensor(q_lens), torch.tensor(k_lens)
     tiles = (q_lens + rows - 1) // rows                            # per sequence
     seq = torch.repeat_interleave(torch.arange(len(tiles)), tiles)
@@ -81,7 +82,8 @@ def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: 
         keys = torch.minimum(keys, keys - q_lens[seq] + (tile + 1) * rows)
     order = torch.argsort(-keys, stable=True)
     first = (per_head - 1 - tile[order]) * (len(tiles) * heads) + seq[order] * heads
-    return torch.cat([torch.zeros(1, dtype=torch.int64), first]).to(torch.int32)
+    numbers = (first[:, None] + torch.arange(heads)).flatten()
+    return torch.cat([torch.zeros(1, dtype=torch.int64), numbers]).to(torch.int32)
 
 
 def _order_args(order) -> list:

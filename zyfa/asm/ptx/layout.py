@@ -211,7 +211,7 @@ PACKED_PARAMS = [(".u64", "cu_q_ptr"), (".u64", "k_start_ptr"), (".u64", "k_len_
 
 
 # tile_counter: int32s in global memory, the counter (zero at launch) and then the tile order
-# (kernels.tile_order), and the number of draws that give a tile (its slots x heads)
+# (kernels._tile_order: a tile a word), and the number of tiles listed
 TILE_COUNTER_PARAMS = [(".u64", "tile_order_ptr"), (".u32", "tile_draws")]
 
 
