@@ -92,21 +92,18 @@ def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, pac
     assert layout_fits(dims, dtype)
 
 
-@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
-def test_persistent_kernels_hand_out_tiles_from_a_counter(kernel, packed):
-    """A warp-specialized launch's producer takes each next tile from the counter (atomics,
-    its first tile the draw of its own CTA index) and hands it over in shared memory before
-    releasing the Q tiles; the consumers read it only after Q has landed; the end is handed
-    over the same way. The serial kernels keep one CTA a tile (no counter)."""
+def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
+    """A packed launch's producer takes each next tile from the counter (atomics, its first
+    tile its own CTA index) and hands it over in shared memory before releasing the Q tiles;
+    the consumers read it only after Q has landed; the end is handed over the same way. Dense
+    launches keep one CTA a tile (no counter)."""
     dtype, d = kernel.split()
     d = int(d[1:])
-    if dtype == "bf16":
-        ptx = attn.attention_kernel_16("bf16", True, d, d, packed=packed)[1]
-    else:
-        ptx = attn.attention_kernel("exact", True, d, "sm_90a", packed)[1]
-        assert "atom.global" not in attn.attention_kernel("exact", True, 128, "sm_90a", packed)[1]   # serial
-    lines = [line.strip() for line in ptx.splitlines()]
+    make = ((lambda packed: attn.attention_kernel_16("bf16", True, d, d, packed=packed)) if dtype == "bf16" else
+            (lambda packed: attn.attention_kernel("exact", True, d, "sm_90a", packed)))
+    assert "atom.global" not in make(False)[1]
+    lines = [line.strip() for line in make(True)[1].splitlines()]
     at = {line[:-1]: i for i, line in enumerate(lines) if line.endswith(":")}     # labels
     word_store = [i for i, line in enumerate(lines) if line.startswith("st.shared.b32")]
     q_full = [i for i, line in enumerate(lines) if "mbarrier.arrive.expect_tx" in line]
@@ -124,25 +121,23 @@ def test_persistent_kernels_hand_out_tiles_from_a_counter(kernel, packed):
 
 
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
-@pytest.mark.parametrize("batch", ["packed", "dense"])
-def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel, batch):
-    """The host's order (kernels._tile_order), decoded the way the producer and
-    tile_loop.TileLoop do, names every (sequence, query tile, head) that has queries exactly
-    once and none past a sequence's queries: the sequences most keys first, in each one head
-    after head, each head's query tiles last first."""
+def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel):
+    """The host's order for a packed launch (kernels._tile_order), decoded the way the
+    producer and tile_loop.TileLoop do, names every (sequence, query tile, head) that has
+    queries exactly once and none past a sequence's queries: the sequences most keys first,
+    in each one head after head, each head's query tiles last first."""
     from zyfa.asm.ptx.kernels import _tile_order
+    from zyfa.spec.shapes import Packed
     dtype, d = kernel.split()
-    layout = attn.layout_for(int(d[1:]), "e4m3" if dtype == "fp8" else dtype, int(d[1:]), batch == "packed")
+    layout = attn.layout_for(int(d[1:]), "e4m3" if dtype == "fp8" else dtype, int(d[1:]), True)
     rows, heads = layout.consumers * attn.BLOCK_M, 3
-    if batch == "packed":
-        q_lens, k_lens = [1, 700, 0, 129, 2 * rows, 50], [1, 900, 5, 129, 2 * rows, 40]
-        Sq = max(q_lens) + 5                                 # max_seqlen_q may exceed every length
-    else:
-        q_lens, k_lens = [3 * rows + 7] * 2, [4 * rows] * 2
-        Sq = q_lens[0]
-    words, draws = _tile_order(layout, (tuple(q_lens), tuple(k_lens)), Sq, heads, torch.device("cpu"))
+    q_lens, k_lens = [1, 700, 0, 129, 2 * rows, 50], [1, 900, 5, 129, 2 * rows, 40]
+    max_q = max(q_lens) + rows                               # max_seqlen_q may exceed every length
+    none = torch.zeros(len(q_lens), dtype=torch.int32)
+    packed = Packed(none, none, none, none, max_q, max(k_lens), lengths=(tuple(q_lens), tuple(k_lens)))
+    words, draws = _tile_order(layout, packed, heads, torch.device("cpu"))
     assert words[0] == 0 and len(words) == 1 + draws
-    per_head, heads_batch = -(-Sq // rows), heads * len(q_lens)
+    per_head, heads_batch = -(-max_q // rows), heads * len(q_lens)
     seen = []
     for d in range(draws):                                   # tile_loop._emit_tile_of_draw, then TileLoop
         t = int(words[1 + d])

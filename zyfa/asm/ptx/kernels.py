@@ -46,28 +46,26 @@ def _batch(q, k, packed: Packed | None) -> tuple[int, int, int, list]:
     return packed.batch, packed.max_seqlen_q, packed.max_seqlen_k, tables + [ctypes.c_uint32(q.shape[1])]
 
 
-def _lengths(packed: Packed | None, B: int, Sq: int, Sk: int) -> tuple:
-    """The sequences' (query lengths, key lengths) on the host."""
-    return packed.host_lengths() if packed is not None else ((Sq,) * B, (Sk,) * B)
-
-
 def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) -> tuple:
-    if layout.tile_counter:                        # one CTA an SM over the host's tiles
+    if layout.tile_counter:                        # one CTA an SM over the tiles: a packed batch's
+        # short sequences leave each tile a few blocks, and a CTA's producer loads the next
+        # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
         return (max(1, min(order[1], torch.cuda.get_device_properties(device).multi_processor_count)),)
+    if layout.specialized:                         # a line of CTAs, one a 128-row tile
+        return (-(-Sq // (layout.consumers * attn.BLOCK_M)) * B * Hq,)
     return (-(-Sq // attn.BLOCK_M), B * Hq)
 
 
-def _tile_order(layout, lengths: tuple, Sq: int, heads: int, device: torch.device):
-    """Layout.tile_counter: (int32s on the device: the counter, zero, then the launch's
+def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device):
+    """Layout.tile_counter: (int32s on the device: the counter, zero, then the packed batch's
     non-empty tiles in the order the CTAs draw them, each as its number in
-    tile_loop.TileLoop's numbering; the number of tiles). ``lengths``: the sequences'
-    (query lengths, key lengths) on the host; ``Sq``: the seqlen_q the kernel numbers by.
-    One a launch, since the kernel counts in it: launches on different streams never share
-    a counter. None for other launches."""
+    tile_loop.TileLoop's numbering; the number of tiles). One a launch, since the kernel
+    counts in it: launches on different streams never share a counter. None for other
+    launches."""
     if not layout.tile_counter:
         return None
     rows = layout.consumers * attn.BLOCK_M
-    words = _order_words(*lengths, rows, -(-Sq // rows), heads)
+    words = _order_words(*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads)
     return to_device(words, device), len(words) - 1
 
 
@@ -77,8 +75,8 @@ def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: 
     sequence's heads in turn and each head's query tiles last first (causal: most keys
     first). One head's tiles in a row keep its K and V in L2 while they run. Measured on
     the H200 against (query tile, sequence) slots most keys first with heads in a row:
-    +5-27% on packed batches, +66% on 32 sequences of 64-2048 tokens at d64
-    (bench/NOTES.md)."""
+    +5% (BF16 d128, the bench's batch) to +61% (d64, 32 sequences of 64-2048 tokens),
+    bench/NOTES.md."""
     q_lens, k_lens = torch.tensor(q_lens), torch.tensor(k_lens)
     seqs = torch.argsort(-k_lens, stable=True)
     tiles = (q_lens[seqs] + rows - 1) // rows                  # per sequence, in order
@@ -124,7 +122,7 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", _device_index(dev), packed is not None)
-    order = _tile_order(layout, _lengths(packed, B, Sq, Sk), Sq, Hq, dev)
+    order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse
 
@@ -166,6 +164,6 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None)
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None)
-    order = _tile_order(layout, _lengths(packed, B, Sq, Sk), Sq, Hq, dev)
+    order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse

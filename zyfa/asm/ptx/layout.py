@@ -140,15 +140,13 @@ class Layout:
 
     @property
     def tile_counter(self) -> bool:
-        """The warp-specialized kernels run a CTA an SM that takes its next tile as it finishes
-        the last, in an order the host lists (kernels._order_words) after a counter in global
-        memory (the producer draws the next and hands it to the consumers in shared memory).
-        Against a CTA a tile, measured on the H200 (bench/NOTES.md): packed batches +25-30%
-        (a fixed stride over tiles of unequal length left some SMs 8-14% busier than the mean,
-        bench/tile_balance.py, and most slots of a grid sized by the longest sequence were
-        empty), dense 16-bit launches +1-12% (the producer loads the next tile's Q and K/V
-        while its consumers finish the last)."""
-        return self.specialized
+        """A packed batch's persistent CTAs take their tiles as they finish the last, in an
+        order the host lists (the non-empty tiles, sequence by sequence) after a counter in global
+        memory (the producer draws the next and hands it to the consumers in shared memory): a
+        fixed stride over tiles of unequal length left some SMs 8-14% busier than the mean
+        (bench/tile_balance.py), and slots of a grid sized by the longest sequence are mostly
+        empty (75% on the bench's batch)."""
+        return self.packed and self.specialized
 
     @property
     def tile_word_offset(self) -> int:

@@ -12,8 +12,9 @@ One CTA = 128 query rows of one head, 384 threads (16-bit d64: 192 rows, 512 thr
 
 The arithmetic is the serial kernel's, block by block (total = total * alpha + block * beta
 in the same order), so the outputs are bit-identical to it. A CTA runs a loop over tiles
-(tile_loop.py: a CTA an SM, drawing them from a counter in the host's order) and counts its
-loads across them (the stage ring's position) and its tiles (the Q mbarriers' phases). Versions and H200 timings: bench/PTX_NOTES.md (v11-v15).
+(tile_loop.py: one tile a CTA for a dense launch; a packed launch's CTAs draw them from a
+counter) and counts its loads across them (the stage ring's position) and its tiles (the Q
+mbarriers' phases). Versions and H200 timings: bench/PTX_NOTES.md (v11-v15).
 """
 from __future__ import annotations
 
@@ -98,7 +99,8 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("mov.u32", slot, 0)
     emit_tile_loop_head(prog, c, tiles, t, "PRODUCE_TILE")
     emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
-    emit("st.shared.b32", tiles.word, t)                  # the consumers' tile, released with the Q tiles
+    if tiles.word is not None:                            # the consumers' tile, released with the Q tiles
+        emit("st.shared.b32", tiles.word, t)
     q_tiles = [(shared.base, tile.tile_m)]
     for k in range(1, c.layout.consumers):                # consumer k + 1's Q tile and rows
         row, q_k = prog.regs("u32", 2)
@@ -127,10 +129,10 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("add.u32", it, it, 1)
     emit("bra.div", "PRODUCE_TILE")
     prog.label("PRODUCE_TILE_DONE")
-    # the end, handed over to the consumers as a tile past the last
-    emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE_END")
-    emit("st.shared.b32", tiles.word, tiles.count)
-    emit("mbarrier.arrive", shared.bar_q)
+    if tiles.word is not None:                            # the end, handed over as a tile past the last
+        emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE_END")
+        emit("st.shared.b32", tiles.word, tiles.count)
+        emit("mbarrier.arrive", shared.bar_q)
     prog.label("PRODUCER_DONE")
 
 
