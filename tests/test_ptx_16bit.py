@@ -120,32 +120,32 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     assert word_load and at["TILE"] < at["WAIT_Q"] < word_load[0] < at["TILE_DONE"]
 
 
-@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
-def test_tile_order_lists_each_nonempty_tile_once_most_keys_first(kernel, causal):
+def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel):
     """The host's order for a packed launch (kernels._tile_order), decoded the way the
     producer and tile_loop.TileLoop do, names every (sequence, query tile, head) that has
-    queries exactly once, none past a sequence's queries, in non-increasing key counts."""
+    queries exactly once and none past a sequence's queries: the sequences most keys first,
+    in each one head after head, each head's query tiles last first."""
     from zyfa.asm.ptx.kernels import _tile_order
     from zyfa.spec.shapes import Packed
     dtype, d = kernel.split()
     layout = attn.layout_for(int(d[1:]), "e4m3" if dtype == "fp8" else dtype, int(d[1:]), True)
     rows, heads = layout.consumers * attn.BLOCK_M, 3
     q_lens, k_lens = [1, 700, 0, 129, 2 * rows, 50], [1, 900, 5, 129, 2 * rows, 40]
+    max_q = max(q_lens) + rows                               # max_seqlen_q may exceed every length
     none = torch.zeros(len(q_lens), dtype=torch.int32)
-    packed = Packed(none, none, none, none, max(q_lens), max(k_lens), lengths=(tuple(q_lens), tuple(k_lens)))
-    words, draws = _tile_order(layout, packed, heads, causal, torch.device("cpu"))
-    assert words[0] == 0
-    per_head, heads_batch = -(-max(q_lens) // rows), heads * len(q_lens)
+    packed = Packed(none, none, none, none, max_q, max(k_lens), lengths=(tuple(q_lens), tuple(k_lens)))
+    words, draws = _tile_order(layout, packed, heads, torch.device("cpu"))
+    assert words[0] == 0 and len(words) == 1 + draws
+    per_head, heads_batch = -(-max_q // rows), heads * len(q_lens)
     seen = []
     for d in range(draws):                                   # tile_loop._emit_tile_of_draw, then TileLoop
-        t = int(words[1 + d // heads]) + d % heads
+        t = int(words[1 + d])
         tile, (seq, head) = per_head - 1 - t // heads_batch, divmod(t % heads_batch, heads)
-        keys = min(k_lens[seq], k_lens[seq] - q_lens[seq] + (tile + 1) * rows) if causal else k_lens[seq]
-        seen.append((keys, seq, tile, head))
-    expected = {(s, m, h) for s, n in enumerate(q_lens) for m in range(-(-n // rows)) for h in range(heads)}
-    assert sorted((s, m, h) for _, s, m, h in seen) == sorted(expected)
-    assert all(a[0] >= b[0] for a, b in zip(seen, seen[1:]))
+        seen.append((seq, head, tile))
+    expected = [(s, h, m) for s in sorted(range(len(q_lens)), key=lambda s: -k_lens[s])
+                for h in range(heads) for m in reversed(range(-(-q_lens[s] // rows)))]
+    assert seen == expected
 
 
 def layout_fits(dims, dtype) -> bool:

@@ -26,7 +26,7 @@ class Params:
     batch: Reg
     packed: "PackedParams | None" = None    # a packed batch's per-sequence tables
     tile_order: Reg | None = None           # Layout.tile_counter: the counter, then the tile order
-    tile_draws: Reg | None = None           # Layout.tile_counter: draws that give a tile
+    tile_draws: Reg | None = None           # Layout.tile_counter: the tiles listed
 
 
 @dataclasses.dataclass(frozen=True)

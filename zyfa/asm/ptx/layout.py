@@ -141,7 +141,7 @@ class Layout:
     @property
     def tile_counter(self) -> bool:
         """A packed batch's persistent CTAs take their tiles as they finish the last, in an
-        order the host lists (the non-empty tiles, most keys first) after a counter in global
+        order the host lists (the non-empty tiles, sequence by sequence) after a counter in global
         memory (the producer draws the next and hands it to the consumers in shared memory): a
         fixed stride over tiles of unequal length left some SMs 8-14% busier than the mean
         (bench/tile_balance.py), and slots of a grid sized by the longest sequence are mostly
@@ -211,7 +211,7 @@ PACKED_PARAMS = [(".u64", "cu_q_ptr"), (".u64", "k_start_ptr"), (".u64", "k_len_
 
 
 # tile_counter: int32s in global memory, the counter (zero at launch) and then the tile order
-# (kernels.tile_order), and the number of draws that give a tile (its slots x heads)
+# (kernels._tile_order: a tile a word), and the number of tiles listed
 TILE_COUNTER_PARAMS = [(".u64", "tile_order_ptr"), (".u32", "tile_draws")]
 
 

@@ -27,8 +27,7 @@ class TileLoop:
     heads_batch: Reg | None = None   # tile_counter: heads x batch entries
     word: Reg | None = None          # tile_counter: the shared word that hands the consumers their tile
     order: Reg | None = None         # tile_counter: the counter in global memory, then the tile order
-    draws: Reg | None = None         # tile_counter: draws that give a tile
-    heads: Reg | None = None         # tile_counter: a slot's tiles (one a head)
+    draws: Reg | None = None         # tile_counter: the tiles listed (draws past them end the CTA)
 
 
 def emit_tile_loop(prog: Program, c: Cta, q_free: Reg) -> TileLoop:
@@ -48,7 +47,7 @@ def emit_tile_loop(prog: Program, c: Cta, q_free: Reg) -> TileLoop:
     heads_batch, word = prog.regs("u32", 2)
     emit("mul.lo.u32", heads_batch, params.heads, params.batch)
     emit("add.u32", word, c.shared.base, layout.tile_word_offset)
-    return TileLoop(per_head, count, q_free, heads_batch, word, params.tile_order, params.tile_draws, params.heads)
+    return TileLoop(per_head, count, q_free, heads_batch, word, params.tile_order, params.tile_draws)
 
 
 def emit_first_tile(prog: Program, tiles: TileLoop, t: Reg) -> None:
@@ -105,21 +104,17 @@ def emit_next_t(prog: Program, tiles: TileLoop, t: Reg) -> None:
 
 
 def _emit_tile_of_draw(prog: Program, tiles: TileLoop, d: Reg, t: Reg) -> None:
-    """tile_counter: t = the tile of draw d: its slot's first tile (the word after the counter
-    at d / heads) + its head, or a tile past the last once the draws are spent."""
+    """tile_counter: t = the tile of draw d, the word after the counter at d, or a tile past
+    the last once the draws are spent."""
     emit = prog.emit
     more = prog.reg("pred")
-    slot, head = prog.regs("u32", 2)
     off, addr = prog.regs("u64", 2)
     emit("setp.lt.u32", more, d, tiles.draws)
     emit("mov.u32", t, tiles.count)
-    emit("div.u32", slot, d, tiles.heads)
-    emit("rem.u32", head, d, tiles.heads)
-    emit("mul.wide.u32", off, slot, 4)
+    emit("mul.wide.u32", off, d, 4)
     emit("add.u64", addr, tiles.order, off)
     emit("add.u64", addr, addr, 4)
     emit("ld.global.u32", t, addr, guard=more)
-    emit("add.u32", t, t, head, guard=more)
 
 
 def phase_of(prog: Program, count: Reg, flip: bool = False) -> Reg:
