@@ -9,6 +9,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 HAS_GPU = torch.cuda.is_available()
+# the generated Hopper kernels' GPU tests
+H100_CLASS = HAS_GPU and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
+hopper = pytest.mark.skipif(not H100_CLASS, reason="needs an sm_90 GPU (H100/H200)")
 DEVICE = "cuda" if HAS_GPU else "cpu"
 
 

@@ -11,15 +11,13 @@ import re
 import pytest
 import torch
 
-from conftest import HAS_GPU, describe_mismatch, rel_err
+from conftest import describe_mismatch, hopper, rel_err
 import zyfa
 from zyfa.asm.ptx import attention as attn, specialized
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.fragments import accumulator_position
 from zyfa.spec.reference import attention_fp64
 
-H100_CLASS = HAS_GPU and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
-hopper = pytest.mark.skipif(not H100_CLASS, reason="needs an sm_90 GPU (H100/H200)")
 
 
 def _a16_position(thread: int, reg: int, half: int) -> tuple[int, int]:

@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from conftest import HAS_GPU, describe_mismatch, rel_err
+from conftest import describe_mismatch, hopper, rel_err
 import zyfa
 from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn
@@ -23,8 +23,6 @@ from zyfa.asm.ptx.lean_p import PTX_RULES
 from zyfa.spec.rules import HALF_RULES
 from zyfa.spec.reference import attention_fp64, fp8_attention_spec
 
-H100_CLASS = HAS_GPU and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
-hopper = pytest.mark.skipif(not H100_CLASS, reason="needs an sm_90 GPU (H100/H200)")
 
 
 def test_p_sources_put_each_code_where_the_a_operand_reads_it():

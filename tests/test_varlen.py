@@ -8,7 +8,7 @@ import torch
 
 import zyfa
 
-from conftest import DEVICE
+from conftest import DEVICE, hopper
 
 BACKENDS = ["reference", "triton"]
 D = 64
@@ -341,10 +341,7 @@ def test_paged_cache_gathered_only_when_not_read_in_place(fp8, monkeypatch):
         assert gathers == want, page_size
 
 
-H100_CLASS = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0)
-
-
-@pytest.mark.skipif(not H100_CLASS, reason="the generated Hopper kernels need an sm_90 GPU")
+@hopper
 @pytest.mark.parametrize("dims", [(128, 128), (192, 128), (64, 64), (256, 256)], ids=lambda d: f"d{d[0]}-{d[1]}")
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("causal", [True, False])
@@ -382,7 +379,7 @@ def test_ptx_packed_batch_equals_per_sequence_calls(dims, fp8, causal, monkeypat
     assert torch.equal(out, torch.cat(outs)) and torch.equal(lse, torch.cat(lses, 1))
 
 
-@pytest.mark.skipif(not H100_CLASS, reason="the generated Hopper kernels need an sm_90 GPU")
+@hopper
 @pytest.mark.parametrize("backend", ["ptx", "triton"])
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 def test_host_lengths_run_without_a_device_sync(backend, fp8):
@@ -402,7 +399,7 @@ def test_host_lengths_run_without_a_device_sync(backend, fp8):
     assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
 
 
-@pytest.mark.skipif(not H100_CLASS, reason="the generated Hopper kernels need an sm_90 GPU")
+@hopper
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("page_size", [16, 64, 128])
 def test_ptx_paged_cache_equals_contiguous(fp8, page_size, monkeypatch):

@@ -82,6 +82,13 @@ def head_factor(q_descale: torch.Tensor, k_descale: torch.Tensor, B: int, Hkv: i
     return ((qd * kd) * (softmax_scale * LOG2E)).float().contiguous()
 
 
+def row_factor(qs: torch.Tensor, softmax_scale: float) -> torch.Tensor:
+    """(B, Hq, Sq) float32: q's per-token descales (normalize_descales' form) times
+    softmax_scale * log2 e, the row factor of per-token descales (a score's factor is it times
+    the key's descale), formed as the spec and every kernel form it."""
+    return (qs * (softmax_scale * LOG2E)).float()
+
+
 def per_channel_v_descale(vd: torch.Tensor, B: int, Hkv: int, Dv: int) -> torch.Tensor:
     """v_descale as (B, Hkv, Dv) float32 contiguous."""
     vs = vd if vd.dim() == 3 else _coarse(vd, B, Hkv, "v_descale")[..., None].expand(B, Hkv, Dv)

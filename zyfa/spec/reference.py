@@ -37,7 +37,7 @@ import math
 import torch
 
 from .constants import KEY_BLOCK, LOG2E, NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
-from .descales import is_per_token, normalize_descales
+from .descales import is_per_token, normalize_descales, row_factor
 from .e4m3 import e4m3_decode, fma32
 from .rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules, p_bits
 
@@ -133,7 +133,7 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     # c, the factor from raw dot products to the log2 domain, in float32 as the kernels form it
     col_fac = ks.repeat_interleave(group, dim=1).float()                   # (B, Hq, Sk)
     if is_per_token(q_descale) or is_per_token(k_descale):
-        row_fac = (qs * (scale * LOG2E)).float()                           # (B, Hq, Sq)
+        row_fac = row_factor(qs, scale)                                    # (B, Hq, Sq)
 
         def factor(k0, k1):
             return row_fac[..., None] * col_fac[:, :, None, k0:k1]

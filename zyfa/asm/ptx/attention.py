@@ -47,7 +47,7 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
-                     arch: str = "sm_90a", packed: bool = False) -> tuple[str, str]:
+                     arch: str = "sm_90a", packed: bool = False, int8_qk: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` and its Dv: HEAD_DIMS) for one P
     rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for the
     rules in HMMA_RULES and from the ALUs for the others (block.py).
@@ -59,13 +59,14 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale (B, Hkv,
     Dv) float32; seqlen_q, seqlen_k, heads, kv_heads, batch. Launch: layout_for(dqk, dv=Dv)'s
     threads and shared_bytes of dynamic shared memory; grid (ceil(Sq / 64), B * Hq) for
-    Dqk 64 and 128, (ceil(Sq / 128) * B * Hq,) otherwise.
+    Dqk 64 and 128, (ceil(Sq / 128) * B * Hq,) otherwise. ``int8_qk``: q and k int8, Dqk
+    64 / 128 (layout.INT8_PARAMS: fac is then a factor a query row, kfac k's descale a block).
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
     dv = fp8_dv(dqk)
-    layout = layout_for(dqk, dv=dv, packed=packed)
-    name = kernel_name(rule, causal, dqk, packed)
+    layout = layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk)
+    name = kernel_name(rule, causal, dqk, packed, int8_qk)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if layout.specialized:

@@ -101,7 +101,8 @@ def emit_scores(prog: Program, c: Cta, q_descs: list[list[Reg]], j: Reg, s: list
         tiles.append((q_steps, emit_descriptor(prog, k_col, width)))
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
-    op = "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8 else f"wgmma.m64n{layout.block_n}k16.{layout.dtype}.ss"
+    op = ("wgmma.m64n128k32.s8.ss" if layout.int8_qk else "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8
+          else f"wgmma.m64n{layout.block_n}k16.{layout.dtype}.ss")
     emit("wgmma.fence")
     first = True
     for q_steps, dk_t in tiles:
@@ -165,14 +166,15 @@ def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, maske
 
 def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
                d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg], tag: str = "",
-               masked: bool = True, deferred: bool = False) -> None:
+               masked: bool = True, deferred: bool = False, facs: list[Reg] | None = None) -> None:
     """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
     any wgmma still in flight), accumulation. ``masked`` False: a block below the band.
     ``deferred``: the reference update in a warp-uniform branch taken only when a row's
-    maximum passed A + RESCALE_THRESHOLD (emit_reference_moves)."""
+    maximum passed A + RESCALE_THRESHOLD (emit_reference_moves). ``facs``: the two rows'
+    factors (int8_qk), else the head's rows.fac."""
     _, v_tile, _, _ = stage(prog, c, j)
     dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked, deferred=deferred)
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked, deferred=deferred, facs=facs)
     for half, dv in enumerate(dvs):                        # Dv 256: two P V^T in turn
         o = emit_pv_issue(prog, c, sm.p_regs, dv)
         prog.emit("wgmma.wait", 0)
@@ -236,14 +238,15 @@ def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> N
 
 def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
                  A: list[Reg], tag: str = "", wait_rowsum: bool = True, masked: bool = True,
-                 deferred: bool = False) -> Softmax:
+                 deferred: bool = False, facs: list[Reg] | None = None) -> Softmax:
     """Mask (in place, in the blocks that need it), row max, references, P codes packed into
     the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
     the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False).
-    ``masked`` False: the caller knows the block lies below the band (no test, no mask)."""
+    ``masked`` False: the caller knows the block lies below the band (no test, no mask).
+    ``facs``: the two rows' factors (>= 0 or NaN; int8_qk), else the head's rows.fac."""
     emit = prog.emit
     hmma = rule in HMMA_RULES
-    fac = rows.fac
+    facs = facs or [rows.fac, rows.fac]
     if masked:
         emit_band_mask(prog, c, rows, s, start_n, tag)
 
@@ -253,7 +256,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     A_new, alpha = (None, None) if deferred else (prog.regs("f32", 2), prog.regs("f32", 2))
     moved, thr = prog.regs("pred", 2), prog.regs("f32", 2)
     for half in (0, 1):
-        emit_row_max(prog, s, fac, half, m[half], masked)
+        emit_row_max(prog, s, facs[half], half, m[half], masked)
         emit("neg.f32", neg_m[half], m[half])
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
         emit("setp.gt.f32", moved[half], m[half], thr[half])
@@ -282,8 +285,10 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     ys = []
     for i, si in enumerate(s):
         y = prog.reg("f32")
-        emit("fma.f32", y, si, fac, neg_m[acc_row_half(i)])   # the spec's y = fma(S, c, -r) (+ 8: exact)
+        emit("fma.f32", y, si, facs[acc_row_half(i)], neg_m[acc_row_half(i)])   # y = fma(S, c, -r) (+ 8: exact)
         ys.append(y)
+    if c.layout.int8_qk and masked:    # a NaN factor (a non-finite k) made masked y NaN: -inf, as the spec's
+        emit_band_mask(prog, c, rows, ys, start_n, tag + "_Y")
 
     if rule == "exact":
         p_regs, p16 = _emit_p_exact(prog, ys)

@@ -27,6 +27,7 @@ class Params:
     packed: "PackedParams | None" = None    # a packed batch's per-sequence tables
     tile_order: Reg | None = None           # Layout.tile_counter: the counter, then the tile order
     tile_draws: Reg | None = None           # Layout.tile_counter: the tiles listed
+    kfac_ptr: Reg | None = None             # Layout.int8_qk: k's descales a 128-key block (B, Hkv, blocks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +93,8 @@ class Rows:
     band_start: Reg         # the warpgroup's first block that needs the mask
     fac: Reg                # c: t = S * c is the log2-domain score (made > 0 by emit_positive_factor)
     vd_base: Reg            # &v_descale[b, kvh, 2q]
+    row_fac: list[Reg] | None = None   # int8_qk: the two rows' factors (fac is then unused)
+    kfac_base: Reg | None = None       # int8_qk: &kfac[b, kvh, 0], one float a key block
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,12 +168,15 @@ def emit_params(prog: Program, layout: Layout) -> Params:
             emit("ld.param.u64", r, name)
         emit("ld.param.u32", total_q, "total_q")
         packed = PackedParams(*tables, total_q)
-    order = draws = None
+    order = draws = kfac = None
     if layout.tile_counter:
         order, draws = prog.reg("u64"), prog.reg("u32")
         emit("ld.param.u64", order, "tile_order_ptr")
         emit("ld.param.u32", draws, "tile_draws")
-    return Params(maps, *pointers, *sizes, packed, order, draws)
+    if layout.int8_qk:
+        kfac = prog.reg("u64")
+        emit("ld.param.u64", kfac, "kfac_ptr")
+    return Params(maps, *pointers, *sizes, packed, order, draws, kfac)
 
 
 def emit_thread(prog: Program, layout: Layout) -> Thread:
@@ -297,14 +303,44 @@ def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile, dv: int) -> 
     fac = prog.reg("f32")
     emit("mul.wide.u32", off, t.bkv, 4)
     emit("add.u64", addr, p.fac_ptr, off)
-    emit("ld.global.f32", fac, addr)
+    row_fac = kfac_base = None
+    if p.kfac_ptr is None:
+        emit("ld.global.f32", fac, addr)
+    else:
+        row_fac, kfac_base = _emit_int8_factors(prog, p, t, rows)
     col_idx = prog.reg("u32")
     emit("mad.lo.u32", col_idx, t.bkv, dv, thread.q)
     emit("add.u32", col_idx, col_idx, thread.q)            # bkv * Dv + 2q
     vd_base = prog.reg("u64")
     emit("mul.wide.u32", off, col_idx, 4)
     emit("add.u64", vd_base, p.vd_ptr, off)
-    return Rows(rows, limits, band_start, fac, vd_base)
+    return Rows(rows, limits, band_start, fac, vd_base, row_fac, kfac_base)
+
+
+def _emit_int8_factors(prog: Program, p: Params, t: Tile, rows: list[Reg]) -> tuple[list[Reg], Reg]:
+    """int8_qk: the two rows' factors from fac_ptr (B, Hq, Sq), 0 past seqlen_q, and where the
+    kv head's block descales start in kfac_ptr (B, Hkv, ceil(Sk / 128))."""
+    emit = prog.emit
+    row_fac = prog.regs("f32", 2)
+    first, idx, blocks = prog.regs("u32", 3)
+    off, addr = prog.regs("u64", 2)
+    emit("mad.lo.u32", first, t.b, p.heads, t.h)
+    emit("mul.lo.u32", first, first, p.seqlen_q)             # (b * Hq + h) * Sq
+    for row, fac in zip(rows, row_fac):
+        inside = prog.reg("pred")
+        emit("setp.lt.u32", inside, row, p.seqlen_q)
+        emit("mov.f32", fac, f32(0.0))
+        emit("add.u32", idx, first, row)
+        emit("mul.wide.u32", off, idx, 4)
+        emit("add.u64", addr, p.fac_ptr, off)
+        emit("ld.global.f32", fac, addr, guard=inside)
+    emit("add.u32", blocks, p.seqlen_k, BLOCK_N - 1)
+    emit("shr.u32", blocks, blocks, BLOCK_N.bit_length() - 1)
+    emit("mul.lo.u32", idx, t.bkv, blocks)
+    kfac_base = prog.reg("u64")
+    emit("mul.wide.u32", off, idx, 4)
+    emit("add.u64", kfac_base, p.kfac_ptr, off)
+    return row_fac, kfac_base
 
 
 def emit_shared(prog: Program, layout: Layout) -> Shared:

@@ -10,7 +10,7 @@ import torch
 from ...spec.constants import LOG2E
 from ...spec.rules import DEFAULT_P_RULE
 from ...spec.shapes import Packed
-from ...spec.descales import head_factor, per_channel_v_descale
+from ...spec.descales import head_factor, normalize_descales, per_channel_v_descale, row_factor
 from ...hopper_vt import hopper_vt
 from ...tma import tma_ready
 from ...device import to_device
@@ -24,6 +24,13 @@ def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed
     name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                   attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed).shared_bytes)
+
+
+@functools.cache
+def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
+                  attn.layout_for(dqk, dv=dqk, int8_qk=True).shared_bytes)
 
 
 @functools.cache
@@ -166,4 +173,42 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None)
     order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
+    return out, lse
+
+
+def attention_int8qk(q, k, v, k_block_descale, softmax_scale=None, causal=True, q_descale=None, v_descale=None,
+                     p_rule=DEFAULT_P_RULE):
+    """The INT8 Q.K^T mode by the generated sm_90a kernel (serial schedule): q (B, Sq, Hq, D)
+    and k (B, Sk, Hkv, D) int8 with D 64 or 128, v E4M3 as quantize_int8_qk writes it; q's
+    descales per token (or coarser), ``k_block_descale`` (B, Hkv, ceil(Sk / 128)) float32, k's
+    descale of each block of 128 keys: the spec's result for the per-token k descales that
+    repeat each block's value over its keys. Returns (out BF16, lse float32)."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    if q.dtype != torch.int8 or k.dtype != torch.int8 or D not in (64, 128) or Dv != D:
+        raise ValueError(f"the INT8 Q.K^T kernel takes int8 q and k with head dims (64, 64) or (128, 128), "
+                         f"got {q.dtype} / {k.dtype} ({D}, {Dv})")
+    blocks = (B, Hkv, -(-Sk // attn.BLOCK_N))
+    if tuple(k_block_descale.shape) != blocks or k_block_descale.dtype != torch.float32:
+        raise ValueError(f"k_block_descale must be float32 {blocks} (a descale a block of {attn.BLOCK_N} keys), "
+                         f"got {k_block_descale.dtype} {tuple(k_block_descale.shape)}")
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    dev = q.device
+    qs, _, _ = normalize_descales(q, k, v, q_descale, None, None)
+    fac = row_factor(qs, scale).contiguous()
+    kfac = k_block_descale.to(dev).contiguous()
+    vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
+    q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
+    vt = hopper_vt(v).reshape(B * Hkv, Dv, -1)
+    out = torch.empty(B, Sq, Hq, Dv, dtype=torch.bfloat16, device=dev)
+    lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
+    tail = attn.HEAD_DIM if D == attn.HEAD_DIM else attn.TAIL       # d64: 64-byte rows (the tail maps)
+    maps = [tensor_map(q8, (1, attn.BLOCK_M, 1, D), D), tensor_map(k8, (1, attn.BLOCK_N, 1, D), D),
+            tensor_map(vt, (1, Dv, attn.BLOCK_N)),
+            tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), tensor_map(k8, (1, attn.BLOCK_N, 1, tail), tail)]
+    ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
+    sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
+    layout = attn.layout_for(D, dv=Dv, int8_qk=True)
+    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", _device_index(dev))
+    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + [ctypes.c_uint64(kfac.data_ptr())])
     return out, lse

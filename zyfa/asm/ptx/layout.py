@@ -55,6 +55,7 @@ class Layout:
     dv: int = HEAD_DIM    # V columns
     block_n: int = BLOCK_N    # keys a block (16-bit d256: 64, so that two stages fit)
     packed: bool = False  # a packed (varlen) batch: each sequence's rows from cu_seqlens (PACKED_PARAMS)
+    int8_qk: bool = False  # Q and K int8 (the INT8 Q.K^T mode), factors a row and a key block (INT8_PARAMS)
 
     @property
     def elem_bytes(self) -> int:
@@ -164,7 +165,8 @@ class Layout:
         return THREADS * (1 + self.consumers) if self.specialized else THREADS
 
 
-def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False) -> Layout:
+def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False,
+               int8_qk: bool = False) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
     v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
     warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K; with
@@ -179,7 +181,13 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     tiles twice the bytes: 64 KB a stage at d128, which fits three); at d64 three consumers
     (192-row tiles, FlashAttention-3's shape there): a 64-row block's GEMM phase, half of
     d128's, is shorter than a consumer's softmax, so two left the tensor cores idle (three:
-    +5-12% at 2K-32K, -3.5% at 1K)."""
+    +5-12% at 2K-32K, -3.5% at 1K).
+    ``int8_qk`` (int8 Q and K, E4M3 V^T): the serial kernel, Dqk 64 and 128, dense batches."""
+    if int8_qk:
+        if dtype != "e4m3" or dqk > HEAD_DIM or dv != dqk or packed:
+            raise ValueError(f"the INT8 Q.K^T kernel takes head dims (64, 64) and (128, 128), dense, got ({dqk}, {dv})"
+                             f"{' packed' if packed else ''}")
+        return Layout(dqk, 1, 2, dv=dv, int8_qk=True)
     if dtype != "e4m3":
         block_n = 64 if dqk > 192 else BLOCK_N
         consumers = 3 if dqk == 64 and not packed else 2
@@ -215,13 +223,20 @@ PACKED_PARAMS = [(".u64", "cu_q_ptr"), (".u64", "k_start_ptr"), (".u64", "k_len_
 TILE_COUNTER_PARAMS = [(".u64", "tile_order_ptr"), (".u32", "tile_draws")]
 
 
+# int8_qk: fac_ptr is then the rows' factors (B, Hq, Sq) float32, q_descale * softmax_scale *
+# log2(e) (the spec's row factor), and kfac_ptr k's descales a block of 128 keys (B, Hkv,
+# ceil(Sk / 128)) float32; a score's factor c = row factor * block descale, as the spec forms it
+INT8_PARAMS = [(".u64", "kfac_ptr")]
+
+
 def params_for(layout: Layout) -> list:
     return (PARAMS + (PACKED_PARAMS if layout.packed else [])
-            + (TILE_COUNTER_PARAMS if layout.tile_counter else []))
+            + (TILE_COUNTER_PARAMS if layout.tile_counter else []) + (INT8_PARAMS if layout.int8_qk else []))
 
 
-def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False) -> str:
-    return f"zyfa_attn_fp8_d{dqk}_{rule}_{'causal' if causal else 'full'}{'_packed' if packed else ''}"
+def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False, int8_qk: bool = False) -> str:
+    return (f"zyfa_attn_{'int8qk' if int8_qk else 'fp8'}_d{dqk}_{rule}_{'causal' if causal else 'full'}"
+            f"{'_packed' if packed else ''}")
 
 
 def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False) -> str:

@@ -16,6 +16,7 @@ from ..program import Program
 from .block import BLOCK_LOOPS, emit_accumulators, emit_block, emit_q_descriptors, emit_scores
 from .cta import emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
+from .int8_qk import emit_block_factors, emit_float_scores, emit_positive_rows
 from .layout import ACC, BLOCK_N, Layout
 from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
 from .smem import emit_descriptor, emit_wait
@@ -33,7 +34,8 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     emit_kv_load(prog, c, thread.zero)
     prog.label("LOADS_STARTED")
     emit_wait(prog, shared.bar_q, 0, "WAIT_Q")
-    emit_positive_factor(prog, c, rows)
+    if not layout.int8_qk:                    # int8_qk: rows' factors a block (emit_positive_rows)
+        emit_positive_factor(prog, c, rows)
     q_descs = emit_q_descriptors(prog, c, shared.base, emit_descriptor(prog, shared.base, layout.qk_tiles[0][1]))
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
 
@@ -45,7 +47,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     prog.comment("per block: prefetch the next block; S = Q K^T, waited for; the softmax and P V^T;")
     prog.comment("two copies of the loop: the blocks below the band (no mask test, no masked-row")
     prog.comment("guard), then the band's")
-    s = prog.regs("f32", ACC)
+    s = prog.regs("b32" if layout.int8_qk else "f32", ACC)     # int8_qk: int32 scores, then float
     next_j, more = prog.reg("u32"), prog.reg("pred")
     emit("setp.ge.u32", more, start_n, rows.band_start)
     emit("bra", "BAND", guard=more)
@@ -54,8 +56,12 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
         emit("add.u32", next_j, j, 1)
         emit_prefetch(prog, c, next_j, tag)
         emit_scores(prog, c, q_descs, j, s, tag)
+        facs = emit_block_factors(prog, rows, j) if layout.int8_qk else None
         emit("wgmma.wait", 0)
-        emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked, deferred=True)
+        if layout.int8_qk:
+            emit_float_scores(prog, s)
+            emit_positive_rows(prog, s, facs, tag)
+        emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked, deferred=True, facs=facs)
         emit("bar.sync", 0)                       # every warp is done with this stage
         emit("mov.u32", j, next_j)
         emit("add.u32", start_n, start_n, BLOCK_N)

@@ -1,0 +1,109 @@
+"""The INT8 Q.K^T mode in the generated Hopper kernel (Layout.int8_qk: int8 Q and K, E4M3
+V^T, a factor a query row and a descale a block of 128 keys). Its scores are exact integers,
+so with a bit-exact P rule its P codes are the spec's: the output equals the spec's under the
+BF16 rounding and the LSE within float32 ordering, as for the FP8 kernel on exact S."""
+import re
+
+import pytest
+import torch
+
+from conftest import describe_mismatch, hopper, rel_err
+from zyfa.asm.ptx import attention as attn
+from zyfa.asm.ptx.assemble import assemble
+from zyfa.spec.reference import fp8_attention_spec
+
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_int8_kernel_assembles_within_budget(head_dim, causal):
+    """S by the int8 tensor cores (4 or 2 k-steps a block, in both copies of the block loop),
+    P V^T by the E4M3 ones; made float by an integer and a float add a score (no conversion
+    instruction in the loop); the serial kernel's register cap, no spills."""
+    from zyfa.asm.ptx.block import BLOCK_LOOP_COPIES as n
+    ptx = attn.attention_kernel("exact", causal, head_dim, int8_qk=True)[1]
+    assert "m64n128k32.s32.s8.s8" in ptx and "kfac_ptr" in ptx
+    a = assemble(ptx)
+    sass = a.sass()
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass)
+    assert a.spill_bytes == 0, a.report
+    cap = attn.REGISTER_BUDGET if head_dim == 128 else attn.REGISTER_CAP_D64
+    assert a.registers <= cap
+    assert ops.count("IGMMA") == n * head_dim // 32 and ops.count("QGMMA") == 4 * n
+    first, last = ops.index("IGMMA"), len(ops) - 1 - ops[::-1].index("QGMMA")
+    for conversion in ("I2F", "F2I", "I2FP"):
+        assert conversion not in ops[first:last], f"{conversion} in the main loop"
+
+
+def test_int8_layout_refuses_what_it_does_not_implement():
+    with pytest.raises(ValueError, match="INT8"):
+        attn.layout_for(192, dv=128, int8_qk=True)
+    with pytest.raises(ValueError, match="INT8"):
+        attn.layout_for(128, packed=True, int8_qk=True)
+
+
+SHAPES = [                               # B, Sq, Sk, Hq, Hkv, causal
+    (1, 70, 70, 2, 1, True),
+    (2, 33, 300, 4, 2, True),            # seqlen_q < seqlen_k (bottom-right), a key tail
+    (1, 1, 45, 2, 2, True),
+    (1, 777, 777, 8, 1, True),           # several diagonal blocks
+    (1, 130, 200, 4, 2, False),
+    (1, 2048, 2048, 8, 2, True),
+]
+
+
+def _case(shape, head_dim, seed=0):
+    import zyfa
+    from zyfa.activations import make
+    B, Sq, Sk, Hq, Hkv, causal = shape
+    q, k, v = (t.bfloat16() for t in make("realistic", B, Sq, Hq, Hkv, head_dim, head_dim, seqlen_k=Sk,
+                                           seed=seed + Sq, device="cuda"))
+    x = zyfa.quantize_int8_qk(q, k, v)           # k's descales: one a block of 128 keys, repeated a key
+    blocks = x.k_descale[..., ::attn.BLOCK_N].contiguous()
+    assert torch.equal(blocks.repeat_interleave(attn.BLOCK_N, -1)[..., :Sk], x.k_descale)
+    return x, blocks, causal
+
+
+def _run(x, blocks, causal, rule):
+    from zyfa.asm.ptx.kernels import attention_int8qk
+    return attention_int8qk(x.q, x.k, x.v, blocks, causal=causal, q_descale=x.q_descale, v_descale=x.v_descale,
+                            p_rule=rule)
+
+
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("rule", ["lean_cubic", "exact"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_int8_kernel_equals_spec(shape, rule, head_dim):
+    """lean_cubic: the spec's P codes, so the outputs equal the spec's under the BF16
+    rounding and the LSE within float32 ordering. exact (MUFU.EX2, ~2 ulp): a code may step
+    near a rounding midpoint, in few rows' LSE and by at most one E4M3 step."""
+    x, blocks, causal = _case(shape, head_dim)
+    out, lse = _run(x, blocks, causal, rule)
+    spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True)
+    rounding = rel_err(spec.bfloat16(), spec)
+    assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
+    diff = (lse.double() - lse_spec).abs()
+    if rule == "exact":
+        assert (diff > 1e-5).double().mean() <= 1e-2 and diff.max() <= 0.125, describe_mismatch(lse, lse_spec, 1e-5)
+    else:
+        assert diff.max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
+
+
+@hopper
+def test_int8_kernel_negative_and_nan_factors_as_the_spec():
+    """Rows whose descale is negative (S and c flipped in the loop) and a key block whose
+    descale is NaN (a non-finite k): NaN exactly in the rows that see that block's keys. With
+    30 more keys than queries, rows 64-97 share a tile with rows that see block 1 but see none
+    of its keys themselves: they stay finite (their masked scores' y re-masked to -inf)."""
+    x, blocks, causal = _case((1, 300, 330, 4, 2, True), 128, seed=5)
+    x.q_descale[0, 1, 7:200:3] *= -1
+    blocks[0, 1, 1] = float("nan")
+    x.k_descale[0, 1, 128:256] = float("nan")
+    out, lse = _run(x, blocks, causal, "lean_cubic")
+    spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="lean_cubic", return_lse=True)
+    assert torch.equal(out.isnan(), spec.isnan()) and spec.isnan().any() and not spec.isnan().all()
+    assert not spec[0, 64:98, 2:].isnan().any() and spec[0, 98:, 2:].isnan().all()     # kv head 1: heads 2, 3
+    finite = ~spec.isnan()
+    rounding = rel_err(spec[finite].bfloat16(), spec[finite])
+    assert rel_err(out[finite], spec[finite]) <= 1.5 * rounding + 1e-4
