@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from .api import flash_attn_func
+from .spec.descales import is_per_key_block, normalize_descales
 from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules
 from .validation import validate
 
@@ -190,6 +191,8 @@ def context_parallel_attention(q_local, k_local, v_local, group=None, softmax_sc
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     _check_divisible(n * world, world, f"sequence length ({world} ranks x {n} local tokens) =")
     c = n // 2
+    if is_per_key_block(k_descale, n):    # a descale a block of the shard's keys: the shard's chunks cut blocks
+        k_descale = normalize_descales(q_local, k_local, v_local, None, k_descale, None)[1]
 
     ring = Ring([k_local, v_local, k_descale, v_descale], group)
     acc = lse = None
