@@ -151,11 +151,14 @@ def test_generated_kernel_takes_k_descales_a_block_or_coarser(monkeypatch):
     assert not ok and "a block of 128 keys" in why
     ok, why = ptx.supports(dispatch.Problem(head_dims=(192, 128), **base))
     assert not ok and "(64, 64) or (128, 128)" in why
+    ok, why = ptx.supports(dispatch.Problem(head_dims=(128, 128), packed=True, **base))
+    assert not ok and "dense" in why
 
 
 def test_call_tells_the_dispatcher_whether_k_descales_are_per_key(monkeypatch):
     """flash_attn_func and flash_attn_varlen_func pass the INT8 mode and k's descale form to
-    the dispatcher (varlen once dispatched int8 q and k as E4M3 to a generated FP8 kernel)."""
+    the dispatcher (varlen once dispatched int8 q and k as E4M3 to a generated FP8 kernel;
+    its packed launch now goes to the Triton kernel, which reads int8)."""
     from zyfa import dispatch
     seen = []
     real = dispatch.select
@@ -171,4 +174,24 @@ def test_call_tells_the_dispatcher_whether_k_descales_are_per_key(monkeypatch):
     ones = torch.ones(1, 2, device=q.device)           # varlen: descales a (sequence, kv head)
     zyfa.flash_attn_varlen_func(x.q[0], x.k[0], x.v[0], cu_q, cu_k, 40, 300, q_descale=ones, k_descale=ones,
                                 v_descale=ones, backend="reference")
-    assert seen and seen[0].int8_qk
+    assert seen and seen[0].int8_qk and seen[0].packed
+
+
+def test_varlen_int8_equals_the_spec_per_sequence():
+    """A packed batch of int8 q and k (descales a sequence and kv head) on the default path:
+    each sequence's rows are the spec's for that sequence alone, within 2^-8 relative (the
+    BF16 rounding, and on a GPU the FP8 tensor cores' P.V sums, as in test_triton_equals_the_spec)."""
+    lens = [1, 70, 130]
+    q, k, v = _bf16("realistic", sum(lens), 4, 2, 64)
+    x = zyfa.quantize_fp8(q, k, v)                        # per-head descales, then q and k as int8 codes
+    q8, k8 = (torch.clamp(t.float() * 8, -127, 127).round().to(torch.int8) for t in (x.q, x.k))
+    n = len(lens)
+    qd, kd, vd = (t.expand(n, -1).contiguous() for t in (x.q_descale / 8, x.k_descale / 8, x.v_descale))
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    block_n, fused = (32, False) if not HAS_GPU else (128, True)      # the interpreter's tiles and FMAs
+    out = zyfa.flash_attn_varlen_func(q8[0], k8[0], x.v[0], cu, cu, max(lens), max(lens), q_descale=qd,
+                                      k_descale=kd, v_descale=vd)
+    for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        spec = fp8_attention_spec(q8[:, a:b], k8[:, a:b], x.v[:, a:b], qd[i:i + 1], kd[i:i + 1], vd[i:i + 1],
+                                  block_n=block_n, fused_fma=fused)
+        assert rel_err(out[a:b][None], spec) <= 2.0 ** -8, (i, rel_err(out[a:b][None], spec))

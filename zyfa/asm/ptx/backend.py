@@ -42,8 +42,10 @@ def supports(p) -> tuple[bool, str]:
 
 
 def _supports_int8(p) -> tuple[bool, str]:
-    """The INT8 Q.K^T kernel: dense, head dims INT8_HEAD_DIMS, k's descales a block of 128
+    """The INT8 Q.K^T kernel: dense batches, head dims INT8_HEAD_DIMS, k's descales a block of 128
     keys (or coarser: one factor a key block), q's any."""
+    if p.packed:
+        return False, "the generated INT8 Q.K^T kernel takes dense batches (packed ones run in the Triton kernel)"
     if p.head_dims not in INT8_HEAD_DIMS:
         return False, f"the generated INT8 Q.K^T kernel takes head dims {' or '.join(map(str, INT8_HEAD_DIMS))}, " \
                       f"not {p.head_dims}"
