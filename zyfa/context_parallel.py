@@ -169,7 +169,9 @@ def context_parallel_attention(q_local, k_local, v_local, group=None, softmax_sc
 
     q_local (B, S/W, Hq, D), k_local/v_local (B, S/W, Hkv, D[v]): this rank's shards from
     ``shard_sequence`` (S divisible by 2W). Per-token descales are sharded the same way along
-    their last dim (dim=2); coarse ones are passed as they are. Every rank must call with the
+    their last dim (dim=2); coarse ones are passed as they are; k descales a block of 128 of
+    the shard's keys (B, Hkv, ceil(S/W / 128)) stand for their keys' (the shard's chunks cut
+    blocks, so they travel expanded to one a key). Every rank must call with the
     same shapes. Returns this rank's output shard (B, S/W, Hq, Dv) in the sharded order, and with
     return_lse its float32 LSE shard (B, Hq, S/W); ``unshard_sequence`` / ``gather_sequence``
     reassemble them. A group of one rank (or torch.distributed not initialized and group None)
