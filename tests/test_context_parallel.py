@@ -45,6 +45,7 @@ from conftest import rel_err
 import zyfa
 from zyfa.activations import make
 from zyfa.context_parallel import context_parallel_attention, gather_sequence, shard_sequence, unshard_sequence
+from zyfa.spec.descales import is_per_key_block, normalize_descales
 from zyfa.spec.reference import attention_fp64, fp8_attention_spec
 
 U32 = 2.0 ** -24
@@ -60,6 +61,7 @@ CASES = [
     _case("bf16_mla", 2, 5, B=2, heads=(4, 2, 192, 128), seed=1),
     _case("fp8_causal_c7", 2, 7, kind="head"), _case("fp8_causal_c128", 2, 128, kind="head"),
     _case("fp8_fine_full_c128", 2, 128, causal=False, kind="fine", seed=2),
+    _case("int8_causal_c128", 2, 128, kind="int8", seed=5),      # k descales a block of 128 keys
     _case("bf16_causal_gqa", 3, 7), _case("bf16_full_gqa", 3, 7, causal=False),
     _case("fp16_causal", 3, 6, kind="fp16", heads=(2, 2, 128, 128), seed=3),
     _case("fp8_causal_c7", 3, 7, kind="head"), _case("fp8_mla_c9", 3, 9, kind="head", heads=(4, 2, 192, 128)),
@@ -72,10 +74,12 @@ def _inputs(case):
     """Full-sequence q, k, v and descales (keyword arguments of flash_attn_func)."""
     Hq, Hkv, D, Dv = case["heads"]
     dtype = torch.float16 if case["kind"] == "fp16" else torch.bfloat16
-    q, k, v = make("realistic" if case["kind"] in ("head", "fine") else "gaussian", case["B"], case["S"], Hq, Hkv,
-                   D, Dv, seed=case["seed"], dtype=dtype)
+    q, k, v = make("realistic" if case["kind"] in ("head", "fine", "int8") else "gaussian", case["B"], case["S"], Hq,
+                   Hkv, D, Dv, seed=case["seed"], dtype=dtype)
     if case["kind"] in ("bf16", "fp16"):
         return dict(q=q, k=k, v=v)
+    if case["kind"] == "int8":           # chunks of 128 keys: a rank's k descales are the blocks it holds
+        return zyfa.quantize_int8_qk(q, k, v).kwargs()
     return zyfa.quantize_fp8(q, k, v, granularity=case["kind"], block_size=32).kwargs()
 
 
@@ -174,7 +178,7 @@ def _partials(kw, case):
     W, C, causal = case["world"], case["C"], case["causal"]
     q, k, v = kw["q"], kw["k"], kw["v"]
     B, S, Hq, _ = q.shape
-    fp8 = q.dtype == torch.float8_e4m3fn
+    fp8 = v.dtype == torch.float8_e4m3fn            # q and k E4M3 or int8
     parts = []
     for s in range(W):
         out = torch.zeros(B, S, Hq, v.shape[-1], dtype=torch.float64)
@@ -188,6 +192,8 @@ def _partials(kw, case):
             diag = causal and c in seen             # then c is the last chunk seen: bottom-right aligned
             if fp8:
                 qd, kd = kw["q_descale"], kw["k_descale"]
+                if is_per_key_block(kd, k.shape[1]):         # a descale a block: one a key
+                    kd = normalize_descales(q, k, v, None, kd, None)[1]
                 o, l = fp8_attention_spec(q[:, rows], k[:, keys], v[:, keys],
                                           qd[..., rows] if qd.dim() == 3 else qd,
                                           kd[..., keys] if kd.dim() == 3 else kd, kw["v_descale"],

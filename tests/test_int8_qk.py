@@ -55,23 +55,26 @@ def test_cuts_the_end_to_end_error(kind, bound):
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton"])
-@pytest.mark.parametrize("where", ["q", "k"])
+@pytest.mark.parametrize("where", ["q", "k", "k, key_block 16"])
 def test_a_nonfinite_element_reaches_only_the_rows_that_see_it(backend, where):
-    """int8 has no NaN: the token's descale carries it. Sq 48 over Sk 80: query row i sees keys
-    <= i + 32; a NaN in key 60 of kv head 1 reaches rows 28.. of heads 2 and 3, one in query
-    row 20 of head 2 that row alone."""
+    """int8 has no NaN: the descale of the token (q) or key block (k) carries it. Sq 48 over
+    Sk 80: query row i sees keys <= i + 32; a NaN in query row 20 of head 2 reaches that row
+    alone; one in key 60 of kv head 1 reaches heads 2 and 3 in every row that sees its block:
+    all rows with blocks of 128 keys (one descale a block), rows 28.. with blocks of 16 (then
+    one descale a key, NaN for that key only)."""
     q, k, v = _bf16("realistic", 48, 4, 2, 64, Sk=80)
     if where == "q":
         q[0, 20, 2, 7] = float("nan")
     else:
         k[0, 60, 1, 7] = float("nan")
-    out = zyfa.flash_attn_func(**zyfa.quantize_int8_qk(q, k, v).kwargs(), backend=backend).float()
+    key_block = 16 if where.endswith("16") else 128
+    out = zyfa.flash_attn_func(**zyfa.quantize_int8_qk(q, k, v, key_block=key_block).kwargs(), backend=backend).float()
     bad = ~torch.isfinite(out).all(-1)
     sees = torch.zeros_like(bad)
     if where == "q":
         sees[0, 20, 2] = True
     else:
-        sees[0, 28:, 2:4] = True
+        sees[0, 28 if key_block == 16 else 0:, 2:4] = True
     assert torch.equal(bad, sees), torch.nonzero(bad != sees).tolist()
 
 
@@ -109,6 +112,86 @@ def test_scales_map_each_token_and_key_block_to_the_int8_range():
     from zyfa.quantize import rotate, smooth_mean
     qf, kf = rotate(q.float(), 0), rotate((k.float() - smooth_mean(k.float())), 0)
     dq = x.q.double() * x.q_descale.permute(0, 2, 1)[..., None].double()
-    dk = x.k.double() * x.k_descale.permute(0, 2, 1)[..., None].double()
+    assert x.k_descale.shape == (1, 2, 3)                          # one a block of 128 keys
+    kd = x.k_descale.repeat_interleave(128, -1)[..., :300].permute(0, 2, 1)[..., None].double()
+    dk = x.k.double() * kd
     assert ((dq - qf.double()).abs() <= 0.5 * x.q_descale.permute(0, 2, 1)[..., None].double() + 1e-7).all()
-    assert ((dk - kf.double()).abs() <= 0.5 * x.k_descale.permute(0, 2, 1)[..., None].double() + 1e-7).all()
+    assert ((dk - kf.double()).abs() <= 0.5 * kd + 1e-7).all()
+
+
+def test_k_descales_a_key_block_mean_their_keys_descales():
+    """k_descale (B, Hkv, ceil(Sk / 128)): each block's descale stands for its keys', so the
+    spec gives the same bits as with the per-token descales that repeat it; any other last
+    dimension is refused, naming both shapes."""
+    q, k, v = _bf16("realistic", 40, 4, 2, 64, Sk=300)
+    x = zyfa.quantize_int8_qk(q, k, v)
+    assert x.k_descale.shape == (1, 2, 3)
+    per_token = x.k_descale.repeat_interleave(128, -1)[..., :300].contiguous()
+    a = fp8_attention_spec(**x.kwargs(), p_rule="lean_cubic")
+    b = fp8_attention_spec(**{**x.kwargs(), "k_descale": per_token}, p_rule="lean_cubic")
+    assert torch.equal(a, b)
+    with pytest.raises(ValueError, match=r"\(1, 2, 300\) or \(1, 2, 3\) \(a block of 128 keys\)"):
+        zyfa.flash_attn_func(**{**x.kwargs(), "k_descale": x.k_descale[..., :2]})
+    with pytest.raises(ValueError, match="q_descale has shape"):        # q takes no block form
+        zyfa.flash_attn_func(**{**x.kwargs(), "q_descale": x.q_descale[..., :1].expand(1, 4, 3).contiguous()})
+
+
+def test_generated_kernel_takes_k_descales_a_block_or_coarser(monkeypatch):
+    """The dispatcher's view of the generated INT8 kernel (the GPU tests run it:
+    tests/test_ptx_int8.py): head dims 64 / 128, k descales a key block or coarser, any q
+    descales; per-key k descales and other head dims go elsewhere, saying why."""
+    from zyfa import dispatch
+    from zyfa.asm.ptx import backend as ptx
+    base = dict(device=torch.device("cuda"), arch="sm90", is_fp8=True, causal=True, seqlen_q=16, seqlen_k=300,
+                p_rule="exact", ref_rule="block", int8_qk=True, per_token_descales=True)
+    monkeypatch.setattr(ptx, "HAS_CUDA_PYTHON", True)     # what it needs to load a kernel, not to decide
+    assert ptx.supports(dispatch.Problem(head_dims=(128, 128), **base))[0]
+    assert ptx.supports(dispatch.Problem(head_dims=(64, 64), **base))[0]
+    ok, why = ptx.supports(dispatch.Problem(head_dims=(128, 128), k_descale_per_key=True, **base))
+    assert not ok and "a block of 128 keys" in why
+    ok, why = ptx.supports(dispatch.Problem(head_dims=(192, 128), **base))
+    assert not ok and "(64, 64) or (128, 128)" in why
+    ok, why = ptx.supports(dispatch.Problem(head_dims=(128, 128), packed=True, **base))
+    assert not ok and "dense" in why
+
+
+def test_call_tells_the_dispatcher_whether_k_descales_are_per_key(monkeypatch):
+    """flash_attn_func and flash_attn_varlen_func pass the INT8 mode and k's descale form to
+    the dispatcher (varlen once dispatched int8 q and k as E4M3 to a generated FP8 kernel;
+    its packed launch now goes to the Triton kernel, which reads int8)."""
+    from zyfa import dispatch
+    seen = []
+    real = dispatch.select
+    monkeypatch.setattr(dispatch, "select", lambda p, requested="auto": seen.append(p) or real(p, requested))
+    q, k, v = _bf16("realistic", 40, 4, 2, 64, Sk=300)
+    x = zyfa.quantize_int8_qk(q, k, v)
+    zyfa.flash_attn_func(**x.kwargs(), backend="reference")
+    y = zyfa.quantize_int8_qk(q, k, v, key_block=16)
+    zyfa.flash_attn_func(**y.kwargs(), backend="reference")
+    assert [(p.int8_qk, p.k_descale_per_key) for p in seen] == [(True, False), (True, True)]
+    seen.clear()
+    cu_q, cu_k = (torch.tensor([0, n], dtype=torch.int32, device=q.device) for n in (40, 300))
+    ones = torch.ones(1, 2, device=q.device)           # varlen: descales a (sequence, kv head)
+    zyfa.flash_attn_varlen_func(x.q[0], x.k[0], x.v[0], cu_q, cu_k, 40, 300, q_descale=ones, k_descale=ones,
+                                v_descale=ones, backend="reference")
+    assert seen and seen[0].int8_qk and seen[0].packed
+
+
+def test_varlen_int8_equals_the_spec_per_sequence():
+    """A packed batch of int8 q and k (descales a sequence and kv head) on the default path:
+    each sequence's rows are the spec's for that sequence alone, within 2^-8 relative (the
+    BF16 rounding, and on a GPU the FP8 tensor cores' P.V sums, as in test_triton_equals_the_spec)."""
+    lens = [1, 70, 130]
+    q, k, v = _bf16("realistic", sum(lens), 4, 2, 64)
+    x = zyfa.quantize_fp8(q, k, v)                        # per-head descales, then q and k as int8 codes
+    q8, k8 = (torch.clamp(t.float() * 8, -127, 127).round().to(torch.int8) for t in (x.q, x.k))
+    n = len(lens)
+    qd, kd, vd = (t.expand(n, -1).contiguous() for t in (x.q_descale / 8, x.k_descale / 8, x.v_descale))
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    block_n, fused = (32, False) if not HAS_GPU else (128, True)      # the interpreter's tiles and FMAs
+    out = zyfa.flash_attn_varlen_func(q8[0], k8[0], x.v[0], cu, cu, max(lens), max(lens), q_descale=qd,
+                                      k_descale=kd, v_descale=vd)
+    for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        spec = fp8_attention_spec(q8[:, a:b], k8[:, a:b], x.v[:, a:b], qd[i:i + 1], kd[i:i + 1], vd[i:i + 1],
+                                  block_n=block_n, fused_fma=fused)
+        assert rel_err(out[a:b][None], spec) <= 2.0 ** -8, (i, rel_err(out[a:b][None], spec))

@@ -58,16 +58,15 @@ def _case(shape, head_dim, seed=0):
     B, Sq, Sk, Hq, Hkv, causal = shape
     q, k, v = (t.bfloat16() for t in make("realistic", B, Sq, Hq, Hkv, head_dim, head_dim, seqlen_k=Sk,
                                            seed=seed + Sq, device="cuda"))
-    x = zyfa.quantize_int8_qk(q, k, v)           # k's descales: one a block of 128 keys, repeated a key
-    blocks = x.k_descale[..., ::attn.BLOCK_N].contiguous()
-    assert torch.equal(blocks.repeat_interleave(attn.BLOCK_N, -1)[..., :Sk], x.k_descale)
-    return x, blocks, causal
+    x = zyfa.quantize_int8_qk(q, k, v)           # k's descales: one a block of 128 keys
+    assert x.k_descale.shape == (B, Hkv, -(-Sk // attn.BLOCK_N))
+    return x, causal
 
 
-def _run(x, blocks, causal, rule):
-    from zyfa.asm.ptx.kernels import attention_int8qk
-    return attention_int8qk(x.q, x.k, x.v, blocks, causal=causal, q_descale=x.q_descale, v_descale=x.v_descale,
-                            p_rule=rule)
+def _run(x, causal, rule):
+    import zyfa
+    assert zyfa.explain(**x.kwargs(), causal=causal, p_rule=rule).startswith("selected: ptx")
+    return zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True, backend="ptx")
 
 
 @hopper
@@ -78,8 +77,8 @@ def test_int8_kernel_equals_spec(shape, rule, head_dim):
     """lean_cubic: the spec's P codes, so the outputs equal the spec's under the BF16
     rounding and the LSE within float32 ordering. exact (MUFU.EX2, ~2 ulp): a code may step
     near a rounding midpoint, in few rows' LSE and by at most one E4M3 step."""
-    x, blocks, causal = _case(shape, head_dim)
-    out, lse = _run(x, blocks, causal, rule)
+    x, causal = _case(shape, head_dim)
+    out, lse = _run(x, causal, rule)
     spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True)
     rounding = rel_err(spec.bfloat16(), spec)
     assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
@@ -96,11 +95,10 @@ def test_int8_kernel_negative_and_nan_factors_as_the_spec():
     descale is NaN (a non-finite k): NaN exactly in the rows that see that block's keys. With
     30 more keys than queries, rows 64-97 share a tile with rows that see block 1 but see none
     of its keys themselves: they stay finite (their masked scores' y re-masked to -inf)."""
-    x, blocks, causal = _case((1, 300, 330, 4, 2, True), 128, seed=5)
+    x, causal = _case((1, 300, 330, 4, 2, True), 128, seed=5)
     x.q_descale[0, 1, 7:200:3] *= -1
-    blocks[0, 1, 1] = float("nan")
-    x.k_descale[0, 1, 128:256] = float("nan")
-    out, lse = _run(x, blocks, causal, "lean_cubic")
+    x.k_descale[0, 1, 1] = float("nan")
+    out, lse = _run(x, causal, "lean_cubic")
     spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="lean_cubic", return_lse=True)
     assert torch.equal(out.isnan(), spec.isnan()) and spec.isnan().any() and not spec.isnan().all()
     assert not spec[0, 64:98, 2:].isnan().any() and spec[0, 98:, 2:].isnan().all()     # kv head 1: heads 2, 3

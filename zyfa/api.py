@@ -7,7 +7,7 @@ from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
 from .device import device_arch
 from .ops import flash_attn_op, needs_op, run_backend
-from .spec.descales import is_per_token
+from .spec.descales import is_per_key_block, is_per_token
 from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules
 from .validation import validate
 
@@ -17,7 +17,8 @@ def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale) ->
                             head_dims=(q.shape[-1], v.shape[-1]), causal=causal,
                             seqlen_q=q.shape[1], seqlen_k=k.shape[1], p_rule=p_rule, ref_rule=ref_rule,
                             per_token_descales=is_per_token(q_descale) or is_per_token(k_descale),
-                            int8_qk=q.dtype == torch.int8)
+                            int8_qk=q.dtype == torch.int8,
+                            k_descale_per_key=is_per_token(k_descale) and not is_per_key_block(k_descale, k.shape[1]))
 
 
 def _rules(is_fp8, p_rule, ref_rule, dtype) -> tuple[str, str]:

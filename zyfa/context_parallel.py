@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from .api import flash_attn_func
+from .spec.descales import is_per_key_block, normalize_descales
 from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules
 from .validation import validate
 
@@ -168,7 +169,9 @@ def context_parallel_attention(q_local, k_local, v_local, group=None, softmax_sc
 
     q_local (B, S/W, Hq, D), k_local/v_local (B, S/W, Hkv, D[v]): this rank's shards from
     ``shard_sequence`` (S divisible by 2W). Per-token descales are sharded the same way along
-    their last dim (dim=2); coarse ones are passed as they are. Every rank must call with the
+    their last dim (dim=2); coarse ones are passed as they are; k descales a block of 128 of
+    the shard's keys (B, Hkv, ceil(S/W / 128)) stand for their keys' (the shard's chunks cut
+    blocks, so they travel expanded to one a key). Every rank must call with the
     same shapes. Returns this rank's output shard (B, S/W, Hq, Dv) in the sharded order, and with
     return_lse its float32 LSE shard (B, Hq, S/W); ``unshard_sequence`` / ``gather_sequence``
     reassemble them. A group of one rank (or torch.distributed not initialized and group None)
@@ -190,6 +193,8 @@ def context_parallel_attention(q_local, k_local, v_local, group=None, softmax_sc
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     _check_divisible(n * world, world, f"sequence length ({world} ranks x {n} local tokens) =")
     c = n // 2
+    if is_per_key_block(k_descale, n):    # a descale a block of the shard's keys: the shard's chunks cut blocks
+        k_descale = normalize_descales(q_local, k_local, v_local, None, k_descale, None)[1]
 
     ring = Ring([k_local, v_local, k_descale, v_descale], group)
     acc = lse = None

@@ -28,8 +28,10 @@ class Problem:
     seqlen_k: int
     p_rule: str
     ref_rule: str
-    per_token_descales: bool = False      # q or k descales per token (FP8)
+    per_token_descales: bool = False      # q or k descales per token or per key block (FP8)
     int8_qk: bool = False                 # int8 q and k (INT8 Q.K^T, E4M3 v)
+    k_descale_per_key: bool = False       # k descales per token (not per key block or coarser)
+    packed: bool = False                  # a packed (varlen) batch in one launch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ import dataclasses
 
 import torch
 
-from .spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX
+from .spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, KEY_BLOCK
 
 
 @dataclasses.dataclass
@@ -255,19 +255,35 @@ def _to_int8(x: torch.Tensor, amax: torch.Tensor):
     return torch.where(finite, codes, 0.0).to(torch.int8), descale.float(), finite.all(-1)
 
 
+def per_key_block(kd: torch.Tensor, key_block: int) -> torch.Tensor:
+    """k's per-token descales (B, Hkv, Sk), constant over each block of ``key_block`` keys, as
+    one a block of KEY_BLOCK keys (B, Hkv, ceil(Sk / 128)) when key_block is KEY_BLOCK (the
+    form the generated INT8 kernel takes), NaN for a block with a non-finite key; else as they
+    are."""
+    if key_block != KEY_BLOCK:
+        return kd
+    Sk = kd.shape[-1]
+    pad = -Sk % KEY_BLOCK
+    bad = torch.nn.functional.pad(kd.isnan(), (0, pad)).unflatten(-1, (-1, KEY_BLOCK)).any(-1)
+    return torch.where(bad, float("nan"), kd[..., ::KEY_BLOCK]).contiguous()
+
+
 def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
                      key_block: int = 128, fused: bool | None = None) -> FP8Inputs:
     """The INT8 Q.K^T mode: q and k to int8, v to E4M3, for flash_attn_func(**x.kwargs()).
 
     q and k are rotated by the randomized Hadamard matrix of the head dim (``hadamard``; q.k
     unchanged) after k is smoothed (``smooth_k``; softmax unchanged), then q gets one scale a
-    token (and head) and k one a block of ``key_block`` keys (and kv head), as per-token
-    descales (B, Hq, Sq) and (B, Hkv, Sk); int8's 7 bits against E4M3's 3 are what cut the
-    error of Q.K^T. v is E4M3 with one scale a (batch, kv head), written transposed as
-    quantize_fp8 writes it, not rotated. The kernels' scores are exact integers, so the
-    Triton kernel and the spec agree bit for bit on them. Runs on the Triton kernel and the
-    reference (the generated kernels read E4M3 q and k). ``fused`` as quantize_fp8's: the
-    Triton quantizer (the same bits) by default on NVIDIA GPUs.
+    token (and head) and k one a block of ``key_block`` keys (and kv head): descales q (B,
+    Hq, Sq) and k (B, Hkv, ceil(Sk / 128)) a block of 128 keys at the default key_block (B,
+    Hkv, Sk, a key, otherwise); int8's 7 bits against E4M3's 3 are what cut the error of
+    Q.K^T. v is E4M3 with one scale a (batch, kv head), written transposed as quantize_fp8
+    writes it, not rotated. The kernels' scores are exact integers, so every kernel and the
+    spec agree bit for bit on them. Runs on the generated Hopper kernel (head dims 64 and 128,
+    k descales a block), the Triton kernel and the reference. A non-finite q or k element
+    becomes 0 and the descale of its token (q) or key block (k) NaN, so the rows that see it
+    come out NaN and the others do not. ``fused`` as quantize_fp8's: the Triton quantizer (the
+    same bits) by default on NVIDIA GPUs.
     """
     B, Sq, Hq, D, Hkv, Dv = check_inputs(q, k, v, "head", 64, seed)
     if not isinstance(key_block, int) or isinstance(key_block, bool) or key_block < 1:
@@ -286,4 +302,4 @@ def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed
     qd = torch.where(q_ok, qd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hq, Sq)
     kd = torch.where(k_ok, kd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hkv, Sk)
     v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=(1, 3))[:, None, :, None])
-    return FP8Inputs(q8, k8, _transpose_v(v8), qd, kd, vd[:, 0, :, 0].contiguous())
+    return FP8Inputs(q8, k8, _transpose_v(v8), qd, per_key_block(kd, key_block), vd[:, 0, :, 0].contiguous())

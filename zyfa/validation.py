@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .spec.descales import check_descale
+from .spec.descales import check_descale, key_blocks
 from .spec.shapes import HEAD_DIMS
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -84,7 +84,7 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
         raise ValueError(f"FP8 inputs need q_descale, k_descale and v_descale; missing {', '.join(missing)} "
                          "(zyfa.quantize_fp8 returns all three; pass torch.ones(()) for unscaled data)")
     for name, d, fine in descales:
-        check_descale(name, d, B, Hkv, fine)
+        check_descale(name, d, B, Hkv, fine, (B, Hkv, key_blocks(Sk)) if name == "k_descale" else None)
         if d.device != q.device:
             raise ValueError(f"{name} is on {d.device} but q is on {q.device}")
         # values are checked where that costs no device synchronization (CPU tensors, eager); on a

@@ -233,7 +233,8 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     V^T from its pool in place). The kernel reads the caller's (validated) index tensors."""
     problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
-                               seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule)
+                               seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule,
+                               int8_qk=q.dtype == torch.int8, packed=True)
     chosen = dispatch.select(problem, backend).name
     short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
     use_triton = chosen == "triton" or (backend == "auto" and short and chosen in ("ptx", "gfx950")

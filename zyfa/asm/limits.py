@@ -9,7 +9,7 @@ def fp8_refusal(p, kernel: str, head_dims_ok: bool, head_dims_text: str, p_rules
     if not p.is_fp8:
         return False, f"the {kernel} is FP8 only"
     if p.int8_qk:
-        return False, f"the {kernel} reads E4M3 q and k; INT8 Q.K^T runs in the Triton kernel"
+        return False, f"the {kernel} reads E4M3 q and k, not INT8"
     if not head_dims_ok:
         return False, f"the {kernel} takes head dims {head_dims_text}, not {p.head_dims}"
     if p.p_rule not in p_rules:

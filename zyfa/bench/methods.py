@@ -109,15 +109,17 @@ def _zyfa_missing(backend):
     return missing
 
 
-def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None):
-    """Why the backend cannot run a case on this machine: the backend's own supports()."""
+def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None, int8_qk: bool = False):
+    """Why the backend cannot run a case on this machine: the backend's own supports()
+    (``int8_qk``: quantize_int8_qk's inputs, q per token and k a block of 128 keys)."""
     def unsupported(case: Case):
         from zyfa import dispatch
         from zyfa.device import device_arch
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         problem = dispatch.Problem(device=device, arch=device_arch(device), is_fp8=is_fp8,
                                    head_dims=(case.D, case.Dv), causal=case.causal, seqlen_q=case.Sq,
-                                   seqlen_k=case.Sk, p_rule=p_rule or DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE)
+                                   seqlen_k=case.Sk, p_rule=p_rule or DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE,
+                                   int8_qk=int8_qk, per_token_descales=int8_qk)
         if backend == "auto":
             try:
                 dispatch.select(problem)
@@ -333,13 +335,16 @@ def all_methods(backend: str = "triton") -> list[Method]:
     # BF16: the generated kernel, and the default path (the dispatcher's choice per shape)
     out += [Method("zyfa", b, "bf16", None, _zyfa_bf16(b), _gpu_missing if b == "ptx" else zm,
                    unsupported=_zyfa_unsupported(b, False, None)) for b in ("ptx", "auto")]
-    # INT8 Q.K^T (E4M3 P.V): the Triton kernel; labels zyfa-int8qk, zyfa-int8qk+quantize (below)
+    # INT8 Q.K^T (E4M3 P.V): the Triton kernel and the generated one; labels zyfa-int8qk,
+    # zyfa-ptx-int8qk, zyfa-int8qk+quantize (below)
     out.append(Method("zyfa", "triton", "int8qk", "int8qk", _zyfa_fp8(None, "triton", "int8qk"), zm,
-                      unsupported=_zyfa_unsupported("triton", True, None)))
+                      unsupported=_zyfa_unsupported("triton", True, None, int8_qk=True)))
+    out.append(Method("zyfa", "ptx", "int8qk", "int8qk", _zyfa_fp8(None, "ptx", "int8qk"), _gpu_missing,
+                      unsupported=_zyfa_unsupported("ptx", True, None, int8_qk=True)))
     out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_quantize(quantize_fp8), zm, with_quantize=True,
                       unsupported=_zyfa_unsupported("auto", True, None)))
     out.append(Method("zyfa", "triton", "int8qk", "int8qk", _zyfa_quantize(quantize_int8_qk), zm, with_quantize=True,
-                      unsupported=_zyfa_unsupported("triton", True, None)))
+                      unsupported=_zyfa_unsupported("triton", True, None, int8_qk=True)))
     out += [Method("zyfa", "auto", dtype, "head" if dtype == "fp8" else None, _zyfa_varlen(dtype, page), zm,
                    varlen=True, page_size=page) for page in (None, 64, 128) for dtype in ("fp8", "bf16")]
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_varlen_build("fp8"), _fa3_missing, varlen=True),

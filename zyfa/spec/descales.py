@@ -4,15 +4,19 @@ Accepted (float32; for q the GQA group shares the kv head's scale, as in FA3):
 
   q_descale: scalar | (kv_heads,) | (batch, kv_heads)  | (batch, heads, seqlen_q)   per token
   k_descale: scalar | (kv_heads,) | (batch, kv_heads)  | (batch, kv_heads, seqlen_k) per token
+             | (batch, kv_heads, ceil(seqlen_k / 128)) per block of 128 keys (KEY_BLOCK)
   v_descale: scalar | (kv_heads,) | (batch, kv_heads)  | (batch, kv_heads, head_dim_v) per channel
 
-Normalized: q (B, Hq, Sq), k (B, Hkv, Sk), v (B, Hkv, Dv), all float32.
+Normalized: q (B, Hq, Sq), k (B, Hkv, Sk), v (B, Hkv, Dv), all float32 (a block's descale
+repeated over its keys). The block form is what lets a kernel take one k factor a key block
+(the generated INT8 Q.K^T kernel); with one block (seqlen_k <= 128) it is the per-token shape
+only at seqlen_k 1, where both mean the same.
 """
 from __future__ import annotations
 
 import torch
 
-from .constants import LOG2E
+from .constants import KEY_BLOCK, LOG2E
 
 
 def _coarse(d: torch.Tensor, B: int, Hkv: int, name: str) -> torch.Tensor:
@@ -33,15 +37,27 @@ def _shape_msg(name, d, B, Hkv, fine=None):
     return f"{name} has shape {tuple(d.shape)}; allowed shapes are {allowed}"
 
 
-def check_descale(name: str, d, B: int, Hkv: int, fine_shape: tuple) -> None:
-    """Raise TypeError/ValueError if a descale has the wrong type, dtype or shape."""
+def key_blocks(seqlen_k: int) -> int:
+    """Blocks of KEY_BLOCK keys: the last dimension of a k descale per key block."""
+    return -(-seqlen_k // KEY_BLOCK)
+
+
+def is_per_key_block(d, seqlen_k: int) -> bool:
+    """A (validated) k descale per block of KEY_BLOCK keys rather than per token."""
+    return d is not None and d.dim() == 3 and d.shape[-1] != seqlen_k
+
+
+def check_descale(name: str, d, B: int, Hkv: int, fine_shape: tuple, block_shape: tuple | None = None) -> None:
+    """Raise TypeError/ValueError if a descale has the wrong type, dtype or shape
+    (``block_shape``: k's per-key-block shape, also allowed)."""
     if not isinstance(d, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of float32, got {type(d).__name__}")
     if d.dtype != torch.float32:
         raise TypeError(f"{name} must be float32, got {d.dtype}")
     if d.dim() == 3:
-        if tuple(d.shape) != tuple(fine_shape):
-            raise ValueError(_shape_msg(name, d, B, Hkv, fine_shape))
+        if tuple(d.shape) not in (tuple(fine_shape), tuple(block_shape or fine_shape)):
+            fine = f"{fine_shape}" + (f" or {block_shape} (a block of {KEY_BLOCK} keys)" if block_shape else "")
+            raise ValueError(_shape_msg(name, d, B, Hkv, fine))
         return
     _coarse(d, B, Hkv, name)   # raises on a bad shape
 
@@ -68,7 +84,10 @@ def normalize_descales(q, k, v, q_descale=None, k_descale=None, v_descale=None):
         qs = qd
     else:
         qs = _coarse(qd, B, Hkv, "q_descale").repeat_interleave(group, dim=1)[..., None].expand(B, Hq, Sq)
-    ks = kd if kd.dim() == 3 else _coarse(kd, B, Hkv, "k_descale")[..., None].expand(B, Hkv, Sk)
+    if kd.dim() != 3:
+        ks = _coarse(kd, B, Hkv, "k_descale")[..., None].expand(B, Hkv, Sk)
+    else:
+        ks = kd.repeat_interleave(KEY_BLOCK, -1)[..., :Sk] if is_per_key_block(kd, Sk) else kd
     return qs.contiguous(), ks.contiguous(), per_channel_v_descale(vd, B, Hkv, Dv)
 
 

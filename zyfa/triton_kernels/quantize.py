@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
+from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts, per_key_block
 from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, MAGIC, MAGIC_BITS
 
 _MODE_SUM: tl.constexpr = tl.constexpr(0)       # per-channel float64 sums and counts of finite k
@@ -355,4 +355,4 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
                                 *v.stride(), Hkv, ntv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
                                 HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v)
     v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
-    return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))
+    return FP8Inputs(q8, k8, v8, qd, per_key_block(kd, key_block), vd.reshape(B, Hkv))

@@ -1,12 +1,19 @@
-"""What the generated sm_90a kernels run: FP8 on Hopper, head dims (128, 128) or MLA's
-(192, 128), per-head (or per-tensor) q/k descales, every P rule, block references; BF16 and
-FP16 with head dims (64, 64), (128, 128), (192, 128) and (256, 256); they need cuda-python to load."""
+"""What the generated sm_90a kernels run: FP8 on Hopper with head dims (64, 64), (128, 128),
+MLA's (192, 128) or (256, 256), per-head (or per-tensor) q/k descales, every P rule, block
+references; the INT8 Q.K^T mode at head dims (64, 64) and (128, 128) with k descales a block
+of 128 keys; BF16 and FP16 with head dims (64, 64), (128, 128), (192, 128) and (256, 256).
+They need cuda-python to load."""
 from __future__ import annotations
+
+import torch
 
 from ...device import HAS_CUDA_PYTHON, is_rocm
 from ...spec.rules import P_RULES
 from ..limits import fp8_refusal
 from .layout import HEAD_DIMS, HEAD_DIMS_16
+
+
+INT8_HEAD_DIMS = ((64, 64), (128, 128))     # the INT8 Q.K^T kernel's (Layout.int8_qk)
 
 
 def supports(p) -> tuple[bool, str]:
@@ -23,6 +30,8 @@ def supports(p) -> tuple[bool, str]:
         if not HAS_CUDA_PYTHON:
             return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
         return True, f"generated PTX kernel for sm_90a (16-bit, d{p.head_dims[0]}/{p.head_dims[1]})"
+    if p.int8_qk:
+        return _supports_int8(p)
     refusal = fp8_refusal(p, "generated kernel", p.head_dims in HEAD_DIMS, " or ".join(map(str, HEAD_DIMS)),
                           P_RULES, ("block",))
     if refusal:
@@ -32,6 +41,26 @@ def supports(p) -> tuple[bool, str]:
     return True, f"generated PTX kernel for sm_90a (FP8, d{p.head_dims[0]}/{p.head_dims[1]})"
 
 
+def _supports_int8(p) -> tuple[bool, str]:
+    """The INT8 Q.K^T kernel: dense batches, head dims INT8_HEAD_DIMS, k's descales a block of 128
+    keys (or coarser: one factor a key block), q's any."""
+    if p.packed:
+        return False, "the generated INT8 Q.K^T kernel takes dense batches (packed ones run in the Triton kernel)"
+    if p.head_dims not in INT8_HEAD_DIMS:
+        return False, f"the generated INT8 Q.K^T kernel takes head dims {' or '.join(map(str, INT8_HEAD_DIMS))}, " \
+                      f"not {p.head_dims}"
+    if p.k_descale_per_key:
+        return False, "the generated INT8 Q.K^T kernel takes k descales a block of 128 keys (quantize_int8_qk's " \
+                      "default) or coarser, not a key"
+    if p.p_rule not in P_RULES or p.ref_rule != "block":
+        return False, f"the generated INT8 Q.K^T kernel implements ref_rule 'block' and p_rule {P_RULES}"
+    if not HAS_CUDA_PYTHON:
+        return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
+    return True, f"generated PTX kernel for sm_90a (INT8 Q.K^T, d{p.head_dims[0]})"
+
+
 def run(q, k, v, **kw):
-    from .kernels import attention_16, attention_fp8
+    from .kernels import attention_16, attention_fp8, attention_int8qk
+    if q.dtype == torch.int8:
+        return attention_int8qk(q, k, v, **kw)
     return attention_fp8(q, k, v, **kw) if "p_rule" in kw else attention_16(q, k, v, **kw)

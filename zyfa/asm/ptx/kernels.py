@@ -10,7 +10,8 @@ import torch
 from ...spec.constants import LOG2E
 from ...spec.rules import DEFAULT_P_RULE
 from ...spec.shapes import Packed
-from ...spec.descales import head_factor, normalize_descales, per_channel_v_descale, row_factor
+from ...spec.descales import (coarse_descale, head_factor, is_per_key_block, is_per_token, key_blocks,
+                              normalize_descales, per_channel_v_descale, row_factor)
 from ...hopper_vt import hopper_vt
 from ...tma import tma_ready
 from ...device import to_device
@@ -176,27 +177,32 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     return out, lse
 
 
-def attention_int8qk(q, k, v, k_block_descale, softmax_scale=None, causal=True, q_descale=None, v_descale=None,
-                     p_rule=DEFAULT_P_RULE):
-    """The INT8 Q.K^T mode by the generated sm_90a kernel (serial schedule): q (B, Sq, Hq, D)
-    and k (B, Sk, Hkv, D) int8 with D 64 or 128, v E4M3 as quantize_int8_qk writes it; q's
-    descales per token (or coarser), ``k_block_descale`` (B, Hkv, ceil(Sk / 128)) float32, k's
-    descale of each block of 128 keys: the spec's result for the per-token k descales that
-    repeat each block's value over its keys. Returns (out BF16, lse float32)."""
+def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
+                     p_rule=DEFAULT_P_RULE, ref_rule="block"):
+    """The INT8 Q.K^T mode by the generated sm_90a kernel (serial schedule); inputs validated
+    by flash_attn_func: q (B, Sq, Hq, D) and k (B, Sk, Hkv, D) int8 with D 64 or 128, v E4M3
+    as quantize_int8_qk writes it; q's descales any form, k's a block of 128 keys (B, Hkv,
+    ceil(Sk / 128)) or coarser. Returns (out BF16, lse float32)."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    if ref_rule != "block":
+        raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
     if q.dtype != torch.int8 or k.dtype != torch.int8 or D not in (64, 128) or Dv != D:
         raise ValueError(f"the INT8 Q.K^T kernel takes int8 q and k with head dims (64, 64) or (128, 128), "
                          f"got {q.dtype} / {k.dtype} ({D}, {Dv})")
-    blocks = (B, Hkv, -(-Sk // attn.BLOCK_N))
-    if tuple(k_block_descale.shape) != blocks or k_block_descale.dtype != torch.float32:
-        raise ValueError(f"k_block_descale must be float32 {blocks} (a descale a block of {attn.BLOCK_N} keys), "
-                         f"got {k_block_descale.dtype} {tuple(k_block_descale.shape)}")
+    if k_descale.dim() == 3 and not is_per_key_block(k_descale, Sk):
+        raise ValueError("the INT8 Q.K^T kernel takes k descales a block of 128 keys or coarser, not a key")
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dev = q.device
-    qs, _, _ = normalize_descales(q, k, v, q_descale, None, None)
-    fac = row_factor(qs, scale).contiguous()
-    kfac = k_block_descale.to(dev).contiguous()
+    blocks = key_blocks(Sk)
+    if is_per_token(q_descale) or is_per_token(k_descale):     # c = row factor x k's block descale
+        fac = row_factor(normalize_descales(q, k, v, q_descale, None, None)[0], scale).contiguous()
+        kd = k_descale if k_descale.dim() == 3 else coarse_descale(k_descale.to(dev), B, Hkv, "k_descale")[..., None]
+    else:                                                       # c = the head's factor, as the spec forms it
+        head = head_factor(q_descale, k_descale, B, Hkv, scale, dev).repeat_interleave(Hq // Hkv, dim=1)
+        fac = head[..., None].expand(B, Hq, Sq).contiguous()
+        kd = torch.ones((), device=dev)
+    kfac = kd.to(dev, torch.float32).expand(B, Hkv, blocks).contiguous()
     vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
     vt = hopper_vt(v).reshape(B * Hkv, Dv, -1)
