@@ -78,11 +78,14 @@ VARLEN_LENGTHS = (512, 8192, 1024, 6144, 2048, 4096, 3072, 1536, 5120, 768, 7168
 
 
 def varlen_cases() -> list[Case]:
-    """A packed batch (FlashAttention's varlen layout) and a dense batch of the same tokens:
-    what varlen costs is the ratio of the two, beside the same ratio for FA3."""
+    """What varlen costs, beside what it costs FA3: four 16K sequences packed (FlashAttention's
+    varlen layout) against the same four as a dense batch, equal shapes, so the two ratios to
+    FA3 differ only by the packed path; and the serving batch of VARLEN_LENGTHS packed, where
+    short sequences (and how the kernel balances them) also count."""
     n = len(VARLEN_LENGTHS)
     return [Case("varlen", "varlen 16 seqs 64K GQA 32/8", n, max(VARLEN_LENGTHS), max(VARLEN_LENGTHS), 32, 8, 128,
                  128, lengths=VARLEN_LENGTHS),
+            Case("varlen", "varlen 4 x 16K GQA 32/8", 4, 16384, 16384, 32, 8, 128, 128, lengths=(16384,) * 4),
             Case("varlen", "dense 4 x 16K GQA 32/8", 4, 16384, 16384, 32, 8, 128, 128)]
 
 
