@@ -22,12 +22,14 @@ casts like the GPU): round-half-even, saturating at 448, non-finite -> 0x7F as q
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
-from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts, per_key_block
-from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, MAGIC, MAGIC_BITS
+from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
+from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, KEY_BLOCK, MAGIC, MAGIC_BITS
 
 _MODE_SUM: tl.constexpr = tl.constexpr(0)       # per-channel float64 sums and counts of finite k
 _MODE_AMAX: tl.constexpr = tl.constexpr(1)      # finite amax of the transformed values
@@ -174,11 +176,25 @@ def _channel_sums(k, dummy):
     return part, cnt
 
 
+@functools.lru_cache(maxsize=64)
 def _rotation(n, seed, device):
+    """(row signs padded to a power of two, [scale], block) on the device, made once: a tensor
+    copied from the host a call would wait for the GPU's queue (pageable copies synchronize)."""
     signs, block, scale = hadamard_parts(n, seed)
-    padded = torch.zeros(triton.next_power_of_2(n), dtype=torch.float32, device=device)
+    padded = torch.zeros(triton.next_power_of_2(n), dtype=torch.float32)
     padded[:n] = signs.float()
-    return padded, torch.tensor([scale], dtype=torch.float32, device=device), block
+    return padded.to(device), torch.tensor([scale], dtype=torch.float32).to(device), block
+
+
+@functools.lru_cache(maxsize=16)
+def _dummy(device):
+    """A pointer for the arguments a specialization does not read (never written)."""
+    return torch.zeros(1, dtype=torch.float32, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def _v_rotation(n, seed, device):
+    return hadamard_matrix(n, seed).float().to(device)
 
 
 def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, mean=None):
@@ -216,7 +232,7 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
     if granularity not in ("head", "tensor"):
         raise ValueError(f"the fused quantizer supports granularity 'head' and 'tensor', not {granularity!r}; "
                          "use fused=False")
-    dummy = torch.zeros(1, dtype=torch.float32, device=q.device)
+    dummy = _dummy(q.device)
     had_qk = _rotation(D, seed, q.device) if hadamard else None
     had_v = _rotation(Dv, seed + 1, q.device) if hadamard else None
     mean = None
@@ -226,7 +242,7 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
     q8, k8, vt, (qd, kd, vd) = _qkv_passes(q, k, v, Hq // Hkv, granularity, dummy, had_qk, had_v, mean)
     f8 = torch.float8_e4m3fn
     v8 = vt.view(f8)[..., :k.shape[1]].permute(0, 3, 1, 2)
-    v_rot = hadamard_matrix(Dv, seed + 1, q.device).float() if hadamard else None
+    v_rot = _v_rotation(Dv, seed + 1, q.device).clone() if hadamard else None   # the caller's own copy
     return FP8Inputs(q8.view(f8), k8.view(f8), v8, qd, kd, vd, v_rot)
 
 
@@ -249,15 +265,18 @@ def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: t
 
 
 @triton.jit
-def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H,
+def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H, ds_at,
                SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
-               PER_ROW: tl.constexpr, NSUB: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
+               PER_ROW: tl.constexpr, ONE_DS: tl.constexpr, NSUB: tl.constexpr, BS: tl.constexpr,
+               BD: tl.constexpr):
     """Rows lo..hi of head h of batch b: int8 codes, and per row the descale (NaN where the
     row has a non-finite value, whose code is 0). The scale is each row's (PER_ROW) or one for
-    all the rows, found in a first sweep over them (NSUB tiles of BS rows)."""
+    all the rows, found in a first sweep over them (NSUB tiles of BS rows); ONE_DS: that one
+    descale written once, at ds_ptr + ds_at, NaN if any row has a non-finite value."""
     d = tl.arange(0, BD)
     dmask = d < D
     amax = 0.0
+    nbad = 0
     if not PER_ROW:
         for i in range(NSUB):
             s = lo + i * BS + tl.arange(0, BS)
@@ -281,7 +300,13 @@ def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, 
         code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)  # round half to even
         tl.store(out_ptr + ((b * S + s[:, None]) * H + h) * D + d[None, :], code.to(tl.int8), mask=m)
         bad = tl.sum(m.to(tl.int32) * (1 - fin.to(tl.int32)), axis=1)
-        tl.store(ds_ptr + (b * H + h) * S + s, tl.where(bad == 0, descale, float("nan")), mask=s < hi)
+        if ONE_DS:
+            nbad += tl.sum(bad, axis=0)
+        else:
+            tl.store(ds_ptr + (b * H + h) * S + s, tl.where(bad == 0, descale, float("nan")), mask=s < hi)
+    if ONE_DS:
+        one = tl.math.div_rn(tl.maximum(amax, _AMAX_FLOOR), _INT8)
+        tl.store(ds_ptr + ds_at, tl.where(nbad == 0, one, float("nan")))
 
 
 @triton.jit
@@ -289,10 +314,11 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
                     v_amax, dummy, Sq, Sk, D, Dv, qsb, qss, qsh, qsd, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd,
                     HKV, NTQ, NTK, NTV, KEY_BLOCK,
                     GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
-                    HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
-                    BD_V: tl.constexpr):
+                    HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, K_BLOCK_DS: tl.constexpr, BS: tl.constexpr,
+                    BD: tl.constexpr, BD_V: tl.constexpr):
     """Grid (batch * kv heads, the most tiles of the three, 3): axis 2 = 0 a tile of BS queries
-    of the group's heads, 1 a block of KEY_BLOCK keys, 2 a tile of v's amax pass."""
+    of the group's heads, 1 a block of KEY_BLOCK keys, 2 a tile of v's amax pass. K_BLOCK_DS:
+    k's descales one a block (B, Hkv, NTK), else one a key (B, Hkv, Sk)."""
     pid = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     which = tl.program_id(2)
@@ -308,16 +334,16 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
         if tile < NTQ:
             for g in range(GROUP):
                 _int8_rows(q_ptr, q_out, qd_ptr, d * 0.0, signs, hscale, b, hk * GROUP + g, tile * BS,
-                           tl.minimum(tile * BS + BS, Sq), Sq, D, qsb, qss, qsh, qsd, HKV * GROUP,
-                           False, HAD, HBLOCK, HSTAGES, True, 1, BS, BD)
+                           tl.minimum(tile * BS + BS, Sq), Sq, D, qsb, qss, qsh, qsd, HKV * GROUP, 0,
+                           False, HAD, HBLOCK, HSTAGES, True, False, 1, BS, BD)
     elif which == 1:
         if tile < NTK:
             mean = d * 0.0
             if SMOOTH:
                 mean = tl.load(mean_ptr + pid * BD + d)
             _int8_rows(k_ptr, k_out, kd_ptr, mean, signs, hscale, b, hk, tile * KEY_BLOCK,
-                       tl.minimum(tile * KEY_BLOCK + KEY_BLOCK, Sk), Sk, D, ksb, kss, ksh, ksd, HKV,
-                       SMOOTH, HAD, HBLOCK, HSTAGES, False, NSUB_K, BS, BD)
+                       tl.minimum(tile * KEY_BLOCK + KEY_BLOCK, Sk), Sk, D, ksb, kss, ksh, ksd, HKV, pid * NTK + tile,
+                       SMOOTH, HAD, HBLOCK, HSTAGES, False, K_BLOCK_DS, NSUB_K, BS, BD)
     else:
         if tile < NTV:
             _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, dummy, dummy, pid, tile, Sk, Sk, Dv,
@@ -331,7 +357,7 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     dev = q.device
-    dummy = torch.zeros(1, dtype=torch.float32, device=dev)
+    dummy = _dummy(dev)
     signs, scale, block = _rotation(D, seed, dev) if hadamard else (dummy, dummy, 1)
     mean = dummy
     if smooth_k:
@@ -340,19 +366,20 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
     q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
     k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
     qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    kd = torch.empty(B, Hkv, Sk, dtype=torch.float32, device=dev)
+    ntq, ntk, ntv = triton.cdiv(Sq, BLOCK_S), triton.cdiv(Sk, key_block), triton.cdiv(Sk + (-Sk) % 16, BLOCK_S)
+    block_ds = key_block == KEY_BLOCK          # the generated kernel's form, written by the kernel
+    kd = torch.empty(B, Hkv, ntk if block_ds else Sk, dtype=torch.float32, device=dev)
     v_amax = torch.zeros(B * Hkv, dtype=torch.int32, device=dev)              # float bits of 0.0
     vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
     vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=dev)
-    ntq, ntk, ntv = triton.cdiv(Sq, BLOCK_S), triton.cdiv(Sk, key_block), triton.cdiv(vt.shape[-1], BLOCK_S)
     bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
     _int8_qk_v_amax[(B * Hkv, max(ntq, ntk, ntv), 3)](
         q, k, v, q8, k8, qd, kd, mean, signs, scale, v_amax, dummy, Sq, Sk, D, Dv,
         *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
         GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
-        NSUB_K=triton.cdiv(key_block, BLOCK_S), BS=BLOCK_S, BD=bd, BD_V=bd_v)
+        NSUB_K=triton.cdiv(key_block, BLOCK_S), K_BLOCK_DS=block_ds, BS=BLOCK_S, BD=bd, BD_V=bd_v)
     _quant_pass[(B * Hkv, ntv)](v, vt, dummy, dummy, dummy, v_amax, vd, dummy, dummy, Sk, vt.shape[-1], Dv,
                                 *v.stride(), Hkv, ntv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
                                 HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v)
     v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
-    return FP8Inputs(q8, k8, v8, qd, per_key_block(kd, key_block), vd.reshape(B, Hkv))
+    return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))

@@ -90,7 +90,7 @@ def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: 
                                  "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "KEY_BLOCK")}}
     consts = dict(GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=block_d if hadamard else 1,
                   HSTAGES=block_d.bit_length() - 1 if hadamard else 0, NSUB_K=-(-key_block // BLOCK_S),
-                  BS=BLOCK_S, BD=block_d, BD_V=block_dv)
+                  K_BLOCK_DS=key_block == 128, BS=BLOCK_S, BD=block_d, BD_V=block_dv)
     sig.update({name: "constexpr" for name in consts})
     return triton.compile(ASTSource(_int8_qk_v_amax, sig, consts, {}), target=TARGETS[target],
                           options={"num_warps": 4})
