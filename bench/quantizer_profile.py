@@ -1,0 +1,91 @@
+"""Where a fused quantizer's time goes, at Mistral-7B 16K (GQA 32/8, d128, realistic BF16).
+
+    python bench/quantizer_profile.py [OUT.json]
+
+For quantize_fp8 (plain, hadamard, smooth_k + hadamard) and quantize_int8_qk (default, without
+smoothing, without rotation, neither): the call's median time (triton's do_bench, L2 cleared
+before each run), the host's own time a call (20 calls queued behind a sleeping kernel, so
+the GPU never waits for them), and torch.profiler's device time per kernel. A call whose time
+is its host time is host-bound; one whose time is its kernels' is device-bound. Runs the zyfa
+found on the path, so two trees can be compared process by process.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import zyfa
+from zyfa.activations import make
+from zyfa.bench.measure import median_ms
+
+
+def host_ms(fn, calls: int = 20) -> float:
+    torch.cuda._sleep(50_000_000)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    out = (time.perf_counter() - t0) / calls * 1e3
+    torch.cuda.synchronize()
+    return out
+
+
+def kernels_ms(fn, calls: int = 10) -> dict:
+    """Device time a call per kernel name (first 60 characters)."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t > 0 and e.count > 0:
+            out[e.key[:60]] = round(t / calls / 1e3, 4)
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    q, k, v = (t.bfloat16() for t in make("realistic", 1, 16384, 32, 8, 128, seed=1, device="cuda"))
+    elems = q.numel() + k.numel() + v.numel()
+    dst = [torch.empty_like(t) for t in (q, k, v)]
+
+    def copy():
+        for d, s in zip(dst, (q, k, v)):
+            d.copy_(s)
+    out = {"copy_ms": median_ms(copy)}
+    print(f"copy {out['copy_ms']:.3f} ms, {elems * 4 / out['copy_ms'] / 1e6:.0f} GB/s (2 bytes read + 2 written)")
+    variants = {
+        "fp8 plain": dict(fn=zyfa.quantize_fp8),
+        "fp8 had": dict(fn=zyfa.quantize_fp8, hadamard=True),
+        "fp8 smooth+had": dict(fn=zyfa.quantize_fp8, hadamard=True, smooth_k=True),
+        "int8 default": dict(fn=zyfa.quantize_int8_qk),
+        "int8 no smooth": dict(fn=zyfa.quantize_int8_qk, smooth_k=False),
+        "int8 no had": dict(fn=zyfa.quantize_int8_qk, hadamard=False),
+        "int8 plain": dict(fn=zyfa.quantize_int8_qk, hadamard=False, smooth_k=False),
+    }
+    for name, opts in variants.items():
+        f = opts.pop("fn")
+
+        def call():
+            return f(q, k, v, fused=True, **opts)
+        ms = median_ms(call)
+        call()
+        torch.cuda.synchronize()
+        rec = {"ms": ms, "host_ms": host_ms(call), "kernels_ms": kernels_ms(call)}
+        rec["gb_s_3B"] = elems * 3 / ms / 1e6          # 2 bytes read + 1 written, what any quantizer moves
+        out[name] = rec
+        top = sorted(rec["kernels_ms"].items(), key=lambda kv: -kv[1])[:3]
+        print(f"{name:16s} {ms:.3f} ms, host {rec['host_ms']:.3f} ms, {rec['gb_s_3B']:.0f} GB/s; "
+              + ", ".join(f"{n}={t}" for n, t in top))
+    if argv:
+        with open(argv[0], "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
