@@ -6,21 +6,23 @@ For quantize_fp8 (plain, hadamard, smooth_k + hadamard) and quantize_int8_qk (de
 smoothing, without rotation, neither): the call's median time (triton's do_bench, L2 cleared
 before each run), the host's own time a call (20 calls queued behind a sleeping kernel, so
 the GPU never waits for them), and torch.profiler's device time per kernel. A call whose time
-is its host time is host-bound; one whose time is its kernels' is device-bound. Runs the zyfa
-found on the path, so two trees can be compared process by process.
+is its host time is host-bound; one whose time is its kernels' is device-bound.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
-import torch
-from torch.profiler import ProfilerActivity, profile
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import zyfa
-from zyfa.activations import make
-from zyfa.bench.measure import median_ms
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+import zyfa  # noqa: E402
+from zyfa.activations import make  # noqa: E402
+from zyfa.bench.measure import median_ms  # noqa: E402
 
 
 def host_ms(fn, calls: int = 20) -> float:

@@ -44,11 +44,14 @@ BLOCK_S = 32
 @triton.jit
 def _butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
     """Sylvester butterflies (a + b, a - b) within blocks of BLOCK = 2^NSTAGE channels,
-    widest stride first: zyfa.quantize.rotate's order."""
-    for i in tl.static_range(NSTAGE):       # stride BLOCK >> (i + 1)
-        t = tl.permute(tl.reshape(y, (BS, BD // (BLOCK >> i), 2, BLOCK >> (i + 1))), (0, 1, 3, 2))
-        a, b = tl.split(t)
-        y = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (BS, BD))
+    widest stride first: zyfa.quantize.rotate's order. Each stage gathers every column's
+    partner (column ^ stride; warp shuffles, where reshapes and permutes went through shared
+    memory) and keeps a + b in the lower column of a pair, a - b in the upper."""
+    d = tl.arange(0, BD)
+    for i in tl.static_range(NSTAGE):
+        stride = BLOCK >> (i + 1)
+        p = tl.gather(y, tl.broadcast_to((d ^ stride)[None, :], (BS, BD)), axis=1)
+        y = tl.where(((d & stride) == 0)[None, :], y + p, p - y)
     return y
 
 
