@@ -15,21 +15,31 @@ from zyfa.spec.reference import fp8_attention_spec
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_int8_kernel_assembles_within_budget(head_dim, causal):
-    """S by the int8 tensor cores (4 or 2 k-steps a block, in both copies of the block loop),
-    P V^T by the E4M3 ones; made float by an integer and a float add a score (no conversion
-    instruction in the loop); the serial kernel's register cap, no spills."""
+@pytest.mark.parametrize("dims", attn.HEAD_DIMS, ids=lambda d: f"d{d[0]}-{d[1]}")
+def test_int8_kernel_assembles_within_budget(dims, causal):
+    """S by the int8 tensor cores (k-steps of 32 bytes, at each place a block's S is issued:
+    both copies of the serial kernel's block loop; the specialized consumer's first block and
+    both copies of its loop; the Dv 256 consumer's one), P V^T by the E4M3 ones; made float by
+    an integer and a float add a score (no conversion instruction in the loop); the E4M3
+    kernel's register cap, no spills."""
     from zyfa.asm.ptx.block import BLOCK_LOOP_COPIES as n
-    ptx = attn.attention_kernel("exact", causal, head_dim, int8_qk=True)[1]
-    assert "m64n128k32.s32.s8.s8" in ptx and "kfac_ptr" in ptx
+    from zyfa.asm.ptx.specialized import LAUNCH_REGISTERS
+    dqk, dv = dims
+    layout = attn.layout_for(dqk, dv=dv, int8_qk=True)
+    assert layout.specialized == attn.layout_for(dqk, dv=dv).specialized      # the E4M3 kernel's schedule
+    ptx = attn.attention_kernel("exact", causal, dqk, int8_qk=True)[1]
+    assert "s32.s8.s8" in ptx and "kfac_ptr" in ptx
     a = assemble(ptx)
-    sass = a.sass()
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass)
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", a.sass())
     assert a.spill_bytes == 0, a.report
-    cap = attn.REGISTER_BUDGET if head_dim == 128 else attn.REGISTER_CAP_D64
-    assert a.registers <= cap
-    assert ops.count("IGMMA") == n * head_dim // 32 and ops.count("QGMMA") == 4 * n
+    if layout.specialized:
+        sites = 1 if dv > attn.HEAD_DIM else n + 1
+        assert a.registers <= LAUNCH_REGISTERS[layout.consumers]
+    else:
+        sites = n
+        assert a.registers <= (attn.REGISTER_BUDGET if dqk == 128 else attn.REGISTER_CAP_D64)
+        assert ops.count("QGMMA") == 4 * n
+    assert ops.count("IGMMA") == sites * dqk // 32 and "QGMMA" in ops
     first, last = ops.index("IGMMA"), len(ops) - 1 - ops[::-1].index("QGMMA")
     for conversion in ("I2F", "F2I", "I2FP"):
         assert conversion not in ops[first:last], f"{conversion} in the main loop"
@@ -37,7 +47,7 @@ def test_int8_kernel_assembles_within_budget(head_dim, causal):
 
 def test_int8_layout_refuses_what_it_does_not_implement():
     with pytest.raises(ValueError, match="INT8"):
-        attn.layout_for(192, dv=128, int8_qk=True)
+        attn.layout_for(192, dv=192, int8_qk=True)
     with pytest.raises(ValueError, match="INT8"):
         attn.layout_for(128, packed=True, int8_qk=True)
 
@@ -52,11 +62,11 @@ SHAPES = [                               # B, Sq, Sk, Hq, Hkv, causal
 ]
 
 
-def _case(shape, head_dim, seed=0):
+def _case(shape, head_dim, seed=0, dv=None):
     import zyfa
     from zyfa.activations import make
     B, Sq, Sk, Hq, Hkv, causal = shape
-    q, k, v = (t.bfloat16() for t in make("realistic", B, Sq, Hq, Hkv, head_dim, head_dim, seqlen_k=Sk,
+    q, k, v = (t.bfloat16() for t in make("realistic", B, Sq, Hq, Hkv, head_dim, dv or head_dim, seqlen_k=Sk,
                                            seed=seed + Sq, device="cuda"))
     x = zyfa.quantize_int8_qk(q, k, v)           # k's descales: one a block of 128 keys
     assert x.k_descale.shape == (B, Hkv, -(-Sk // attn.BLOCK_N))
@@ -69,16 +79,10 @@ def _run(x, causal, rule):
     return zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True, backend="ptx")
 
 
-@hopper
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("rule", ["lean_cubic", "exact"])
-@pytest.mark.parametrize("shape", SHAPES)
-def test_int8_kernel_equals_spec(shape, rule, head_dim):
+def _assert_as_spec(x, causal, rule, out, lse):
     """lean_cubic: the spec's P codes, so the outputs equal the spec's under the BF16
     rounding and the LSE within float32 ordering. exact (MUFU.EX2, ~2 ulp): a code may step
     near a rounding midpoint, in few rows' LSE and by at most one E4M3 step."""
-    x, causal = _case(shape, head_dim)
-    out, lse = _run(x, causal, rule)
     spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True)
     rounding = rel_err(spec.bfloat16(), spec)
     assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
@@ -87,6 +91,32 @@ def test_int8_kernel_equals_spec(shape, rule, head_dim):
         assert (diff > 1e-5).double().mean() <= 1e-2 and diff.max() <= 0.125, describe_mismatch(lse, lse_spec, 1e-5)
     else:
         assert diff.max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
+
+
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("rule", ["lean_cubic", "exact"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_int8_kernel_equals_spec(shape, rule, head_dim):
+    """Through flash_attn_func (the dispatcher picks the generated kernel): _assert_as_spec."""
+    x, causal = _case(shape, head_dim)
+    out, lse = _run(x, causal, rule)
+    _assert_as_spec(x, causal, rule, out, lse)
+
+
+@hopper
+@pytest.mark.parametrize("dims", [(192, 128), (256, 256)], ids=["d192-128", "d256"])
+@pytest.mark.parametrize("rule", ["lean_cubic", "exact"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_int8_specialized_kernels_equal_spec(shape, rule, dims):
+    """The warp-specialized schedules' INT8 mode, called directly (the dispatcher takes these
+    head dims once this has run on a GPU: backend.INT8_HEAD_DIMS): _assert_as_spec."""
+    from zyfa.asm.ptx.kernels import attention_int8qk
+    x, causal = _case(shape, dims[0], dv=dims[1])
+    a = x.kwargs()
+    out, lse = attention_int8qk(a["q"], a["k"], a["v"], causal=causal, q_descale=a["q_descale"],
+                                k_descale=a["k_descale"], v_descale=a["v_descale"], p_rule=rule)
+    _assert_as_spec(x, causal, rule, out, lse)
 
 
 @hopper

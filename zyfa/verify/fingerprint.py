@@ -55,7 +55,7 @@ def fingerprints(triton: bool = True) -> dict:
                 if rule == DEFAULT_P_RULE:      # the packed (varlen) variant, of the default rule
                     name, ptx = ptx_kernel(rule, causal, dqk=dqk, packed=True)
                     out[f"ptx_packed|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
-                if rule == DEFAULT_P_RULE and dqk <= 128:    # the INT8 Q.K^T variant
+                if rule == DEFAULT_P_RULE:      # the INT8 Q.K^T variant
                     name, ptx = ptx_kernel(rule, causal, dqk=dqk, int8_qk=True)
                     out[f"ptx_int8qk|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
     for dtype in ("bf16", "f16"):

@@ -59,8 +59,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale (B, Hkv,
     Dv) float32; seqlen_q, seqlen_k, heads, kv_heads, batch. Launch: layout_for(dqk, dv=Dv)'s
     threads and shared_bytes of dynamic shared memory; grid (ceil(Sq / 64), B * Hq) for
-    Dqk 64 and 128, (ceil(Sq / 128) * B * Hq,) otherwise. ``int8_qk``: q and k int8, Dqk
-    64 / 128 (layout.INT8_PARAMS: fac is then a factor a query row, kfac k's descale a block).
+    Dqk 64 and 128, (ceil(Sq / 128) * B * Hq,) otherwise. ``int8_qk``: q and k int8, any of
+    the head dims (layout.INT8_PARAMS: fac is then a factor a query row, kfac k's descale a block).
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")

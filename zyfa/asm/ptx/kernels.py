@@ -31,7 +31,7 @@ def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed
 def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int) -> Kernel:
     name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                  attn.layout_for(dqk, dv=dqk, int8_qk=True).shared_bytes)
+                  attn.layout_for(dqk, dv=attn.fp8_dv(dqk), int8_qk=True).shared_bytes)
 
 
 @functools.cache
@@ -185,16 +185,16 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
 
 def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
                      p_rule=DEFAULT_P_RULE, ref_rule="block"):
-    """The INT8 Q.K^T mode by the generated sm_90a kernel (serial schedule); inputs validated
-    by flash_attn_func: q (B, Sq, Hq, D) and k (B, Sk, Hkv, D) int8 with D 64 or 128, v E4M3
-    as quantize_int8_qk writes it; q's descales any form, k's a block of 128 keys (B, Hkv,
+    """The INT8 Q.K^T mode by the generated sm_90a kernel (the E4M3 kernel's schedule for the
+    head dims); inputs validated by flash_attn_func: q (B, Sq, Hq, D) and k (B, Sk, Hkv, D) int8
+    with (D, Dv) in attn.HEAD_DIMS, v E4M3 as quantize_int8_qk writes it; q's descales any form, k's a block of 128 keys (B, Hkv,
     ceil(Sk / 128)) or coarser. Returns (out BF16, lse float32)."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     if ref_rule != "block":
         raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
-    if q.dtype != torch.int8 or k.dtype != torch.int8 or D not in (64, 128) or Dv != D:
-        raise ValueError(f"the INT8 Q.K^T kernel takes int8 q and k with head dims (64, 64) or (128, 128), "
+    if q.dtype != torch.int8 or k.dtype != torch.int8 or (D, Dv) not in attn.HEAD_DIMS:
+        raise ValueError(f"the INT8 Q.K^T kernel takes int8 q and k with head dims {attn.HEAD_DIMS}, "
                          f"got {q.dtype} / {k.dtype} ({D}, {Dv})")
     if k_descale.dim() == 3 and not is_per_key_block(k_descale, Sk):
         raise ValueError("the INT8 Q.K^T kernel takes k descales a block of 128 keys or coarser, not a key")

@@ -33,8 +33,9 @@ from .block import (
     emit_softmax,
 )
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
-from .cta import Cta, emit_positive_factor, emit_prologue
+from .cta import Cta, Rows, emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
+from .int8_qk import emit_block_factors, emit_float_scores, emit_positive_rows
 from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
@@ -197,8 +198,21 @@ def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> t
     q_sync, q_tile, q_descs = _emit_consumer_start(prog, c)
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
     rows, t, it, base = emit_tile_entry(prog, c, tiles)
-    emit_positive_factor(prog, c, rows, q_tile, sync=lambda: prog.emit("bar.sync.n", q_sync, THREADS))
+    if not c.layout.int8_qk:                # int8_qk: the rows' factors a block (_emit_int8_scores)
+        emit_positive_factor(prog, c, rows, q_tile, sync=lambda: prog.emit("bar.sync.n", q_sync, THREADS))
     return q_tile, q_descs, d_ones, rows, t, it, base
+
+
+def _emit_block_factors(prog: Program, c: Cta, rows: Rows, j: Reg) -> list[Reg] | None:
+    """int8_qk: key block j's two row factors, loaded while its S runs (else None)."""
+    return emit_block_factors(prog, rows, j) if c.layout.int8_qk else None
+
+
+def _emit_int8_scores(prog: Program, c: Cta, s: list[Reg], facs: list[Reg] | None, tag: str) -> None:
+    """int8_qk, once S is done: the int32 scores as floats, rows with negative factors flipped."""
+    if c.layout.int8_qk:
+        emit_float_scores(prog, s)
+        emit_positive_rows(prog, s, facs, tag)
 
 
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
@@ -210,7 +224,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
     emit("mov.u32", slot, base)
-    s = prog.regs("f32", ACC)
+    s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)      # int8_qk: int32 scores, then float
     p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
     alpha, beta = prog.regs("f32", 2), prog.regs("f32", 2)
 
@@ -236,8 +250,10 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     prog.comment("block 0: its GEMM phase has Q K^T alone")
     emit_kv_wait(prog, c, slot, "_FIRST")
     emit_scores(prog, c, q_descs, slot, s, "_FIRST", wait=False)
+    facs = _emit_block_factors(prog, c, rows, j)
     emit("wgmma.wait", 0)
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST")
+    _emit_int8_scores(prog, c, s, facs, "_FIRST")
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs)
     emit_row_update(prog, sm, l, A)
     keep(sm)
 
@@ -254,9 +270,11 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
         emit_kv_wait(prog, c, slot, tag)
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
         o = issue_pv(prev_slot)
+        facs = _emit_block_factors(prog, c, rows, j)
         emit("wgmma.wait", 1)                              # S(j); P(j - 1) V^T may still run
+        _emit_int8_scores(prog, c, s, facs, tag)
         sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
-                          deferred=True)
+                          deferred=True, facs=facs)
         emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
         _emit_release(prog, c, _free_bar(prog, c, prev_slot))
         fold(o, tag)
@@ -292,13 +310,15 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
     emit("mov.u32", slot, base)
-    s = prog.regs("f32", ACC)
+    s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)      # int8_qk: int32 scores, then float
     more = prog.reg("pred")
     prog.label("BLOCK_LOOP")
     emit_kv_wait(prog, c, slot, "")
     emit_scores(prog, c, q_descs, slot, s, "", wait=False)
+    facs = _emit_block_factors(prog, c, rows, j)
     emit("wgmma.wait", 0)
-    emit_block(prog, c, rows, rule, slot, start_n, s, d_ones, total, A, l)
+    _emit_int8_scores(prog, c, s, facs, "")
+    emit_block(prog, c, rows, rule, slot, start_n, s, d_ones, total, A, l, facs=facs)
     _emit_release(prog, c, _free_bar(prog, c, slot))
     emit("add.u32", j, j, 1)
     emit("add.u32", slot, slot, 1)
