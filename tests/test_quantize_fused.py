@@ -200,3 +200,18 @@ def test_int8_fused_rounding_ties_and_nonfinite():
     assert int(b.q_descale.isnan().sum()) == 1 and int(b.k_descale.isnan().sum()) == 1
     assert b.q_descale[0, 1, 5].isnan() and b.k_descale[0, 0, 0].isnan()     # k: its block of 128 keys
     assert int(b.q[0, 5, 1, 7]) == 0 and int(b.k[0, 9, 0, 3]) == 0
+
+
+def test_fused_calls_share_no_tensor_a_caller_can_change():
+    """The rotation's parts are made once a device (no host copy a call); what a call returns
+    is the caller's own: changing one call's v_rotation, or its k descales, changes nothing in
+    the next call."""
+    q, k, v = _inputs(SHAPES[1])
+    a = quantize_fp8_fused(q, k, v, hadamard=True)
+    want = a.v_rotation.clone()
+    a.v_rotation.zero_()
+    b = quantize_fp8_fused(q, k, v, hadamard=True)
+    assert torch.equal(b.v_rotation, want) and b.v_rotation.data_ptr() != a.v_rotation.data_ptr()
+    x = quantize_int8_qk_fused(q, k, v)
+    x.k_descale.fill_(-1.0)
+    assert_same_int8(quantize_int8_qk(q, k, v, fused=False), quantize_int8_qk_fused(q, k, v))

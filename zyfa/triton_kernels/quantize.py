@@ -197,6 +197,7 @@ def _dummy(device):
 
 @functools.lru_cache(maxsize=64)
 def _v_rotation(n, seed, device):
+    """V's rotation matrix (float32) on the device, made once."""
     return hadamard_matrix(n, seed).float().to(device)
 
 

@@ -187,8 +187,9 @@ def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
                      p_rule=DEFAULT_P_RULE, ref_rule="block"):
     """The INT8 Q.K^T mode by the generated sm_90a kernel (the E4M3 kernel's schedule for the
     head dims); inputs validated by flash_attn_func: q (B, Sq, Hq, D) and k (B, Sk, Hkv, D) int8
-    with (D, Dv) in attn.HEAD_DIMS, v E4M3 as quantize_int8_qk writes it; q's descales any form, k's a block of 128 keys (B, Hkv,
-    ceil(Sk / 128)) or coarser. Returns (out BF16, lse float32)."""
+    with (D, Dv) in attn.HEAD_DIMS, v E4M3 as quantize_int8_qk writes it; q's descales any
+    form, k's a block of 128 keys (B, Hkv, ceil(Sk / 128)) or coarser. Returns (out BF16, lse
+    float32)."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     if ref_rule != "block":
