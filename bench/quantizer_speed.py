@@ -12,7 +12,7 @@ the fused call from a CUDA graph: the device's time without the host's launch ov
 Then the default FP8 attention alone on quantized inputs, and quantize_fp8 plus that attention
 in one call (what `zyfa bench` times as `zyfa-auto-fp8+quantize`): whether the two add up.
 The same for the INT8 Q.K^T mode (`quantize_int8_qk`, PyTorch and fused; its attention runs
-on the Triton kernel).
+where the dispatcher sends it: the generated kernel at head dim 128).
 """
 from __future__ import annotations
 
