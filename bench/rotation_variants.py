@@ -8,7 +8,7 @@ through shared memory. Each variant here does what that launch does for q (signs
 butterfly stages of d128, the scale, a descale a token, int8 codes, round half to even) with
 one way of moving the butterflies' partners:
   reshape   reshape, permute, split, join a stage (the quantizer's form before 2026-12-02)
-  gather    tl.gather of the partner column, every stage (warp shuffles; the quantizer's now)
+  gather    the quantizer's _butterflies: tl.gather of the partner column, every stage (warp shuffles)
   hybrid    gather for the wider strides, reshape for the narrowest
 in tiles of BS tokens with num_warps warps. --check: every variant's codes and descales equal
 zyfa.quantize_int8_qk's for q (the PyTorch path; on the CPU under TRITON_INTERPRET=1). On a
@@ -28,7 +28,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from zyfa.spec.constants import AMAX_FLOOR, INT8_MAX, MAGIC, MAGIC_BITS  # noqa: E402
-from zyfa.triton_kernels.quantize import _rotation  # noqa: E402
+from zyfa.triton_kernels.quantize import _butterflies, _rotation  # noqa: E402
 
 _FLOOR: tl.constexpr = tl.constexpr(AMAX_FLOOR)
 _I8: tl.constexpr = tl.constexpr(INT8_MAX)
@@ -47,12 +47,6 @@ def _reshape_butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.conste
 
 
 @triton.jit
-def _gather_stage(x, d, STRIDE: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
-    p = tl.gather(x, tl.broadcast_to((d ^ STRIDE)[None, :], (BS, BD)), axis=1)
-    return tl.where(((d & STRIDE) == 0)[None, :], x + p, p - x)
-
-
-@triton.jit
 def _q_int8(x_ptr, out_ptr, ds_ptr, signs_ptr, scale_ptr, S, H,
             MODE: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NST: tl.constexpr):
     """Grid (tiles of BS tokens, heads), batch 1: q (1, S, H, BD) -> int8 codes, descales (H, S)."""
@@ -65,11 +59,9 @@ def _q_int8(x_ptr, out_ptr, ds_ptr, signs_ptr, scale_ptr, S, H,
     if MODE == 0:
         x = _reshape_butterflies(x, BD, BS, BD, NST)
     elif MODE == 1:
-        for i in tl.static_range(NST):
-            x = _gather_stage(x, d, BD >> (i + 1), BS, BD)
-    else:
-        for i in tl.static_range(NST - 1):
-            x = _gather_stage(x, d, BD >> (i + 1), BS, BD)
+        x = _butterflies(x, BD, BS, BD, NST)
+    else:                                   # strides BD / 2 .. 2 gathered, stride 1 by reshape
+        x = _butterflies(x, BD, BS, BD, NST - 1)
         t = tl.permute(tl.reshape(x, (BS, BD // 2, 2, 1)), (0, 1, 3, 2))
         a, b = tl.split(t)
         x = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (BS, BD))

@@ -23,6 +23,13 @@ def emit_float_scores(prog: Program, s: list[Reg]) -> None:
         prog.emit("sub.f32", si, si, f32(MAGIC))
 
 
+def emit_int8_scores(prog: Program, s: list[Reg], facs: list[Reg], tag: str) -> None:
+    """Once S is done: the int32 scores as floats (emit_float_scores), rows with negative
+    factors flipped (emit_positive_rows)."""
+    emit_float_scores(prog, s)
+    emit_positive_rows(prog, s, facs, tag)
+
+
 def emit_block_factors(prog: Program, rows: Rows, j: Reg) -> list[Reg]:
     """The two rows' factors for key block ``j``: row factor * the block's k descale."""
     emit = prog.emit

@@ -16,7 +16,7 @@ from ..program import Program
 from .block import BLOCK_LOOPS, emit_accumulators, emit_block, emit_q_descriptors, emit_scores
 from .cta import emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
-from .int8_qk import emit_block_factors, emit_float_scores, emit_positive_rows
+from .int8_qk import emit_block_factors, emit_int8_scores
 from .layout import ACC, BLOCK_N, Layout
 from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
 from .smem import emit_descriptor, emit_wait
@@ -59,8 +59,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
         facs = emit_block_factors(prog, rows, j) if layout.int8_qk else None
         emit("wgmma.wait", 0)
         if layout.int8_qk:
-            emit_float_scores(prog, s)
-            emit_positive_rows(prog, s, facs, tag)
+            emit_int8_scores(prog, s, facs, tag)
         emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked, deferred=True, facs=facs)
         emit("bar.sync", 0)                       # every warp is done with this stage
         emit("mov.u32", j, next_j)

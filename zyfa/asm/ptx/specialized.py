@@ -35,7 +35,7 @@ from .block import (
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
 from .cta import Cta, Rows, emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
-from .int8_qk import emit_block_factors, emit_float_scores, emit_positive_rows
+from .int8_qk import emit_block_factors, emit_int8_scores
 from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
@@ -211,8 +211,7 @@ def _emit_block_factors(prog: Program, c: Cta, rows: Rows, j: Reg) -> list[Reg] 
 def _emit_int8_scores(prog: Program, c: Cta, s: list[Reg], facs: list[Reg] | None, tag: str) -> None:
     """int8_qk, once S is done: the int32 scores as floats, rows with negative factors flipped."""
     if c.layout.int8_qk:
-        emit_float_scores(prog, s)
-        emit_positive_rows(prog, s, facs, tag)
+        emit_int8_scores(prog, s, facs, tag)
 
 
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
