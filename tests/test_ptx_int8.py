@@ -113,22 +113,26 @@ def test_int8_specialized_kernels_equal_spec(shape, rule, dims):
     head dims once this has run on a GPU: backend.INT8_HEAD_DIMS): _assert_as_spec."""
     from zyfa.asm.ptx.kernels import attention_int8qk
     x, causal = _case(shape, dims[0], dv=dims[1])
-    a = x.kwargs()
-    out, lse = attention_int8qk(a["q"], a["k"], a["v"], causal=causal, q_descale=a["q_descale"],
-                                k_descale=a["k_descale"], v_descale=a["v_descale"], p_rule=rule)
+    out, lse = attention_int8qk(**x.kwargs(), causal=causal, p_rule=rule)
     _assert_as_spec(x, causal, rule, out, lse)
 
 
 @hopper
-def test_int8_kernel_negative_and_nan_factors_as_the_spec():
+@pytest.mark.parametrize("dims", [(128, 128), (192, 128), (256, 256)], ids=["d128", "d192-128", "d256"])
+def test_int8_kernel_negative_and_nan_factors_as_the_spec(dims):
     """Rows whose descale is negative (S and c flipped in the loop) and a key block whose
     descale is NaN (a non-finite k): NaN exactly in the rows that see that block's keys. With
     30 more keys than queries, rows 64-97 share a tile with rows that see block 1 but see none
-    of its keys themselves: they stay finite (their masked scores' y re-masked to -inf)."""
-    x, causal = _case((1, 300, 330, 4, 2, True), 128, seed=5)
+    of its keys themselves: they stay finite (their masked scores' y re-masked to -inf).
+    d128 through flash_attn_func, the warp-specialized head dims called directly."""
+    from zyfa.asm.ptx.kernels import attention_int8qk
+    x, causal = _case((1, 300, 330, 4, 2, True), dims[0], seed=5, dv=dims[1])
     x.q_descale[0, 1, 7:200:3] *= -1
     x.k_descale[0, 1, 1] = float("nan")
-    out, lse = _run(x, causal, "lean_cubic")
+    if dims == (128, 128):
+        out, lse = _run(x, causal, "lean_cubic")
+    else:
+        out, lse = attention_int8qk(**x.kwargs(), causal=causal, p_rule="lean_cubic")
     spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="lean_cubic", return_lse=True)
     assert torch.equal(out.isnan(), spec.isnan()) and spec.isnan().any() and not spec.isnan().all()
     assert not spec[0, 64:98, 2:].isnan().any() and spec[0, 98:, 2:].isnan().all()     # kv head 1: heads 2, 3
