@@ -1,6 +1,6 @@
-"""Where a fused quantizer's time goes, at Mistral-7B 16K (GQA 32/8, d128, realistic BF16).
+"""Where a fused quantizer's time goes (default shape Mistral-7B 16K: GQA 32/8, d128, realistic BF16).
 
-    python bench/quantizer_profile.py [OUT.json]
+    python bench/quantizer_profile.py [OUT.json] [--shape B,S,Hq,Hkv,D[,Dv] ...] [--only NAME,...]
 
 For quantize_fp8 (plain, hadamard, smooth_k + hadamard) and quantize_int8_qk (default, without
 smoothing, without rotation, neither): the call's median time (triton's do_bench, L2 cleared
@@ -10,6 +10,7 @@ is its host time is host-bound; one whose time is its kernels' is device-bound.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -50,8 +51,24 @@ def kernels_ms(fn, calls: int = 10) -> dict:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    q, k, v = (t.bfloat16() for t in make("realistic", 1, 16384, 32, 8, 128, seed=1, device="cuda"))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", default=None)
+    ap.add_argument("--shape", action="append", default=None, help="B,S,Hq,Hkv,D[,Dv] (repeatable)")
+    ap.add_argument("--only", default=None, help="comma-separated variant names")
+    a = ap.parse_args(argv)
+    out = {}
+    for shape in a.shape or ["1,16384,32,8,128"]:
+        dims = [int(n) for n in shape.split(",")]
+        print(f"shape B,S,Hq,Hkv,D,Dv = {dims}")
+        out[shape] = profile_shape(*dims, only=a.only.split(",") if a.only else None)
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
+
+
+def profile_shape(B, S, Hq, Hkv, D, Dv=None, only=None) -> dict:
+    q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, Dv, seed=1, device="cuda"))
     elems = q.numel() + k.numel() + v.numel()
     dst = [torch.empty_like(t) for t in (q, k, v)]
 
@@ -70,6 +87,8 @@ def main(argv=None) -> int:
         "int8 plain": dict(fn=zyfa.quantize_int8_qk, hadamard=False, smooth_k=False),
     }
     for name, opts in variants.items():
+        if only and name not in only:
+            continue
         f = opts.pop("fn")
 
         def call():
@@ -83,10 +102,7 @@ def main(argv=None) -> int:
         top = sorted(rec["kernels_ms"].items(), key=lambda kv: -kv[1])[:3]
         print(f"{name:16s} {ms:.3f} ms, host {rec['host_ms']:.3f} ms, {rec['gb_s_3B']:.0f} GB/s; "
               + ", ".join(f"{n}={t}" for n, t in top))
-    if argv:
-        with open(argv[0], "w") as fh:
-            json.dump(out, fh, indent=1)
-    return 0
+    return out
 
 
 if __name__ == "__main__":

@@ -109,8 +109,7 @@ def test_int8_kernel_equals_spec(shape, rule, head_dim):
 @pytest.mark.parametrize("rule", ["lean_cubic", "exact"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_int8_specialized_kernels_equal_spec(shape, rule, dims):
-    """The warp-specialized schedules' INT8 mode, called directly (the dispatcher takes these
-    head dims once this has run on a GPU: backend.INT8_HEAD_DIMS): _assert_as_spec."""
+    """The warp-specialized schedules' INT8 mode, called directly: _assert_as_spec."""
     from zyfa.asm.ptx.kernels import attention_int8qk
     x, causal = _case(shape, dims[0], dv=dims[1])
     out, lse = attention_int8qk(**x.kwargs(), causal=causal, p_rule=rule)

@@ -279,7 +279,7 @@ def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed
     Hkv, Sk, a key, otherwise); int8's 7 bits against E4M3's 3 are what cut the error of
     Q.K^T. v is E4M3 with one scale a (batch, kv head), written transposed as quantize_fp8
     writes it, not rotated. The kernels' scores are exact integers, so every kernel and the
-    spec agree bit for bit on them. Runs on the generated Hopper kernel (head dims 64 and 128,
+    spec agree bit for bit on them. Runs on the generated Hopper kernel (every head dim it takes,
     k descales a block), the Triton kernel and the reference. A non-finite q or k element
     becomes 0 and the descale of its token (q) or key block (k) NaN, so the rows that see it
     come out NaN and the others do not. ``fused`` as quantize_fp8's: the Triton quantizer (the

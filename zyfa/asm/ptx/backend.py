@@ -1,7 +1,6 @@
 """What the generated sm_90a kernels run: FP8 on Hopper with head dims (64, 64), (128, 128),
 MLA's (192, 128) or (256, 256), per-head (or per-tensor) q/k descales, every P rule, block
-references; the INT8 Q.K^T mode at head dims (64, 64) and (128, 128) with k descales a block
-of 128 keys; BF16 and FP16 with head dims (64, 64), (128, 128), (192, 128) and (256, 256).
+references; the INT8 Q.K^T mode at the same head dims with k descales a block of 128 keys; BF16 and FP16 with head dims (64, 64), (128, 128), (192, 128) and (256, 256).
 They need cuda-python to load."""
 from __future__ import annotations
 
@@ -13,10 +12,9 @@ from ..limits import fp8_refusal
 from .layout import HEAD_DIMS, HEAD_DIMS_16
 
 
-# the INT8 Q.K^T kernel's (Layout.int8_qk) that have run on an H200; (192, 128) and (256, 256)
-# (the warp-specialized schedules) are built and checked on the CPU, and join once their GPU
-# tests have run (tests/test_ptx_int8.py)
-INT8_HEAD_DIMS = ((64, 64), (128, 128))
+# the INT8 Q.K^T kernel's head dims (Layout.int8_qk): the serial schedule's and the
+# warp-specialized ones' (MLA, d256)
+INT8_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
 
 
 def supports(p) -> tuple[bool, str]:
