@@ -1,7 +1,7 @@
 """What the generated sm_90a kernels run: FP8 on Hopper with head dims (64, 64), (128, 128),
 MLA's (192, 128) or (256, 256), per-head (or per-tensor) q/k descales, every P rule, block
-references; the INT8 Q.K^T mode at the same head dims with k descales a block of 128 keys; BF16 and FP16 with head dims (64, 64), (128, 128), (192, 128) and (256, 256).
-They need cuda-python to load."""
+references; the INT8 Q.K^T mode at the same head dims with k descales a block of 128 keys;
+BF16 and FP16 at the same head dims. They need cuda-python to load."""
 from __future__ import annotations
 
 import torch
