@@ -256,6 +256,14 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
 _INT8: tl.constexpr = tl.constexpr(INT8_MAX)
 
 
+def int8_tile_rows(block_d: int) -> int:
+    """Rows of q and k a program holds at once in the INT8 launch: 2048 elements (16 floats a
+    thread of 4 warps). The row's rotation, amax and codes keep several copies of the tile
+    live: at 32 x 128 the launch took 167 registers a thread (3 programs an SM), at 2048
+    elements 96-111 for head dims 64-256 (ptxas for sm_90a)."""
+    return max(1, 2048 // block_d)
+
+
 @triton.jit
 def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
                       HSTAGES: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
@@ -319,10 +327,11 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
                     HKV, NTQ, NTK, NTV, KEY_BLOCK,
                     GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
                     HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, K_BLOCK_DS: tl.constexpr, BS: tl.constexpr,
-                    BD: tl.constexpr, BD_V: tl.constexpr):
+                    BD: tl.constexpr, BS_V: tl.constexpr, BD_V: tl.constexpr):
     """Grid (batch * kv heads, the most tiles of the three, 3): axis 2 = 0 a tile of BS queries
-    of the group's heads, 1 a block of KEY_BLOCK keys, 2 a tile of v's amax pass. K_BLOCK_DS:
-    k's descales one a block (B, Hkv, NTK), else one a key (B, Hkv, Sk)."""
+    of the group's heads, 1 a block of KEY_BLOCK keys (NSUB_K tiles of BS), 2 a tile of BS_V
+    tokens of v's amax pass. K_BLOCK_DS: k's descales one a block (B, Hkv, NTK), else one a key
+    (B, Hkv, Sk)."""
     pid = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     which = tl.program_id(2)
@@ -351,7 +360,7 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
     else:
         if tile < NTV:
             _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, dummy, dummy, pid, tile, Sk, Sk, Dv,
-                  vsb, vss, vsh, vsd, HKV, NTV, 1, 1, False, False, 1, 0, False, False, BS, BD_V)
+                  vsb, vss, vsh, vsd, HKV, NTV, 1, 1, False, False, 1, 0, False, False, BS_V, BD_V)
 
 
 def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
@@ -370,18 +379,19 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
     q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
     k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
     qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    ntq, ntk, ntv = triton.cdiv(Sq, BLOCK_S), triton.cdiv(Sk, key_block), triton.cdiv(Sk + (-Sk) % 16, BLOCK_S)
+    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
+    rows = int8_tile_rows(bd)
+    ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(Sk + (-Sk) % 16, BLOCK_S)
     block_ds = key_block == KEY_BLOCK          # the generated kernel's form, written by the kernel
     kd = torch.empty(B, Hkv, ntk if block_ds else Sk, dtype=torch.float32, device=dev)
     v_amax = torch.zeros(B * Hkv, dtype=torch.int32, device=dev)              # float bits of 0.0
     vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
     vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=dev)
-    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
     _int8_qk_v_amax[(B * Hkv, max(ntq, ntk, ntv), 3)](
         q, k, v, q8, k8, qd, kd, mean, signs, scale, v_amax, dummy, Sq, Sk, D, Dv,
         *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
         GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
-        NSUB_K=triton.cdiv(key_block, BLOCK_S), K_BLOCK_DS=block_ds, BS=BLOCK_S, BD=bd, BD_V=bd_v)
+        NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v)
     _quant_pass[(B * Hkv, ntv)](v, vt, dummy, dummy, dummy, v_amax, vd, dummy, dummy, Sk, vt.shape[-1], Dv,
                                 *v.stride(), Hkv, ntv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
                                 HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v)
