@@ -41,6 +41,14 @@ _AMAX_FLOOR: tl.constexpr = tl.constexpr(AMAX_FLOOR)
 BLOCK_S = 32
 
 
+def tile_rows(block_d: int) -> int:
+    """Rows of a 2048-element tile (16 values a thread of 4 warps), for the passes that keep
+    several copies of a tile live: the INT8 launch's q and k (rotation, row amax, codes: at 32
+    x 128 it took 167 registers a thread, 3 programs an SM; at 2048 elements 96-111 for head
+    dims 64-256, ptxas for sm_90a) and smooth_k's float64 sums."""
+    return max(1, 2048 // block_d)
+
+
 @triton.jit
 def _butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
     """Sylvester butterflies (a + b, a - b) within blocks of BLOCK = 2^NSTAGE channels,
@@ -179,6 +187,49 @@ def _channel_sums(k, dummy):
     return part, cnt
 
 
+@triton.jit
+def _k_sums(k_ptr, part_ptr, cnt_ptr, S, D, sb, ss, sh, sd, H, NCHUNK, TILES,
+            BS: tl.constexpr, BD: tl.constexpr):
+    """smooth_k's sums: program (batch * kv head, chunk) adds the finite values of TILES tiles
+    of BS keys elementwise in float64 (exact for bf16 / fp16 inputs, so the order is free)
+    and reduces them once, with the count of finite values, a channel."""
+    pid = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    b = pid // H
+    h = pid % H
+    d = tl.arange(0, BD)
+    dmask = d < D
+    acc = tl.zeros((BS, BD), tl.float64)
+    cnt = tl.zeros((BS, BD), tl.int32)
+    for t in range(TILES):
+        s = (chunk * TILES + t) * BS + tl.arange(0, BS)
+        m = (s[:, None] < S) & dmask[None, :]
+        x = tl.load(k_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0).to(tl.float32)
+        fin = m & (tl.abs(x) < float("inf"))
+        acc += tl.where(fin, x.to(tl.float64), 0.0)
+        cnt += fin.to(tl.int32)
+    tl.store(part_ptr + (pid * NCHUNK + chunk) * BD + d, tl.sum(acc, axis=0))
+    tl.store(cnt_ptr + (pid * NCHUNK + chunk) * BD + d, tl.sum(cnt, axis=0))
+
+
+SUM_PROGRAMS = 1024    # about: enough programs to keep 132 SMs' loads in flight
+
+
+def _k_mean(k):
+    """smooth_k's mean (B * Hkv, BD) float32, zero past D: the float64 sums of _k_sums' chunks
+    (each as many tiles as leave ~SUM_PROGRAMS programs), divided by the finite counts."""
+    B, S, H, D = k.shape
+    bd = triton.next_power_of_2(D)
+    rows = tile_rows(bd)
+    tiles = triton.cdiv(S, rows)
+    per = max(1, min(tiles, triton.next_power_of_2(triton.cdiv(tiles * B * H, SUM_PROGRAMS))))
+    nchunk = triton.cdiv(tiles, per)
+    part = torch.empty(B * H, nchunk, bd, dtype=torch.float64, device=k.device)
+    cnt = torch.empty(B * H, nchunk, bd, dtype=torch.int32, device=k.device)
+    _k_sums[(B * H, nchunk)](k, part, cnt, S, D, *k.stride(), H, nchunk, per, BS=rows, BD=bd)
+    return (part.sum(dim=1) / cnt.sum(dim=1).clamp(min=1)).float().contiguous()
+
+
 @functools.lru_cache(maxsize=64)
 def _rotation(n, seed, device):
     """(row signs padded to a power of two, [scale], block) on the device, made once: a tensor
@@ -241,8 +292,7 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
     had_v = _rotation(Dv, seed + 1, q.device) if hadamard else None
     mean = None
     if smooth_k:
-        part, cnt = _channel_sums(k, dummy)                                # (B*Hkv, nt, BD)
-        mean = (part.sum(dim=1) / cnt.sum(dim=1).clamp(min=1)).float().contiguous()
+        mean = _k_mean(k)
     q8, k8, vt, (qd, kd, vd) = _qkv_passes(q, k, v, Hq // Hkv, granularity, dummy, had_qk, had_v, mean)
     f8 = torch.float8_e4m3fn
     v8 = vt.view(f8)[..., :k.shape[1]].permute(0, 3, 1, 2)
@@ -254,14 +304,6 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
 # head, k one a block of key_block keys and kv head, both int8 after smoothing and rotation;
 # v E4M3 a (batch, kv head), transposed. One launch for q, k and v's amax, one for v's codes.
 _INT8: tl.constexpr = tl.constexpr(INT8_MAX)
-
-
-def int8_tile_rows(block_d: int) -> int:
-    """Rows of q and k a program holds at once in the INT8 launch: 2048 elements (16 floats a
-    thread of 4 warps). The row's rotation, amax and codes keep several copies of the tile
-    live: at 32 x 128 the launch took 167 registers a thread (3 programs an SM), at 2048
-    elements 96-111 for head dims 64-256 (ptxas for sm_90a)."""
-    return max(1, 2048 // block_d)
 
 
 @triton.jit
@@ -374,13 +416,12 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
     signs, scale, block = _rotation(D, seed, dev) if hadamard else (dummy, dummy, 1)
     mean = dummy
     if smooth_k:
-        part, cnt = _channel_sums(k, dummy)
-        mean = (part.sum(dim=1) / cnt.sum(dim=1).clamp(min=1)).float().contiguous()
+        mean = _k_mean(k)
     q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
     k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
     qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
-    rows = int8_tile_rows(bd)
+    rows = tile_rows(bd)
     ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(Sk + (-Sk) % 16, BLOCK_S)
     block_ds = key_block == KEY_BLOCK          # the generated kernel's form, written by the kernel
     kd = torch.empty(B, Hkv, ntk if block_ds else Sk, dtype=torch.float32, device=dev)

@@ -82,15 +82,15 @@ def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: 
                            block_d: int = 128, block_dv: int = 128, key_block: int = 128):
     """The INT8 Q.K^T mode's first launch (``_int8_qk_v_amax``: q and k codes, v's amax)
     compiled for a GPU target (its second is ``_quant_pass``'s mode 2)."""
-    from ..triton_kernels.quantize import BLOCK_S, _int8_qk_v_amax, int8_tile_rows
+    from ..triton_kernels.quantize import BLOCK_S, _int8_qk_v_amax, tile_rows
     sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*i8" for n in ("q_out", "k_out")},
            **{n: "*fp32" for n in ("qd_ptr", "kd_ptr", "mean_ptr", "signs_ptr", "scale_ptr")},
            "v_amax": "*i32", "dummy": "*fp32",
            **{n: "i32" for n in ("Sq", "Sk", "D", "Dv", "qsb", "qss", "qsh", "qsd", "ksb", "kss", "ksh", "ksd",
                                  "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "KEY_BLOCK")}}
     consts = dict(GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=block_d if hadamard else 1,
-                  HSTAGES=block_d.bit_length() - 1 if hadamard else 0, NSUB_K=-(-key_block // int8_tile_rows(block_d)),
-                  K_BLOCK_DS=key_block == 128, BS=int8_tile_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv)
+                  HSTAGES=block_d.bit_length() - 1 if hadamard else 0, NSUB_K=-(-key_block // tile_rows(block_d)),
+                  K_BLOCK_DS=key_block == 128, BS=tile_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv)
     sig.update({name: "constexpr" for name in consts})
     return triton.compile(ASTSource(_int8_qk_v_amax, sig, consts, {}), target=TARGETS[target],
                           options={"num_warps": 4})
