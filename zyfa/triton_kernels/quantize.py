@@ -10,7 +10,7 @@ Passes over memory, per tensor (each pass one launch for q, k and v together, ``
                   with quantize_fp8's arithmetic (IEEE division, so the same bits);
   k, smooth_k     3: the per-channel mean over tokens must be known before the amax of
                   k - mean (rotated) can be taken, and the amax before anything is written
-                  (the sums: a launch of their own, ``_channel_sums``).
+                  (the sums: a launch of their own, ``_k_sums``).
                   (Without hadamard, per-channel max and min taken with the sums would give
                   that amax in the same pass, rounding being monotonic; not done yet.)
 No torch op runs between the passes but for smooth_k's mean (float64 sums, whose order does
@@ -31,7 +31,6 @@ import triton.language as tl
 from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
 from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, KEY_BLOCK, MAGIC, MAGIC_BITS
 
-_MODE_SUM: tl.constexpr = tl.constexpr(0)       # per-channel float64 sums and counts of finite k
 _MODE_AMAX: tl.constexpr = tl.constexpr(1)      # finite amax of the transformed values
 _MODE_QUANT: tl.constexpr = tl.constexpr(2)     # E4M3 codes written
 _MAG: tl.constexpr = tl.constexpr(MAGIC)
@@ -78,8 +77,8 @@ def e4m3_code(x):
 
 
 @triton.jit
-def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
-          pid, tile, S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
+          pid, tile, S, S_OUT, D, sb, ss, sh, sd, HKV,
           MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
           HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
           BS: tl.constexpr, BD: tl.constexpr):
@@ -106,41 +105,35 @@ def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
         h = hk * GROUP + g
         x = tl.load(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0)
         x = x.to(tl.float32)
-        if MODE == _MODE_SUM:
+        if SMOOTH:
+            x = x - mean[None, :]
+        if HAD:
+            x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+        if MODE == _MODE_AMAX:
             fin = m & (tl.abs(x) < float("inf"))
-            xs = tl.where(fin, x.to(tl.float64), 0.0)
-            tl.store(part_ptr + (pid * NT + tile) * BD + d, tl.sum(xs, axis=0))
-            tl.store(cnt_ptr + (pid * NT + tile) * BD + d, tl.sum(fin.to(tl.int32), axis=0))
+            amax = tl.maximum(amax, tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1))
         else:
-            if SMOOTH:
-                x = x - mean[None, :]
-            if HAD:
-                x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
-            if MODE == _MODE_AMAX:
-                fin = m & (tl.abs(x) < float("inf"))
-                amax = tl.maximum(amax, tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1))
-            else:
-                code = e4m3_code(tl.math.div_rn(x, descale)).to(tl.uint8)
-                if TRANS:                   # (B, HKV, D, S_OUT) bytes; the pad past S as zeros
-                    code = tl.where(s[:, None] < S, code, 0)
-                    off = (pid * D + d[None, :]) * S_OUT + s[:, None]
-                    tl.store(out_ptr + off, code, mask=(s[:, None] < S_OUT) & dmask[None, :])
-                else:                       # (B, S, H, D) contiguous
-                    off = ((b * S + s[:, None]) * (HKV * GROUP) + h) * D + d[None, :]
-                    tl.store(out_ptr + off, code, mask=m)
+            code = e4m3_code(tl.math.div_rn(x, descale)).to(tl.uint8)
+            if TRANS:                       # (B, HKV, D, S_OUT) bytes; the pad past S as zeros
+                code = tl.where(s[:, None] < S, code, 0)
+                off = (pid * D + d[None, :]) * S_OUT + s[:, None]
+                tl.store(out_ptr + off, code, mask=(s[:, None] < S_OUT) & dmask[None, :])
+            else:                           # (B, S, H, D) contiguous
+                off = ((b * S + s[:, None]) * (HKV * GROUP) + h) * D + d[None, :]
+                tl.store(out_ptr + off, code, mask=m)
     if MODE == _MODE_AMAX:
         tl.atomic_max(amax_ptr + slot, tl.max(amax, axis=0).to(tl.int32, bitcast=True))
 
 
 @triton.jit
-def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
-                S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
+                S, S_OUT, D, sb, ss, sh, sd, HKV,
                 MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
                 HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
                 BS: tl.constexpr, BD: tl.constexpr):
     """One tensor's pass: grid (batch * kv heads, tiles)."""
-    _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr, part_ptr, cnt_ptr,
-          tl.program_id(0).to(tl.int64), tl.program_id(1), S, S_OUT, D, sb, ss, sh, sd, HKV, NT,
+    _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
+          tl.program_id(0).to(tl.int64), tl.program_id(1), S, S_OUT, D, sb, ss, sh, sd, HKV,
           MODE, GROUP, SMOOTH, HAD, HBLOCK, HSTAGES, TRANS, PER_TENSOR, BS, BD)
 
 
@@ -159,32 +152,19 @@ def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, mean_ptr, signs_qk, sca
     which = tl.program_id(2)
     if which == 0:
         if tile < NTQ:
-            _tile(q_ptr, q_out, dummy, signs_qk, scale_qk, amax_ptr, descale_ptr, dummy, dummy,
-                  pid, tile, Sq, Sq, Dqk, qsb, qss, qsh, qsd, HKV, NTQ,
+            _tile(q_ptr, q_out, dummy, signs_qk, scale_qk, amax_ptr, descale_ptr,
+                  pid, tile, Sq, Sq, Dqk, qsb, qss, qsh, qsd, HKV,
                   MODE, GROUP, False, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK)
     elif which == 1:
         if tile < NTK:
-            _tile(k_ptr, k_out, mean_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS, dummy, dummy,
-                  pid, tile, Sk, Sk, Dqk, ksb, kss, ksh, ksd, HKV, NTK,
+            _tile(k_ptr, k_out, mean_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS,
+                  pid, tile, Sk, Sk, Dqk, ksb, kss, ksh, ksd, HKV,
                   MODE, 1, SMOOTH, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK)
     else:
         if tile < NTV:
-            _tile(v_ptr, v_out, dummy, signs_v, scale_v, amax_ptr + 2 * SLOTS, descale_ptr + 2 * SLOTS, dummy, dummy,
-                  pid, tile, Sk, S_OUT_V, Dv, vsb, vss, vsh, vsd, HKV, NTV,
+            _tile(v_ptr, v_out, dummy, signs_v, scale_v, amax_ptr + 2 * SLOTS, descale_ptr + 2 * SLOTS,
+                  pid, tile, Sk, S_OUT_V, Dv, vsb, vss, vsh, vsd, HKV,
                   MODE, 1, False, HAD, HBLOCK_V, HSTAGES_V, True, PER_TENSOR, BS, BD_V)
-
-
-def _channel_sums(k, dummy):
-    """smooth_k's pass: per (batch, kv head) and tile, float64 sums and counts of k's finite
-    values per channel: ((B * Hkv, tiles, BD) float64, int32)."""
-    B, S, H, D = k.shape
-    bd, nt = triton.next_power_of_2(D), triton.cdiv(S, BLOCK_S)
-    part = torch.empty(B * H, nt, bd, dtype=torch.float64, device=k.device)
-    cnt = torch.empty(B * H, nt, bd, dtype=torch.int32, device=k.device)
-    _quant_pass[(B * H, nt)](k, dummy, dummy, dummy, dummy, dummy, dummy, part, cnt, S, S, D, *k.stride(), H, nt,
-                             MODE=0, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1, HSTAGES=0, TRANS=False,
-                             PER_TENSOR=False, BS=BLOCK_S, BD=bd)
-    return part, cnt
 
 
 @triton.jit
@@ -401,8 +381,8 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
                        SMOOTH, HAD, HBLOCK, HSTAGES, False, K_BLOCK_DS, NSUB_K, BS, BD)
     else:
         if tile < NTV:
-            _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, dummy, dummy, pid, tile, Sk, Sk, Dv,
-                  vsb, vss, vsh, vsd, HKV, NTV, 1, 1, False, False, 1, 0, False, False, BS_V, BD_V)
+            _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, pid, tile, Sk, Sk, Dv,
+                  vsb, vss, vsh, vsd, HKV, 1, 1, False, False, 1, 0, False, False, BS_V, BD_V)
 
 
 def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
@@ -433,8 +413,8 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
         *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
         GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
         NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v)
-    _quant_pass[(B * Hkv, ntv)](v, vt, dummy, dummy, dummy, v_amax, vd, dummy, dummy, Sk, vt.shape[-1], Dv,
-                                *v.stride(), Hkv, ntv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
+    _quant_pass[(B * Hkv, ntv)](v, vt, dummy, dummy, dummy, v_amax, vd, Sk, vt.shape[-1], Dv,
+                                *v.stride(), Hkv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
                                 HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v)
     v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
     return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))

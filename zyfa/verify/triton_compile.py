@@ -53,16 +53,14 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
 def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True, smooth: bool = False,
                       group: int = 4, block_d: int = 128, block_dv: int = 128, per_tensor: bool = False):
     """The fused quantizer (zyfa.triton_kernels.quantize) compiled for a GPU target: mode 0
-    smooth_k's channel sums (``_quant_pass``), 1 the finite amax and 2 rotate / scale / round /
+    smooth_k's channel sums (``_k_sums``), 1 the finite amax and 2 rotate / scale / round /
     write (``_quant_qkv``, q, k and v in one launch)."""
-    from ..triton_kernels.quantize import BLOCK_S, _quant_pass, _quant_qkv
+    from ..triton_kernels.quantize import BLOCK_S, _k_sums, _quant_qkv, tile_rows
     if mode == 0:
-        sig = {"x_ptr": "*bf16", "out_ptr": "*fp32", "mean_ptr": "*fp32", "signs_ptr": "*fp32",
-               "scale_ptr": "*fp32", "amax_ptr": "*fp32", "descale_ptr": "*fp32", "part_ptr": "*fp64",
-               "cnt_ptr": "*i32", **{name: "i32" for name in ("S", "S_OUT", "D", "sb", "ss", "sh", "sd", "HKV", "NT")}}
-        consts = dict(MODE=0, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1, HSTAGES=0, TRANS=False, PER_TENSOR=False,
-                      BS=BLOCK_S, BD=block_d)
-        fn = _quant_pass
+        sig = {"k_ptr": "*bf16", "part_ptr": "*fp64", "cnt_ptr": "*i32",
+               **{name: "i32" for name in ("S", "D", "sb", "ss", "sh", "sd", "H", "NCHUNK", "TILES")}}
+        consts = dict(BS=tile_rows(block_d), BD=block_d)
+        fn = _k_sums
     else:
         sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*u8" for n in ("q_out", "k_out", "v_out")},
                **{n: "*fp32" for n in ("mean_ptr", "signs_qk", "scale_qk", "signs_v", "scale_v")},
