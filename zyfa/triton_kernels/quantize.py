@@ -52,13 +52,15 @@ def tile_rows(block_d: int) -> int:
 def _butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
     """Sylvester butterflies (a + b, a - b) within blocks of BLOCK = 2^NSTAGE channels,
     widest stride first: zyfa.quantize.rotate's order. Each stage gathers every column's
-    partner (column ^ stride; warp shuffles, where reshapes and permutes went through shared
-    memory) and keeps a + b in the lower column of a pair, a - b in the upper."""
+    partner p (column ^ stride; warp shuffles, where reshapes and permutes went through shared
+    memory) and forms p + sign * y, sign +1 in the lower column of a pair (a + b) and -1 in
+    the upper (a - b): one FMA whose product is exact, so the same rounding as the addition
+    (where a select of two additions took three instructions)."""
     d = tl.arange(0, BD)
     for i in tl.static_range(NSTAGE):
         stride = BLOCK >> (i + 1)
         p = tl.gather(y, tl.broadcast_to((d ^ stride)[None, :], (BS, BD)), axis=1)
-        y = tl.where(((d & stride) == 0)[None, :], y + p, p - y)
+        y = p + tl.where((d & stride) == 0, 1.0, -1.0)[None, :] * y
     return y
 
 
