@@ -138,19 +138,20 @@ def test_k_descales_a_key_block_mean_their_keys_descales():
 
 def test_generated_kernel_takes_k_descales_a_block_or_coarser(monkeypatch):
     """The dispatcher's view of the generated INT8 kernel (the GPU tests run it:
-    tests/test_ptx_int8.py): head dims 64 / 128, k descales a key block or coarser, any q
-    descales; per-key k descales and other head dims go elsewhere, saying why."""
+    tests/test_ptx_int8.py): head dims 64, 128, MLA's 192 / 128 and 256, k descales a key
+    block or coarser, any q descales; per-key k descales and other head dims go elsewhere,
+    saying why."""
     from zyfa import dispatch
     from zyfa.asm.ptx import backend as ptx
     base = dict(device=torch.device("cuda"), arch="sm90", is_fp8=True, causal=True, seqlen_q=16, seqlen_k=300,
                 p_rule="exact", ref_rule="block", int8_qk=True, per_token_descales=True)
     monkeypatch.setattr(ptx, "HAS_CUDA_PYTHON", True)     # what it needs to load a kernel, not to decide
-    assert ptx.supports(dispatch.Problem(head_dims=(128, 128), **base))[0]
-    assert ptx.supports(dispatch.Problem(head_dims=(64, 64), **base))[0]
+    for dims in ((64, 64), (128, 128), (192, 128), (256, 256)):
+        assert ptx.supports(dispatch.Problem(head_dims=dims, **base))[0], dims
     ok, why = ptx.supports(dispatch.Problem(head_dims=(128, 128), k_descale_per_key=True, **base))
     assert not ok and "a block of 128 keys" in why
-    ok, why = ptx.supports(dispatch.Problem(head_dims=(192, 128), **base))
-    assert not ok and "(64, 64) or (128, 128)" in why
+    ok, why = ptx.supports(dispatch.Problem(head_dims=(96, 96), **base))
+    assert not ok and "(192, 128) or (256, 256)" in why and "(96, 96)" in why
     ok, why = ptx.supports(dispatch.Problem(head_dims=(128, 128), packed=True, **base))
     assert not ok and "dense" in why
 
