@@ -6,12 +6,15 @@ The fused INT8 quantizer's first launch takes 0.465 ms at Mistral-7B 16K with th
 0.145 ms without (bench/QUANTIZER.md): Triton lowers the butterflies' reshapes and permutes
 through shared memory. Each variant here does what that launch does for q (signs, the seven
 butterfly stages of d128, the scale, a descale a token, int8 codes, round half to even) with
-one way of moving the butterflies' partners:
+one way of moving the butterflies' partners or of dividing:
   reshape   reshape, permute, split, join a stage (the quantizer's form before 2026-12-02)
   select    tl.gather of the partner column, a + b and a - b selected by column (its form until
             the FMA below)
   gather    the quantizer's _butterflies: the gather, then p + sign * y in one FMA
   hybrid    gather for the wider strides, reshape for the narrowest
+  rcp       gather, and each row's division as the row's reciprocal r = RN(1 / d) once, then
+            q = x r, e = fma(-q, d, x), q + e r (the correctly rounded quotient in the normal
+            range; codes cannot differ below it) instead of an IEEE division an element
 in tiles of BS tokens with num_warps warps. --check: every variant's codes and descales equal
 zyfa.quantize_int8_qk's for q (the PyTorch path; on the CPU under TRITON_INTERPRET=1). On a
 GPU: each variant's time and bandwidth (2 bytes read, 1 written an element) beside a copy of q.
@@ -36,7 +39,7 @@ _FLOOR: tl.constexpr = tl.constexpr(AMAX_FLOOR)
 _I8: tl.constexpr = tl.constexpr(INT8_MAX)
 _MAG: tl.constexpr = tl.constexpr(MAGIC)
 _MAG_BITS: tl.constexpr = tl.constexpr(MAGIC_BITS)
-MODES = {"reshape": 0, "gather": 1, "hybrid": 2, "select": 3}
+MODES = {"reshape": 0, "gather": 1, "hybrid": 2, "select": 3, "rcp": 4}
 
 
 @triton.jit
@@ -70,7 +73,7 @@ def _q_int8(x_ptr, out_ptr, ds_ptr, signs_ptr, scale_ptr, S, H,
     x = x * tl.load(signs_ptr + d)[None, :]
     if MODE == 0:
         x = _reshape_butterflies(x, BD, BS, BD, NST)
-    elif MODE == 1:
+    elif MODE == 1 or MODE == 4:
         x = _butterflies(x, BD, BS, BD, NST)
     elif MODE == 3:
         x = _select_butterflies(x, BD, BS, BD, NST)
@@ -83,7 +86,13 @@ def _q_int8(x_ptr, out_ptr, ds_ptr, signs_ptr, scale_ptr, S, H,
     fin = tl.abs(x) < float("inf")
     amax = tl.max(tl.where(fin & m, tl.abs(x), 0.0), axis=1)
     descale = tl.math.div_rn(tl.maximum(amax, _FLOOR), _I8)
-    y = tl.minimum(tl.maximum(tl.math.div_rn(x, descale[:, None]), -_I8), _I8)
+    if MODE == 4:
+        r = tl.math.div_rn(tl.full((BS,), 1.0, tl.float32), descale)[:, None]
+        quo = x * r
+        quo = tl.fma(tl.fma(-quo, descale[:, None], x), r, quo)
+    else:
+        quo = tl.math.div_rn(x, descale[:, None])
+    y = tl.minimum(tl.maximum(quo, -_I8), _I8)
     code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)
     tl.store(out_ptr + (s[:, None] * H + h) * BD + d[None, :], code.to(tl.int8), mask=m)
     bad = tl.sum((m & ~fin).to(tl.int32), axis=1)
@@ -113,6 +122,9 @@ def check(S: int = 70, H: int = 3, D: int = 128) -> None:
     q[0, 5, 1, 9] = float("nan")
     want = quantize_int8_qk(q, k, v, smooth_k=False, hadamard=True, fused=False)
     for mode, bs, warps in VARIANTS:
+        if mode == "rcp" and not torch.cuda.is_available():
+            print(f"{mode:8s} BS {bs:3d} warps {warps}: GPU only (the interpreter's fma rounds twice)")
+            continue
         codes, ds = q_int8(q, mode, bs, warps)
         same = torch.equal(codes, want.q) and torch.equal(ds.isnan(), want.q_descale.isnan()) and \
             torch.equal(ds.nan_to_num(0.0), want.q_descale.nan_to_num(0.0))
