@@ -215,3 +215,21 @@ def test_fused_calls_share_no_tensor_a_caller_can_change():
     x = quantize_int8_qk_fused(q, k, v)
     x.k_descale.fill_(-1.0)
     assert_same_int8(quantize_int8_qk(q, k, v, fused=False), quantize_int8_qk_fused(q, k, v))
+
+
+@pytest.mark.parametrize("programs", [1, 20, 1024], ids=["one-chunk", "ragged-chunks", "a-tile-a-program"])
+def test_k_mean_in_chunks_equals_pytorch(monkeypatch, programs):
+    """smooth_k's mean from _k_sums' chunks of several tiles (fewer programs asked for: 19 tiles
+    of 8 keys in one chunk, or chunks of 8, 8 and 3 tiles) equals zyfa.quantize.smooth_mean
+    bit for bit, a NaN and an Inf left out of their channels' sums and counts."""
+    import zyfa.triton_kernels.quantize as fused
+    from zyfa.quantize import smooth_mean
+    monkeypatch.setattr(fused, "SUM_PROGRAMS", programs)
+    B, S, H, D = 2, 150, 3, 192
+    g = torch.Generator().manual_seed(4)
+    k = (torch.randn(B, S, H, D, generator=g) * 3 + 1.25).to(torch.bfloat16)
+    k[1, 77, 2, 5], k[0, 149, 0, 191] = float("nan"), float("-inf")
+    k = k.to(DEVICE)
+    got = fused._k_mean(k)                                              # (B * H, 256), zero past D
+    want = smooth_mean(k.float())                                       # (B, 1, H, D)
+    assert torch.equal(got[:, :D], want.reshape(B * H, D)) and not got[:, D:].any()
