@@ -233,3 +233,58 @@ def test_k_mean_in_chunks_equals_pytorch(monkeypatch, programs):
     got = fused._k_mean(k)                                              # (B * H, 256), zero past D
     want = smooth_mean(k.float())                                       # (B, 1, H, D)
     assert torch.equal(got[:, :D], want.reshape(B * H, D)) and not got[:, D:].any()
+
+
+def _rn32(hi, lo):
+    """float32 nearest-even of the exact sum hi + lo (float64 numbers, |lo| <= half an ulp of
+    hi): hi rounded, unless hi sits on a float32 midpoint, where lo's sign picks the side."""
+    import numpy as np
+    r = hi.astype(np.float32)
+    up, down = np.nextafter(r, np.float32(np.inf)), np.nextafter(r, np.float32(-np.inf))
+    mid_up = (up.astype(np.float64) + r) / 2 == hi            # hi is the midpoint above r
+    mid_down = (down.astype(np.float64) + r) / 2 == hi
+    r = np.where(mid_up & (lo > 0), up, r)
+    return np.where(mid_down & (lo < 0), down, r)
+
+
+def _fma32(a, b, c):
+    """float32 fma: the product exact in float64, the sum split exactly (two-sum), one rounding."""
+    import numpy as np
+    p = a.astype(np.float64) * b
+    s = p + c
+    bp = s - p
+    lo = (p - (s - bp)) + (c - bp)
+    return _rn32(s, lo)
+
+
+def test_quotient_by_reciprocal_equals_ieee_division():
+    """The quantizer's division on the GPU (_quotient's FMA_DIV form: n = -RN(1 / d),
+    q' = RN(x n), e = fma(q', d, x), -fma(e, n, q')) is IEEE float32 x / d bit for bit, the
+    sign of zero included, wherever the quantizers divide: |x| <= the amax that d is taken
+    from (d = amax / 448 or / 127, amax >= 1e-12), emulated here with exact float64 steps.
+    The interpreter runs the IEEE division itself, so this is the CPU's check of that form."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    n = 400_000
+    amax = np.exp2(rng.uniform(-40, 100, n)).astype(np.float32)
+    mant = rng.integers(0, 1 << 23, n, dtype=np.int64)
+    mant[: n // 8] = (1 << 23) - 1 - rng.integers(0, 4, n // 8)          # mantissas of all ones and near
+    mant[n // 8: n // 4] = rng.integers(0, 4, n // 4 - n // 8)          # powers of two and near
+    amax = ((amax.view(np.int32) & ~0x7FFFFF) | mant.astype(np.int32)).view(np.float32)
+    amax = np.maximum(amax, np.float32(1e-12))
+    d = np.where(rng.random(n) < 0.5, amax / np.float32(448), amax / np.float32(127)).astype(np.float32)
+    x = (amax * rng.uniform(-1, 1, n).astype(np.float32) * np.exp2(-rng.integers(0, 24, n))).astype(np.float32)
+    x[:8] = [0.0, -0.0, 1.0, -1.0, 448.0, -448.0, 127.0, -127.0]
+    d[:8] = 1.0
+    keep = np.abs(x.astype(np.float64) / d) >= np.finfo(np.float32).tiny          # normal quotients
+    keep |= x == 0
+    x, d = x[keep], d[keep]
+    with np.errstate(over="ignore", under="ignore"):
+        neg_r = -(np.float32(1.0) / d)
+        q = (x * neg_r).astype(np.float32)
+        e = _fma32(q, d, x)
+        got = -_fma32(e, neg_r, q)
+        want = x / d
+    assert got.dtype == want.dtype == np.float32 and len(x) > n * 0.9
+    bad = got.view(np.int32) != want.view(np.int32)
+    assert not bad.any(), f"{int(bad.sum())} quotients differ, e.g. x={x[bad][:3]}, d={d[bad][:3]}"

@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..device import interpreter_active
 from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
 from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, KEY_BLOCK, MAGIC, MAGIC_BITS
 
@@ -44,7 +45,9 @@ def tile_rows(block_d: int) -> int:
     """Rows of a 2048-element tile (16 values a thread of 4 warps), for the passes that keep
     several copies of a tile live: the INT8 launch's q and k (rotation, row amax, codes: at 32
     x 128 it took 167 registers a thread, 3 programs an SM; at 2048 elements 96-111 for head
-    dims 64-256, ptxas for sm_90a) and smooth_k's float64 sums."""
+    dims 64-256, ptxas for sm_90a), the FP8 passes that rotate (H200, 2026-12-03: 0.87 ->
+    0.73 ms at DeepSeek-V2-Lite 16K; the plain passes keep BLOCK_S rows, 0.42 -> 0.53 ms at d256
+    with 8) and smooth_k's float64 sums."""
     return max(1, 2048 // block_d)
 
 
@@ -79,11 +82,29 @@ def e4m3_code(x):
 
 
 @triton.jit
+def _quotient(x, d, FMA_DIV: tl.constexpr):
+    """x / d correctly rounded (d > 0 and finite: one value, or a row's broadcast over its row).
+    FMA_DIV: from n = -RN(1 / d), once a row, q' = RN(x n), e = RN(x + q' d) = RN(x - q d), and
+    -RN(q' + e n) = RN(q + e / d's reciprocal): Markstein's correctly rounded quotient wherever
+    x / d is a normal float (below it every INT8 and E4M3 code is a zero of x's sign either
+    way), where an IEEE division an element costs a MUFU.RCP, FMAs and a range check. Signs
+    flip by multiplying by -1, exact for zeros too (Triton's unary minus is 0 - x, which
+    makes -0 of +0 wrong), so x = -0 gives -0 as the division does. Off under Triton's
+    interpreter, whose fma rounds the product first: there the IEEE division itself."""
+    if FMA_DIV:
+        n = tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), d) * -1.0
+        q = x * n
+        return tl.fma(tl.fma(q, d, x), n, q) * -1.0
+    else:
+        return tl.math.div_rn(x, d)
+
+
+@triton.jit
 def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
           pid, tile, S, S_OUT, D, sb, ss, sh, sd, HKV,
           MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
           HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
-          BS: tl.constexpr, BD: tl.constexpr):
+          BS: tl.constexpr, BD: tl.constexpr, FMA_DIV: tl.constexpr):
     """One pass over tile ``tile`` (BS tokens) of (batch, kv head) ``pid`` of one tensor."""
     slot = pid * 0 if PER_TENSOR else pid   # where the amax and the descale live
     b = pid // HKV
@@ -115,7 +136,7 @@ def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
             fin = m & (tl.abs(x) < float("inf"))
             amax = tl.maximum(amax, tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1))
         else:
-            code = e4m3_code(tl.math.div_rn(x, descale)).to(tl.uint8)
+            code = e4m3_code(_quotient(x, descale, FMA_DIV)).to(tl.uint8)
             if TRANS:                       # (B, HKV, D, S_OUT) bytes; the pad past S as zeros
                 code = tl.where(s[:, None] < S, code, 0)
                 off = (pid * D + d[None, :]) * S_OUT + s[:, None]
@@ -132,11 +153,11 @@ def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descal
                 S, S_OUT, D, sb, ss, sh, sd, HKV,
                 MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
                 HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
-                BS: tl.constexpr, BD: tl.constexpr):
+                BS: tl.constexpr, BD: tl.constexpr, FMA_DIV: tl.constexpr):
     """One tensor's pass: grid (batch * kv heads, tiles)."""
     _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
           tl.program_id(0).to(tl.int64), tl.program_id(1), S, S_OUT, D, sb, ss, sh, sd, HKV,
-          MODE, GROUP, SMOOTH, HAD, HBLOCK, HSTAGES, TRANS, PER_TENSOR, BS, BD)
+          MODE, GROUP, SMOOTH, HAD, HBLOCK, HSTAGES, TRANS, PER_TENSOR, BS, BD, FMA_DIV)
 
 
 @triton.jit
@@ -145,7 +166,8 @@ def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, mean_ptr, signs_qk, sca
                qsb, qss, qsh, qsd, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd, HKV, NTQ, NTK, NTV, SLOTS,
                MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
                HBLOCK_QK: tl.constexpr, HSTAGES_QK: tl.constexpr, HBLOCK_V: tl.constexpr, HSTAGES_V: tl.constexpr,
-               PER_TENSOR: tl.constexpr, BS: tl.constexpr, BD_QK: tl.constexpr, BD_V: tl.constexpr):
+               PER_TENSOR: tl.constexpr, BS: tl.constexpr, BD_QK: tl.constexpr, BD_V: tl.constexpr,
+               FMA_DIV: tl.constexpr):
     """The amax pass or the quantize pass of q, k and v in one launch: grid (batch * kv heads,
     the most tiles of the three, 3); axis 2 picks the tensor, whose amax and descale slots
     are the buffers' thirds."""
@@ -156,17 +178,17 @@ def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, mean_ptr, signs_qk, sca
         if tile < NTQ:
             _tile(q_ptr, q_out, dummy, signs_qk, scale_qk, amax_ptr, descale_ptr,
                   pid, tile, Sq, Sq, Dqk, qsb, qss, qsh, qsd, HKV,
-                  MODE, GROUP, False, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK)
+                  MODE, GROUP, False, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK, FMA_DIV)
     elif which == 1:
         if tile < NTK:
             _tile(k_ptr, k_out, mean_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS,
                   pid, tile, Sk, Sk, Dqk, ksb, kss, ksh, ksd, HKV,
-                  MODE, 1, SMOOTH, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK)
+                  MODE, 1, SMOOTH, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK, FMA_DIV)
     else:
         if tile < NTV:
             _tile(v_ptr, v_out, dummy, signs_v, scale_v, amax_ptr + 2 * SLOTS, descale_ptr + 2 * SLOTS,
                   pid, tile, Sk, S_OUT_V, Dv, vsb, vss, vsh, vsd, HKV,
-                  MODE, 1, False, HAD, HBLOCK_V, HSTAGES_V, True, PER_TENSOR, BS, BD_V)
+                  MODE, 1, False, HAD, HBLOCK_V, HSTAGES_V, True, PER_TENSOR, BS, BD_V, FMA_DIV)
 
 
 @triton.jit
@@ -245,7 +267,9 @@ def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, mea
     q8 = torch.empty(B, Sq, Hq, D, dtype=torch.uint8, device=q.device)
     k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.uint8, device=q.device)
     vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=q.device)
-    ntq, ntk, ntv = (triton.cdiv(n, BLOCK_S) for n in (Sq, Sk, vt.shape[-1]))
+    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
+    rows = tile_rows(max(bd, bd_v)) if had_qk is not None else BLOCK_S
+    ntq, ntk, ntv = (triton.cdiv(n, rows) for n in (Sq, Sk, vt.shape[-1]))
     signs_qk, scale_qk, block_qk = had_qk if had_qk is not None else (dummy, dummy, 1)
     signs_v, scale_v, block_v = had_v if had_v is not None else (dummy, dummy, 1)
     for mode in (1, 2):
@@ -255,8 +279,8 @@ def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, mea
             Hkv, ntq, ntk, ntv, slots,
             MODE=mode, GROUP=Hq // Hkv, SMOOTH=mean is not None, HAD=had_qk is not None,
             HBLOCK_QK=block_qk, HSTAGES_QK=block_qk.bit_length() - 1, HBLOCK_V=block_v,
-            HSTAGES_V=block_v.bit_length() - 1, PER_TENSOR=granularity == "tensor", BS=BLOCK_S,
-            BD_QK=triton.next_power_of_2(D), BD_V=triton.next_power_of_2(Dv))
+            HSTAGES_V=block_v.bit_length() - 1, PER_TENSOR=granularity == "tensor", BS=rows,
+            BD_QK=bd, BD_V=bd_v, FMA_DIV=not interpreter_active())
     shape = () if granularity == "tensor" else (B, Hkv)
     qd, kd, vd = (descale[i * slots:(i + 1) * slots].reshape(shape) for i in range(3))
     return q8, k8, vt, (qd, kd, vd)
@@ -304,7 +328,7 @@ def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: t
 def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H, ds_at,
                SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
                PER_ROW: tl.constexpr, ONE_DS: tl.constexpr, NSUB: tl.constexpr, BS: tl.constexpr,
-               BD: tl.constexpr):
+               BD: tl.constexpr, FMA_DIV: tl.constexpr):
     """Rows lo..hi of head h of batch b: int8 codes, and per row the descale (NaN where the
     row has a non-finite value, whose code is 0). The scale is each row's (PER_ROW) or one for
     all the rows, found in a first sweep over them (NSUB tiles of BS rows); ONE_DS: that one
@@ -332,7 +356,7 @@ def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, 
         else:
             row_amax = tl.zeros((BS,), tl.float32) + amax
         descale = tl.math.div_rn(tl.maximum(row_amax, _AMAX_FLOOR), _INT8)          # descale_of(amax, 127)
-        y = tl.minimum(tl.maximum(tl.math.div_rn(x, descale[:, None]), -_INT8), _INT8)
+        y = tl.minimum(tl.maximum(_quotient(x, descale[:, None], FMA_DIV), -_INT8), _INT8)
         code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)  # round half to even
         tl.store(out_ptr + ((b * S + s[:, None]) * H + h) * D + d[None, :], code.to(tl.int8), mask=m)
         bad = tl.sum(m.to(tl.int32) * (1 - fin.to(tl.int32)), axis=1)
@@ -351,7 +375,7 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
                     HKV, NTQ, NTK, NTV, KEY_BLOCK,
                     GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
                     HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, K_BLOCK_DS: tl.constexpr, BS: tl.constexpr,
-                    BD: tl.constexpr, BS_V: tl.constexpr, BD_V: tl.constexpr):
+                    BD: tl.constexpr, BS_V: tl.constexpr, BD_V: tl.constexpr, FMA_DIV: tl.constexpr):
     """Grid (batch * kv heads, the most tiles of the three, 3): axis 2 = 0 a tile of BS queries
     of the group's heads, 1 a block of KEY_BLOCK keys (NSUB_K tiles of BS), 2 a tile of BS_V
     tokens of v's amax pass. K_BLOCK_DS: k's descales one a block (B, Hkv, NTK), else one a key
@@ -372,7 +396,7 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
             for g in range(GROUP):
                 _int8_rows(q_ptr, q_out, qd_ptr, d * 0.0, signs, hscale, b, hk * GROUP + g, tile * BS,
                            tl.minimum(tile * BS + BS, Sq), Sq, D, qsb, qss, qsh, qsd, HKV * GROUP, 0,
-                           False, HAD, HBLOCK, HSTAGES, True, False, 1, BS, BD)
+                           False, HAD, HBLOCK, HSTAGES, True, False, 1, BS, BD, FMA_DIV)
     elif which == 1:
         if tile < NTK:
             mean = d * 0.0
@@ -380,11 +404,11 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
                 mean = tl.load(mean_ptr + pid * BD + d)
             _int8_rows(k_ptr, k_out, kd_ptr, mean, signs, hscale, b, hk, tile * KEY_BLOCK,
                        tl.minimum(tile * KEY_BLOCK + KEY_BLOCK, Sk), Sk, D, ksb, kss, ksh, ksd, HKV, pid * NTK + tile,
-                       SMOOTH, HAD, HBLOCK, HSTAGES, False, K_BLOCK_DS, NSUB_K, BS, BD)
+                       SMOOTH, HAD, HBLOCK, HSTAGES, False, K_BLOCK_DS, NSUB_K, BS, BD, FMA_DIV)
     else:
         if tile < NTV:
             _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, pid, tile, Sk, Sk, Dv,
-                  vsb, vss, vsh, vsd, HKV, 1, 1, False, False, 1, 0, False, False, BS_V, BD_V)
+                  vsb, vss, vsh, vsd, HKV, 1, 1, False, False, 1, 0, False, False, BS_V, BD_V, FMA_DIV)
 
 
 def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
@@ -414,9 +438,11 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
         q, k, v, q8, k8, qd, kd, mean, signs, scale, v_amax, dummy, Sq, Sk, D, Dv,
         *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
         GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
-        NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v)
+        NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v,
+        FMA_DIV=not interpreter_active())
     _quant_pass[(B * Hkv, ntv)](v, vt, dummy, dummy, dummy, v_amax, vd, Sk, vt.shape[-1], Dv,
                                 *v.stride(), Hkv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
-                                HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v)
+                                HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v,
+                                FMA_DIV=not interpreter_active())
     v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
     return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))

@@ -69,8 +69,9 @@ def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True
                                      "ksh", "ksd", "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "SLOTS")}}
         consts = dict(MODE=mode, GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK_QK=block_d if hadamard else 1,
                       HSTAGES_QK=block_d.bit_length() - 1 if hadamard else 0, HBLOCK_V=block_dv if hadamard else 1,
-                      HSTAGES_V=block_dv.bit_length() - 1 if hadamard else 0, PER_TENSOR=per_tensor, BS=BLOCK_S,
-                      BD_QK=block_d, BD_V=block_dv)
+                      HSTAGES_V=block_dv.bit_length() - 1 if hadamard else 0, PER_TENSOR=per_tensor,
+                      BS=tile_rows(max(block_d, block_dv)) if hadamard else BLOCK_S, BD_QK=block_d, BD_V=block_dv,
+                      FMA_DIV=True)
         fn = _quant_qkv
     sig.update({name: "constexpr" for name in consts})
     return triton.compile(ASTSource(fn, sig, consts, {}), target=TARGETS[target], options={"num_warps": 4})
@@ -88,7 +89,8 @@ def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: 
                                  "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "KEY_BLOCK")}}
     consts = dict(GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=block_d if hadamard else 1,
                   HSTAGES=block_d.bit_length() - 1 if hadamard else 0, NSUB_K=-(-key_block // tile_rows(block_d)),
-                  K_BLOCK_DS=key_block == 128, BS=tile_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv)
+                  K_BLOCK_DS=key_block == 128, BS=tile_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv,
+                  FMA_DIV=True)
     sig.update({name: "constexpr" for name in consts})
     return triton.compile(ASTSource(_int8_qk_v_amax, sig, consts, {}), target=TARGETS[target],
                           options={"num_warps": 4})
