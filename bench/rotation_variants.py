@@ -2,23 +2,21 @@
 
     python bench/rotation_variants.py [--check] [OUT.json]
 
-The fused INT8 quantizer's first launch takes 0.465 ms at Mistral-7B 16K with the rotation and
-0.145 ms without (bench/QUANTIZER.md): Triton lowers the butterflies' reshapes and permutes
-through shared memory. Each variant here does what that launch does for q (signs, the seven
-butterfly stages of d128, the scale, a descale a token, int8 codes, round half to even) with
-one way of moving the butterflies' partners or of dividing:
-  reshape   reshape, permute, split, join a stage (the quantizer's form before 2026-12-02)
-  select    tl.gather of the partner column, a + b and a - b selected by column (its form until
-            the FMA below)
-  gather    the quantizer's _butterflies: the gather, then p + sign * y in one FMA
-  hybrid    gather for the wider strides, reshape for the narrowest
-  rcp       gather, and each row's division as the row's reciprocal r = RN(1 / d) once, then
-            q = x r, e = fma(-q, d, x), q + e r (the correctly rounded quotient in the normal
-            range; codes cannot differ below it) instead of an IEEE division an element
+Each variant does what the INT8 quantizer's launch does for q (signs, the seven butterfly
+stages of d128, the scale, a descale a token, int8 codes, round half to even; the division by
+the row's reciprocal, _quotient) with one way of moving the butterflies' partners:
+  gather    every stage gathers its partner column (warp shuffles, Triton's gather lowering
+            even where the pair lies in one thread) and forms p + sign * y in one FMA (the
+            quantizer's form until 2026-12-03)
+  pairs     the quantizer's _butterflies: gathers for the strides 64 .. 4, the strides 2 and
+            1 by reshape / split / join (those pairs are in one thread's registers)
+  pairs3    gathers for 64 .. 8, the strides 4, 2 and 1 by reshape (SASS: through shared
+            memory, +7 barriers)
 in tiles of BS tokens with num_warps warps. --check: every variant's codes and descales equal
 zyfa.quantize_int8_qk's for q (the PyTorch path; on the CPU under TRITON_INTERPRET=1). On a
 GPU: each variant's time and bandwidth (2 bytes read, 1 written an element) beside a copy of q.
-The winner goes into zyfa/triton_kernels/quantize.py; this script then keeps only the A/B.
+Measured forms no longer here (bench/QUANTIZER.md): reshape / permute for every stage (through
+shared memory, 2x slower), a select of two additions a stage, an IEEE division an element.
 """
 from __future__ import annotations
 
@@ -33,37 +31,29 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from zyfa.spec.constants import AMAX_FLOOR, INT8_MAX, MAGIC, MAGIC_BITS  # noqa: E402
-from zyfa.triton_kernels.quantize import _butterflies, _rotation  # noqa: E402
+from zyfa.device import interpreter_active  # noqa: E402
+from zyfa.triton_kernels.quantize import _butterflies, _pair_stage, _quotient, _rotation  # noqa: E402
 
 _FLOOR: tl.constexpr = tl.constexpr(AMAX_FLOOR)
 _I8: tl.constexpr = tl.constexpr(INT8_MAX)
 _MAG: tl.constexpr = tl.constexpr(MAGIC)
 _MAG_BITS: tl.constexpr = tl.constexpr(MAGIC_BITS)
-MODES = {"reshape": 0, "gather": 1, "hybrid": 2, "select": 3, "rcp": 4}
+MODES = {"gather": 0, "pairs": 1, "pairs3": 2}
 
 
 @triton.jit
-def _reshape_butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
-    for i in tl.static_range(NSTAGE):       # stride BLOCK >> (i + 1)
-        t = tl.permute(tl.reshape(y, (BS, BD // (BLOCK >> i), 2, BLOCK >> (i + 1))), (0, 1, 3, 2))
-        a, b = tl.split(t)
-        y = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (BS, BD))
-    return y
-
-
-@triton.jit
-def _select_butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
+def _gathered(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
     d = tl.arange(0, BD)
     for i in tl.static_range(NSTAGE):
         stride = BLOCK >> (i + 1)
         p = tl.gather(y, tl.broadcast_to((d ^ stride)[None, :], (BS, BD)), axis=1)
-        y = tl.where(((d & stride) == 0)[None, :], y + p, p - y)
+        y = p + tl.where((d & stride) == 0, 1.0, -1.0)[None, :] * y
     return y
 
 
 @triton.jit
 def _q_int8(x_ptr, out_ptr, ds_ptr, signs_ptr, scale_ptr, S, H,
-            MODE: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NST: tl.constexpr):
+            MODE: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NST: tl.constexpr, FMA_DIV: tl.constexpr):
     """Grid (tiles of BS tokens, heads), batch 1: q (1, S, H, BD) -> int8 codes, descales (H, S)."""
     s = tl.program_id(0) * BS + tl.arange(0, BS)
     h = tl.program_id(1)
@@ -72,27 +62,18 @@ def _q_int8(x_ptr, out_ptr, ds_ptr, signs_ptr, scale_ptr, S, H,
     x = tl.load(x_ptr + (s[:, None] * H + h) * BD + d[None, :], mask=m, other=0.0).to(tl.float32)
     x = x * tl.load(signs_ptr + d)[None, :]
     if MODE == 0:
-        x = _reshape_butterflies(x, BD, BS, BD, NST)
-    elif MODE == 1 or MODE == 4:
+        x = _gathered(x, BD, BS, BD, NST)
+    elif MODE == 1:
         x = _butterflies(x, BD, BS, BD, NST)
-    elif MODE == 3:
-        x = _select_butterflies(x, BD, BS, BD, NST)
-    else:                                   # strides BD / 2 .. 2 gathered, stride 1 by reshape
-        x = _butterflies(x, BD, BS, BD, NST - 1)
-        t = tl.permute(tl.reshape(x, (BS, BD // 2, 2, 1)), (0, 1, 3, 2))
-        a, b = tl.split(t)
-        x = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (BS, BD))
+    else:
+        x = _gathered(x, BD, BS, BD, NST - 3)
+        for i in tl.static_range(3):
+            x = _pair_stage(x, 4 >> i, BS, BD)
     x = x * tl.load(scale_ptr)
     fin = tl.abs(x) < float("inf")
     amax = tl.max(tl.where(fin & m, tl.abs(x), 0.0), axis=1)
     descale = tl.math.div_rn(tl.maximum(amax, _FLOOR), _I8)
-    if MODE == 4:
-        r = tl.math.div_rn(tl.full((BS,), 1.0, tl.float32), descale)[:, None]
-        quo = x * r
-        quo = tl.fma(tl.fma(-quo, descale[:, None], x), r, quo)
-    else:
-        quo = tl.math.div_rn(x, descale[:, None])
-    y = tl.minimum(tl.maximum(quo, -_I8), _I8)
+    y = tl.minimum(tl.maximum(_quotient(x, descale[:, None], FMA_DIV), -_I8), _I8)
     code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)
     tl.store(out_ptr + (s[:, None] * H + h) * BD + d[None, :], code.to(tl.int8), mask=m)
     bad = tl.sum((m & ~fin).to(tl.int32), axis=1)
@@ -107,7 +88,8 @@ def q_int8(q: torch.Tensor, mode: str, bs: int, warps: int, seed: int = 0):
     out = torch.empty(q.shape, dtype=torch.int8, device=q.device)
     ds = torch.empty(1, H, S, dtype=torch.float32, device=q.device)
     _q_int8[(triton.cdiv(S, bs), H)](q, out, ds, signs, scale, S, H, MODE=MODES[mode], BS=bs, BD=D,
-                                     NST=D.bit_length() - 1, num_warps=warps)
+                                     NST=D.bit_length() - 1, FMA_DIV=not interpreter_active(),
+                                     num_warps=warps)
     return out, ds
 
 
@@ -122,9 +104,6 @@ def check(S: int = 70, H: int = 3, D: int = 128) -> None:
     q[0, 5, 1, 9] = float("nan")
     want = quantize_int8_qk(q, k, v, smooth_k=False, hadamard=True, fused=False)
     for mode, bs, warps in VARIANTS:
-        if mode == "rcp" and not torch.cuda.is_available():
-            print(f"{mode:8s} BS {bs:3d} warps {warps}: GPU only (the interpreter's fma rounds twice)")
-            continue
         codes, ds = q_int8(q, mode, bs, warps)
         same = torch.equal(codes, want.q) and torch.equal(ds.isnan(), want.q_descale.isnan()) and \
             torch.equal(ds.nan_to_num(0.0), want.q_descale.nan_to_num(0.0))
@@ -139,7 +118,7 @@ def time_all(out_path: str | None) -> None:
     dst = torch.empty_like(q)
     rec = {"copy_ms": median_ms(lambda: dst.copy_(q))}
     print(f"copy of q {rec['copy_ms']:.3f} ms ({q.numel() * 4 / rec['copy_ms'] / 1e6:.0f} GB/s)")
-    want = q_int8(q, "reshape", 32, 4)
+    want = q_int8(q, "gather", 16, 4)
     for mode, bs, warps in VARIANTS:
         got = q_int8(q, mode, bs, warps)
         same = all(torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)) for a, b in zip(got, want))

@@ -54,17 +54,29 @@ def tile_rows(block_d: int) -> int:
 @triton.jit
 def _butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
     """Sylvester butterflies (a + b, a - b) within blocks of BLOCK = 2^NSTAGE channels,
-    widest stride first: zyfa.quantize.rotate's order. Each stage gathers every column's
-    partner p (column ^ stride; warp shuffles, where reshapes and permutes went through shared
-    memory) and forms p + sign * y, sign +1 in the lower column of a pair (a + b) and -1 in
-    the upper (a - b): one FMA whose product is exact, so the same rounding as the addition
-    (where a select of two additions took three instructions)."""
+    widest stride first: zyfa.quantize.rotate's order. Strides above 2: each stage gathers
+    every column's partner p (column ^ stride; warp shuffles, where reshapes and permutes went
+    through shared memory) and forms p + sign * y, sign +1 in the lower column of a pair
+    (a + b) and -1 in the upper (a - b): one FMA whose product is exact, so the same rounding
+    as the addition. Strides 2 and 1, whose pairs lie in one thread's registers (Triton's
+    gather shuffles them all the same): _pair_stage, no shuffle."""
     d = tl.arange(0, BD)
-    for i in tl.static_range(NSTAGE):
+    NG: tl.constexpr = NSTAGE - 2 if NSTAGE > 2 else 0
+    for i in tl.static_range(NG):
         stride = BLOCK >> (i + 1)
         p = tl.gather(y, tl.broadcast_to((d ^ stride)[None, :], (BS, BD)), axis=1)
         y = p + tl.where((d & stride) == 0, 1.0, -1.0)[None, :] * y
+    for i in tl.static_range(NSTAGE - NG):
+        y = _pair_stage(y, BLOCK >> (NG + i + 1), BS, BD)
     return y
+
+
+@triton.jit
+def _pair_stage(y, STRIDE: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
+    """One butterfly stage of stride STRIDE by reshape, split and join."""
+    t = tl.permute(tl.reshape(y, (BS, BD // (2 * STRIDE), 2, STRIDE)), (0, 1, 3, 2))
+    a, b = tl.split(t)
+    return tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (BS, BD))
 
 
 @triton.jit
