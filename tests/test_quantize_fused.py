@@ -218,10 +218,11 @@ def test_fused_calls_share_no_tensor_a_caller_can_change():
 
 
 @pytest.mark.parametrize("programs", [1, 20, 1024], ids=["one-chunk", "ragged-chunks", "a-tile-a-program"])
-def test_k_mean_in_chunks_equals_pytorch(monkeypatch, programs):
-    """smooth_k's mean from _k_sums' chunks of several tiles (fewer programs asked for: 19 tiles
-    of 8 keys in one chunk, or chunks of 8, 8 and 3 tiles) equals zyfa.quantize.smooth_mean
-    bit for bit, a NaN and an Inf left out of their channels' sums and counts."""
+def test_k_sums_in_chunks_equal_pytorch(monkeypatch, programs):
+    """smooth_k's sums from _sums_pass's chunks of several tiles, added by atomics (fewer
+    programs asked for: 19 tiles of 8 keys in one chunk, or chunks of 8, 8 and 3 tiles), divided
+    as _channel_mean divides them, equal zyfa.quantize.smooth_mean bit for bit, a NaN and an
+    Inf left out of their channels' sums and counts; v's amax from the same launch."""
     import zyfa.triton_kernels.quantize as fused
     from zyfa.quantize import smooth_mean
     monkeypatch.setattr(fused, "SUM_PROGRAMS", programs)
@@ -229,10 +230,16 @@ def test_k_mean_in_chunks_equals_pytorch(monkeypatch, programs):
     g = torch.Generator().manual_seed(4)
     k = (torch.randn(B, S, H, D, generator=g) * 3 + 1.25).to(torch.bfloat16)
     k[1, 77, 2, 5], k[0, 149, 0, 191] = float("nan"), float("-inf")
-    k = k.to(DEVICE)
-    got = fused._k_mean(k)                                              # (B * H, 256), zero past D
+    v = torch.randn(B, S, H, 64, generator=g).to(torch.bfloat16)
+    v[0, 3, 1, 7] = float("inf")
+    k, v = k.to(DEVICE), v.to(DEVICE)
+    sums, v_amax = fused._sums(k, v)                                    # (B * H, 2, 256), zero past D
+    got = (sums[:, 0] / sums[:, 1].clamp(min=1)).float()
     want = smooth_mean(k.float())                                       # (B, 1, H, D)
-    assert torch.equal(got[:, :D], want.reshape(B * H, D)) and not got[:, D:].any()
+    assert torch.equal(got[:, :D], want.reshape(B * H, D)) and not sums[:, :, D:].any()
+    vf = v.float().reshape(B, S, H, 64)
+    want_amax = torch.where(vf.isfinite(), vf.abs(), 0.0).amax(dim=(1, 3)).reshape(B * H)
+    assert torch.equal(v_amax.view(torch.float32), want_amax)
 
 
 def _rn32(hi, lo):

@@ -1,21 +1,23 @@
 """Fused FP8 (E4M3) quantization of q, k, v in Triton: the same bits as zyfa.quantize_fp8
 (the PyTorch path, which stays the spec and the CPU path) for granularity "head" and "tensor",
-with and without smooth_k and hadamard.
+with and without smooth_k and hadamard; and zyfa.quantize_int8_qk's (the INT8 Q.K^T mode).
 
 Passes over memory, per tensor (each pass one launch for q, k and v together, ``_quant_qkv``):
   q, v            2: the finite amax per (batch, kv head) of the (rotated) values, gathered
                   with an atomic max on its float bits (the amax is >= 0, so the int32 order is
                   the float order), then rotate, scale, round to E4M3 and write (v transposed,
                   as quantize_fp8 writes it), each program computing the descale from the amax
-                  with quantize_fp8's arithmetic (IEEE division, so the same bits);
+                  with quantize_fp8's arithmetic (the same bits);
   k, smooth_k     3: the per-channel mean over tokens must be known before the amax of
                   k - mean (rotated) can be taken, and the amax before anything is written
-                  (the sums: a launch of their own, ``_k_sums``).
+                  (the sums: ``_sums_pass``, float64 atomics, whose order does not matter
+                  when the sums are exact; each program divides them itself).
                   (Without hadamard, per-channel max and min taken with the sums would give
                   that amax in the same pass, rounding being monotonic; not done yet.)
-No torch op runs between the passes but for smooth_k's mean (float64 sums, whose order does
-not matter when they are exact): a call is two launches (three with smooth_k) and a few
-allocations.
+No torch op runs between the launches: a call is two launches (three with smooth_k) and a
+few allocations. The INT8 mode: ``_sums_pass`` (smooth_k's sums and v's amax), then
+``_int8_qkv`` (q a token a scale and k a key block a scale, each tile's or block's own
+amax; V^T's E4M3 codes).
 
 E4M3 codes are built with integer arithmetic (Triton's interpreter does not round float->fp8
 casts like the GPU): round-half-even, saturating at 448, non-finite -> 0x7F as quantize_fp8.
@@ -112,7 +114,7 @@ def _quotient(x, d, FMA_DIV: tl.constexpr):
 
 
 @triton.jit
-def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
+def _tile(x_ptr, out_ptr, sums_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
           pid, tile, S, S_OUT, D, sb, ss, sh, sd, HKV,
           MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
           HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
@@ -126,7 +128,7 @@ def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
     dmask = d < D
     m = (s[:, None] < S) & dmask[None, :]
     if SMOOTH:
-        mean = tl.load(mean_ptr + pid * BD + d)                     # zero past D
+        mean = _channel_mean(sums_ptr, pid, d, BD)                  # zero past D
     if HAD:
         signs = tl.load(signs_ptr + d)                              # zero past D
         hscale = tl.load(scale_ptr)
@@ -161,19 +163,7 @@ def _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
 
 
 @triton.jit
-def _quant_pass(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
-                S, S_OUT, D, sb, ss, sh, sd, HKV,
-                MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
-                HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
-                BS: tl.constexpr, BD: tl.constexpr, FMA_DIV: tl.constexpr):
-    """One tensor's pass: grid (batch * kv heads, tiles)."""
-    _tile(x_ptr, out_ptr, mean_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
-          tl.program_id(0).to(tl.int64), tl.program_id(1), S, S_OUT, D, sb, ss, sh, sd, HKV,
-          MODE, GROUP, SMOOTH, HAD, HBLOCK, HSTAGES, TRANS, PER_TENSOR, BS, BD, FMA_DIV)
-
-
-@triton.jit
-def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, mean_ptr, signs_qk, scale_qk, signs_v, scale_v,
+def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, sums_ptr, signs_qk, scale_qk, signs_v, scale_v,
                amax_ptr, descale_ptr, dummy, Sq, Sk, S_OUT_V, Dqk, Dv,
                qsb, qss, qsh, qsd, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd, HKV, NTQ, NTK, NTV, SLOTS,
                MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
@@ -193,7 +183,7 @@ def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, mean_ptr, signs_qk, sca
                   MODE, GROUP, False, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK, FMA_DIV)
     elif which == 1:
         if tile < NTK:
-            _tile(k_ptr, k_out, mean_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS,
+            _tile(k_ptr, k_out, sums_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS,
                   pid, tile, Sk, Sk, Dqk, ksb, kss, ksh, ksd, HKV,
                   MODE, 1, SMOOTH, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK, FMA_DIV)
     else:
@@ -204,46 +194,74 @@ def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, mean_ptr, signs_qk, sca
 
 
 @triton.jit
-def _k_sums(k_ptr, part_ptr, cnt_ptr, S, D, sb, ss, sh, sd, H, NCHUNK, TILES,
-            BS: tl.constexpr, BD: tl.constexpr):
-    """smooth_k's sums: program (batch * kv head, chunk) adds the finite values of TILES tiles
-    of BS keys elementwise in float64 (exact for bf16 / fp16 inputs, so the order is free)
-    and reduces them once, with the count of finite values, a channel."""
+def _sums_pass(k_ptr, v_ptr, sums_ptr, v_amax, dummy, Sk, D, Dv, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd, HKV,
+               NCHUNK, TILES, NTV, SMOOTH: tl.constexpr, V_AMAX: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
+               BS_V: tl.constexpr, BD_V: tl.constexpr, FMA_DIV: tl.constexpr):
+    """What must be known before the codes: grid (batch * kv heads, chunks or tiles, 2). Axis
+    2 = 0 (SMOOTH): smooth_k's sums, a program adding the finite values of TILES tiles of BS
+    keys elementwise in float64 (exact for bf16 / fp16 inputs, so the order is free), reducing
+    them once and adding them and the finite counts to its kv head's row of ``sums_ptr`` (BD
+    sums, BD counts) by atomics; 1 (V_AMAX): a tile of BS_V tokens of v's finite amax."""
     pid = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
-    b = pid // H
-    h = pid % H
-    d = tl.arange(0, BD)
-    dmask = d < D
-    acc = tl.zeros((BS, BD), tl.float64)
-    cnt = tl.zeros((BS, BD), tl.int32)
-    for t in range(TILES):
-        s = (chunk * TILES + t) * BS + tl.arange(0, BS)
-        m = (s[:, None] < S) & dmask[None, :]
-        x = tl.load(k_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0).to(tl.float32)
-        fin = m & (tl.abs(x) < float("inf"))
-        acc += tl.where(fin, x.to(tl.float64), 0.0)
-        cnt += fin.to(tl.int32)
-    tl.store(part_ptr + (pid * NCHUNK + chunk) * BD + d, tl.sum(acc, axis=0))
-    tl.store(cnt_ptr + (pid * NCHUNK + chunk) * BD + d, tl.sum(cnt, axis=0))
+    if tl.program_id(2) == 0:
+        if SMOOTH:
+            if chunk < NCHUNK:
+                b = pid // HKV
+                h = pid % HKV
+                d = tl.arange(0, BD)
+                dmask = d < D
+                acc = tl.zeros((BS, BD), tl.float64)
+                cnt = tl.zeros((BS, BD), tl.int32)
+                for t in range(TILES):
+                    s = (chunk * TILES + t) * BS + tl.arange(0, BS)
+                    m = (s[:, None] < Sk) & dmask[None, :]
+                    x = tl.load(k_ptr + b * ksb + s[:, None] * kss + h * ksh + d[None, :] * ksd, mask=m,
+                                other=0.0).to(tl.float32)
+                    fin = m & (tl.abs(x) < float("inf"))
+                    acc += tl.where(fin, x.to(tl.float64), 0.0)
+                    cnt += fin.to(tl.int32)
+                row = sums_ptr + pid * 2 * BD
+                tl.atomic_add(row + d, tl.sum(acc, axis=0))
+                tl.atomic_add(row + BD + d, tl.sum(cnt, axis=0).to(tl.float64))
+    else:
+        if V_AMAX:
+            if chunk < NTV:
+                _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, pid, chunk, Sk, Sk, Dv,
+                      vsb, vss, vsh, vsd, HKV, 1, 1, False, False, 1, 0, False, False, BS_V, BD_V, FMA_DIV)
+
+
+@triton.jit
+def _channel_mean(sums_ptr, pid, d, BD: tl.constexpr):
+    """smooth_k's mean of kv head ``pid`` from its row of _sums_pass's sums: the float64 sum
+    over the finite count (at least 1), rounded once to float32, as zyfa.quantize.smooth_mean
+    (zero past D)."""
+    row = sums_ptr + pid * 2 * BD
+    return (tl.load(row + d) / tl.maximum(tl.load(row + BD + d), 1.0)).to(tl.float32)
 
 
 SUM_PROGRAMS = 1024    # about: enough programs to keep 132 SMs' loads in flight
 
 
-def _k_mean(k):
-    """smooth_k's mean (B * Hkv, BD) float32, zero past D: the float64 sums of _k_sums' chunks
-    (each as many tiles as leave ~SUM_PROGRAMS programs), divided by the finite counts."""
+def _sums(k, v=None, smooth: bool = True):
+    """_sums_pass's launch: (sums (B * Hkv, 2, BD) float64, v's amax bits (B * Hkv,) int32 or
+    None), one zeroed buffer. The sums' chunks are as many tiles as leave ~SUM_PROGRAMS programs."""
     B, S, H, D = k.shape
     bd = triton.next_power_of_2(D)
     rows = tile_rows(bd)
     tiles = triton.cdiv(S, rows)
     per = max(1, min(tiles, triton.next_power_of_2(triton.cdiv(tiles * B * H, SUM_PROGRAMS))))
-    nchunk = triton.cdiv(tiles, per)
-    part = torch.empty(B * H, nchunk, bd, dtype=torch.float64, device=k.device)
-    cnt = torch.empty(B * H, nchunk, bd, dtype=torch.int32, device=k.device)
-    _k_sums[(B * H, nchunk)](k, part, cnt, S, D, *k.stride(), H, nchunk, per, BS=rows, BD=bd)
-    return (part.sum(dim=1) / cnt.sum(dim=1).clamp(min=1)).float().contiguous()
+    nchunk = triton.cdiv(tiles, per) if smooth else 0
+    n = B * H * 2 * bd
+    ws = torch.zeros(n + (B * H + 1) // 2, dtype=torch.float64, device=k.device)
+    v_amax = ws[n:].view(torch.int32)[:B * H] if v is not None else None
+    vv = v if v is not None else k
+    ntv = triton.cdiv(S, BLOCK_S) if v is not None else 0
+    _sums_pass[(B * H, max(nchunk, ntv, 1), 2)](
+        k, vv, ws, v_amax if v is not None else ws, _dummy(k.device), S, D, vv.shape[-1], *k.stride(), *vv.stride(), H,
+        nchunk, per, ntv, SMOOTH=smooth, V_AMAX=v is not None, BS=rows, BD=bd, BS_V=BLOCK_S,
+        BD_V=triton.next_power_of_2(vv.shape[-1]), FMA_DIV=not interpreter_active())
+    return ws[:n].view(B * H, 2, bd), v_amax
 
 
 @functools.lru_cache(maxsize=64)
@@ -268,7 +286,7 @@ def _v_rotation(n, seed, device):
     return hadamard_matrix(n, seed).float().to(device)
 
 
-def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, mean=None):
+def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, sums=None):
     """The amax launch, then the quantize launch (which computes the descales), each over q, k
     and v at once: (q codes, k codes, V^T codes (B, Hkv, Dv, Sk padded to 16), descales)."""
     B, Sq, Hq, D = q.shape
@@ -286,10 +304,10 @@ def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, mea
     signs_v, scale_v, block_v = had_v if had_v is not None else (dummy, dummy, 1)
     for mode in (1, 2):
         _quant_qkv[(B * Hkv, max(ntq, ntk, ntv), 3)](
-            q, k, v, q8, k8, vt, mean if mean is not None else dummy, signs_qk, scale_qk, signs_v, scale_v,
+            q, k, v, q8, k8, vt, sums if sums is not None else dummy, signs_qk, scale_qk, signs_v, scale_v,
             amax, descale, dummy, Sq, Sk, vt.shape[-1], D, Dv, *q.stride(), *k.stride(), *v.stride(),
             Hkv, ntq, ntk, ntv, slots,
-            MODE=mode, GROUP=Hq // Hkv, SMOOTH=mean is not None, HAD=had_qk is not None,
+            MODE=mode, GROUP=Hq // Hkv, SMOOTH=sums is not None, HAD=had_qk is not None,
             HBLOCK_QK=block_qk, HSTAGES_QK=block_qk.bit_length() - 1, HBLOCK_V=block_v,
             HSTAGES_V=block_v.bit_length() - 1, PER_TENSOR=granularity == "tensor", BS=rows,
             BD_QK=bd, BD_V=bd_v, FMA_DIV=not interpreter_active())
@@ -308,10 +326,8 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
     dummy = _dummy(q.device)
     had_qk = _rotation(D, seed, q.device) if hadamard else None
     had_v = _rotation(Dv, seed + 1, q.device) if hadamard else None
-    mean = None
-    if smooth_k:
-        mean = _k_mean(k)
-    q8, k8, vt, (qd, kd, vd) = _qkv_passes(q, k, v, Hq // Hkv, granularity, dummy, had_qk, had_v, mean)
+    sums = _sums(k)[0] if smooth_k else None
+    q8, k8, vt, (qd, kd, vd) = _qkv_passes(q, k, v, Hq // Hkv, granularity, dummy, had_qk, had_v, sums)
     f8 = torch.float8_e4m3fn
     v8 = vt.view(f8)[..., :k.shape[1]].permute(0, 3, 1, 2)
     v_rot = _v_rotation(Dv, seed + 1, q.device).clone() if hadamard else None   # the caller's own copy
@@ -320,7 +336,8 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
 
 # The INT8 Q.K^T mode's quantizer (zyfa.quantize_int8_qk, bit for bit): q one scale a token and
 # head, k one a block of key_block keys and kv head, both int8 after smoothing and rotation;
-# v E4M3 a (batch, kv head), transposed. One launch for q, k and v's amax, one for v's codes.
+# v E4M3 a (batch, kv head), transposed. One launch for smooth_k's sums and v's amax, one for
+# the codes.
 _INT8: tl.constexpr = tl.constexpr(INT8_MAX)
 
 
@@ -382,15 +399,16 @@ def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, 
 
 
 @triton.jit
-def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr, signs_ptr, scale_ptr,
-                    v_amax, dummy, Sq, Sk, D, Dv, qsb, qss, qsh, qsd, ksb, kss, ksh, ksd, vsb, vss, vsh, vsd,
-                    HKV, NTQ, NTK, NTV, KEY_BLOCK,
-                    GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
-                    HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, K_BLOCK_DS: tl.constexpr, BS: tl.constexpr,
-                    BD: tl.constexpr, BS_V: tl.constexpr, BD_V: tl.constexpr, FMA_DIV: tl.constexpr):
+def _int8_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, qd_ptr, kd_ptr, sums_ptr, signs_ptr, scale_ptr,
+              v_amax, vd_ptr, dummy, Sq, Sk, S_OUT_V, D, Dv, qsb, qss, qsh, qsd, ksb, kss, ksh, ksd,
+              vsb, vss, vsh, vsd, HKV, NTQ, NTK, NTV, KEY_BLOCK,
+              GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
+              HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, K_BLOCK_DS: tl.constexpr, BS: tl.constexpr,
+              BD: tl.constexpr, BS_V: tl.constexpr, BD_V: tl.constexpr, FMA_DIV: tl.constexpr):
     """Grid (batch * kv heads, the most tiles of the three, 3): axis 2 = 0 a tile of BS queries
-    of the group's heads, 1 a block of KEY_BLOCK keys (NSUB_K tiles of BS), 2 a tile of BS_V
-    tokens of v's amax pass. K_BLOCK_DS: k's descales one a block (B, Hkv, NTK), else one a key
+    of the group's heads, 1 a block of KEY_BLOCK keys (NSUB_K tiles of BS; smooth_k's mean
+    from _sums_pass's sums), 2 a tile of BS_V tokens of V^T's codes (v's amax from
+    _sums_pass). K_BLOCK_DS: k's descales one a block (B, Hkv, NTK), else one a key
     (B, Hkv, Sk)."""
     pid = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
@@ -413,48 +431,42 @@ def _int8_qk_v_amax(q_ptr, k_ptr, v_ptr, q_out, k_out, qd_ptr, kd_ptr, mean_ptr,
         if tile < NTK:
             mean = d * 0.0
             if SMOOTH:
-                mean = tl.load(mean_ptr + pid * BD + d)
+                mean = _channel_mean(sums_ptr, pid, d, BD)
             _int8_rows(k_ptr, k_out, kd_ptr, mean, signs, hscale, b, hk, tile * KEY_BLOCK,
                        tl.minimum(tile * KEY_BLOCK + KEY_BLOCK, Sk), Sk, D, ksb, kss, ksh, ksd, HKV, pid * NTK + tile,
                        SMOOTH, HAD, HBLOCK, HSTAGES, False, K_BLOCK_DS, NSUB_K, BS, BD, FMA_DIV)
     else:
         if tile < NTV:
-            _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, pid, tile, Sk, Sk, Dv,
-                  vsb, vss, vsh, vsd, HKV, 1, 1, False, False, 1, 0, False, False, BS_V, BD_V, FMA_DIV)
+            _tile(v_ptr, v_out, dummy, dummy, dummy, v_amax, vd_ptr, pid, tile, Sk, S_OUT_V, Dv,
+                  vsb, vss, vsh, vsd, HKV, 2, 1, False, False, 1, 0, True, False, BS_V, BD_V, FMA_DIV)
 
 
 def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
                            key_block: int = 128) -> FP8Inputs:
-    """zyfa.quantize_int8_qk in Triton kernels, bit for bit: the channel sums (smooth_k), one
-    launch for q and k's codes and v's amax, one for v's codes."""
+    """zyfa.quantize_int8_qk in Triton kernels, bit for bit: one launch for smooth_k's sums and
+    v's amax (_sums_pass), one for q and k's codes and V^T's (_int8_qkv)."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     dev = q.device
     dummy = _dummy(dev)
     signs, scale, block = _rotation(D, seed, dev) if hadamard else (dummy, dummy, 1)
-    mean = dummy
-    if smooth_k:
-        mean = _k_mean(k)
+    sums, v_amax = _sums(k, v, smooth=smooth_k)
     q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
     k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
     qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
     rows = tile_rows(bd)
-    ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(Sk + (-Sk) % 16, BLOCK_S)
+    s_out = Sk + (-Sk) % 16
+    ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(s_out, BLOCK_S)
     block_ds = key_block == KEY_BLOCK          # the generated kernel's form, written by the kernel
     kd = torch.empty(B, Hkv, ntk if block_ds else Sk, dtype=torch.float32, device=dev)
-    v_amax = torch.zeros(B * Hkv, dtype=torch.int32, device=dev)              # float bits of 0.0
     vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
-    vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=dev)
-    _int8_qk_v_amax[(B * Hkv, max(ntq, ntk, ntv), 3)](
-        q, k, v, q8, k8, qd, kd, mean, signs, scale, v_amax, dummy, Sq, Sk, D, Dv,
+    vt = torch.empty(B, Hkv, Dv, s_out, dtype=torch.uint8, device=dev)
+    _int8_qkv[(B * Hkv, max(ntq, ntk, ntv), 3)](
+        q, k, v, q8, k8, vt, qd, kd, sums, signs, scale, v_amax, vd, dummy, Sq, Sk, s_out, D, Dv,
         *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
         GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
         NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v,
         FMA_DIV=not interpreter_active())
-    _quant_pass[(B * Hkv, ntv)](v, vt, dummy, dummy, dummy, v_amax, vd, Sk, vt.shape[-1], Dv,
-                                *v.stride(), Hkv, MODE=2, GROUP=1, SMOOTH=False, HAD=False, HBLOCK=1,
-                                HSTAGES=0, TRANS=True, PER_TENSOR=False, BS=BLOCK_S, BD=bd_v,
-                                FMA_DIV=not interpreter_active())
     v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
     return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))

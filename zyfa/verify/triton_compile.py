@@ -53,17 +53,19 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
 def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True, smooth: bool = False,
                       group: int = 4, block_d: int = 128, block_dv: int = 128, per_tensor: bool = False):
     """The fused quantizer (zyfa.triton_kernels.quantize) compiled for a GPU target: mode 0
-    smooth_k's channel sums (``_k_sums``), 1 the finite amax and 2 rotate / scale / round /
-    write (``_quant_qkv``, q, k and v in one launch)."""
-    from ..triton_kernels.quantize import BLOCK_S, _k_sums, _quant_qkv, tile_rows
+    smooth_k's channel sums and v's amax (``_sums_pass``), 1 the finite amax and 2 rotate /
+    scale / round / write (``_quant_qkv``, q, k and v in one launch)."""
+    from ..triton_kernels.quantize import BLOCK_S, _quant_qkv, _sums_pass, tile_rows
     if mode == 0:
-        sig = {"k_ptr": "*bf16", "part_ptr": "*fp64", "cnt_ptr": "*i32",
-               **{name: "i32" for name in ("S", "D", "sb", "ss", "sh", "sd", "H", "NCHUNK", "TILES")}}
-        consts = dict(BS=tile_rows(block_d), BD=block_d)
-        fn = _k_sums
+        sig = {"k_ptr": "*bf16", "v_ptr": "*bf16", "sums_ptr": "*fp64", "v_amax": "*i32", "dummy": "*fp32",
+               **{name: "i32" for name in ("Sk", "D", "Dv", "ksb", "kss", "ksh", "ksd", "vsb", "vss", "vsh", "vsd",
+                                           "HKV", "NCHUNK", "TILES", "NTV")}}
+        consts = dict(SMOOTH=True, V_AMAX=True, BS=tile_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv,
+                      FMA_DIV=True)
+        fn = _sums_pass
     else:
         sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*u8" for n in ("q_out", "k_out", "v_out")},
-               **{n: "*fp32" for n in ("mean_ptr", "signs_qk", "scale_qk", "signs_v", "scale_v")},
+               "sums_ptr": "*fp64", **{n: "*fp32" for n in ("signs_qk", "scale_qk", "signs_v", "scale_v")},
                "amax_ptr": "*i32", "descale_ptr": "*fp32", "dummy": "*fp32",
                **{n: "i32" for n in ("Sq", "Sk", "S_OUT_V", "Dqk", "Dv", "qsb", "qss", "qsh", "qsd", "ksb", "kss",
                                      "ksh", "ksd", "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "SLOTS")}}
@@ -79,20 +81,20 @@ def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True
 
 def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: bool = True, group: int = 4,
                            block_d: int = 128, block_dv: int = 128, key_block: int = 128):
-    """The INT8 Q.K^T mode's first launch (``_int8_qk_v_amax``: q and k codes, v's amax)
-    compiled for a GPU target (its second is ``_quant_pass``'s mode 2)."""
-    from ..triton_kernels.quantize import BLOCK_S, _int8_qk_v_amax, tile_rows
+    """The INT8 Q.K^T mode's codes launch (``_int8_qkv``: q, k and V^T) compiled for a GPU
+    target (the sums launch before it is compile_quantizer's mode 0)."""
+    from ..triton_kernels.quantize import BLOCK_S, _int8_qkv, tile_rows
     sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*i8" for n in ("q_out", "k_out")},
-           **{n: "*fp32" for n in ("qd_ptr", "kd_ptr", "mean_ptr", "signs_ptr", "scale_ptr")},
-           "v_amax": "*i32", "dummy": "*fp32",
-           **{n: "i32" for n in ("Sq", "Sk", "D", "Dv", "qsb", "qss", "qsh", "qsd", "ksb", "kss", "ksh", "ksd",
-                                 "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "KEY_BLOCK")}}
+           "v_out": "*u8", **{n: "*fp32" for n in ("qd_ptr", "kd_ptr")}, "sums_ptr": "*fp64",
+           **{n: "*fp32" for n in ("signs_ptr", "scale_ptr")}, "v_amax": "*i32", "vd_ptr": "*fp32", "dummy": "*fp32",
+           **{n: "i32" for n in ("Sq", "Sk", "S_OUT_V", "D", "Dv", "qsb", "qss", "qsh", "qsd", "ksb", "kss", "ksh",
+                                 "ksd", "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "KEY_BLOCK")}}
     consts = dict(GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=block_d if hadamard else 1,
                   HSTAGES=block_d.bit_length() - 1 if hadamard else 0, NSUB_K=-(-key_block // tile_rows(block_d)),
                   K_BLOCK_DS=key_block == 128, BS=tile_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv,
                   FMA_DIV=True)
     sig.update({name: "constexpr" for name in consts})
-    return triton.compile(ASTSource(_int8_qk_v_amax, sig, consts, {}), target=TARGETS[target],
+    return triton.compile(ASTSource(_int8_qkv, sig, consts, {}), target=TARGETS[target],
                           options={"num_warps": 4})
 
 
