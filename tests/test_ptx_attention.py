@@ -84,6 +84,21 @@ def test_attention_kernel_assembles_within_budget(rule, causal):
         assert loop.count("HFMA2") == n * 4 * 32 and "FFMA" in loop     # 4 a pair; float32 FFMA for y and the row sums
 
 
+def test_long_keys_take_the_specialized_layout():
+    """FP8 d128 from LONG_KEYS keys, dense only: the producer / two-consumer kernel, its own name;
+    other head dims and packed batches refuse the long layout."""
+    assert attn.long_keys(128, 128, attn.LONG_KEYS) and not attn.long_keys(128, 128, attn.LONG_KEYS - 1)
+    assert not attn.long_keys(128, 128, 1 << 20, packed=True) and not attn.long_keys(192, 128, 1 << 20)
+    layout = attn.layout_for(128, long=True)
+    assert layout.specialized and layout.shared_bytes <= 227 * 1024
+    name, ptx = attn.attention_kernel("exact", True, long=True)
+    assert name.endswith("_long") and name != attn.attention_kernel("exact", True)[0]
+    a = assemble(ptx)
+    assert a.spill_bytes == 0, a.report
+    with pytest.raises(ValueError):
+        attn.layout_for(192, long=True)
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("rule", attn.ATTENTION_RULES)
 def test_mla_kernel_hands_registers_to_its_consumers(rule, causal):
@@ -342,6 +357,32 @@ def test_ptx_repeatable_and_every_element_written():
     b = zyfa.flash_attn_func(**x.kwargs(), backend="ptx")
     assert torch.isfinite(b).all()
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+@hopper
+@pytest.mark.parametrize("shape", SHAPES)
+def test_long_key_layout_equals_serial(shape, monkeypatch):
+    """The long-key layout (the specialized schedule at d128) computes what the serial kernel
+    does, bit for bit, output and LSE (same blocks, same fold order): checked on the edge
+    shapes by lowering LONG_KEYS to 1; one 16K case takes it as the dispatcher does."""
+    from zyfa.asm.ptx import layout
+    x, causal = _case(shape)
+    out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, return_lse=True, backend="ptx")
+    monkeypatch.setattr(layout, "LONG_KEYS", 1)
+    out_long, lse_long = zyfa.flash_attn_func(**x.kwargs(), causal=causal, return_lse=True, backend="ptx")
+    assert torch.equal(out.view(torch.int16), out_long.view(torch.int16)), describe_mismatch(out_long, out)
+    assert torch.equal(lse, lse_long), describe_mismatch(lse_long, lse, 0.0)
+
+
+@hopper
+def test_long_key_layout_vs_float64():
+    """A 16K-key call (the long layout by the dispatcher's rule) no further from float64 than
+    the spec on the last rows."""
+    x, causal = _case((1, 512, 16384, 2, 1, True))
+    out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend="ptx")
+    spec = fp8_attention_spec(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, causal=causal)
+    ref = attention_fp64(*x.dequantized(), causal=causal)
+    assert rel_err(out, ref) <= 1.1 * rel_err(spec, ref) + 1e-3, (rel_err(out, ref), rel_err(spec, ref))
 
 
 def test_fallback_is_logged_once(caplog):

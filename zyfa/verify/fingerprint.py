@@ -55,6 +55,9 @@ def fingerprints(triton: bool = True) -> dict:
                 if rule == DEFAULT_P_RULE:      # the packed (varlen) variant, of the default rule
                     name, ptx = ptx_kernel(rule, causal, dqk=dqk, packed=True)
                     out[f"ptx_packed|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
+                if dqk == 128:                  # the long-key layout (layout.long_keys)
+                    name, ptx = ptx_kernel(rule, causal, dqk=dqk, long=True)
+                    out[f"ptx_long|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
                 if rule == DEFAULT_P_RULE:      # the INT8 Q.K^T variant
                     name, ptx = ptx_kernel(rule, causal, dqk=dqk, int8_qk=True)
                     out[f"ptx_int8qk|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))

@@ -26,6 +26,7 @@ from .layout import (  # noqa: F401
     HEAD_DIM,
     HEAD_DIMS,
     HEAD_DIMS_16,
+    LONG_KEYS,
     PARAMS,
     REGISTER_BUDGET,
     REGISTER_CAP_D64,
@@ -34,6 +35,7 @@ from .layout import (  # noqa: F401
     kernel_name,
     kernel_name_16,
     layout_for,
+    long_keys,
     params_for,
 )
 from .lean_p import HMMA_RULES, PTX_RULES  # noqa: F401
@@ -47,7 +49,8 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
-                     arch: str = "sm_90a", packed: bool = False, int8_qk: bool = False) -> tuple[str, str]:
+                     arch: str = "sm_90a", packed: bool = False, int8_qk: bool = False,
+                     long: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` and its Dv: HEAD_DIMS) for one P
     rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for the
     rules in HMMA_RULES and from the ALUs for the others (block.py).
@@ -59,14 +62,15 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     fac (B, Hkv) float32 = q_descale * k_descale * softmax_scale * log2(e); v_descale (B, Hkv,
     Dv) float32; seqlen_q, seqlen_k, heads, kv_heads, batch. Launch: layout_for(dqk, dv=Dv)'s
     threads and shared_bytes of dynamic shared memory; grid (ceil(Sq / 64), B * Hq) for
-    Dqk 64 and 128, (ceil(Sq / 128) * B * Hq,) otherwise. ``int8_qk``: q and k int8, any of
+    Dqk 64 and 128, (ceil(Sq / 128) * B * Hq,) otherwise (and for ``long``: d128 in the
+    specialized schedule, layout.long_keys). ``int8_qk``: q and k int8, any of
     the head dims (layout.INT8_PARAMS: fac is then a factor a query row, kfac k's descale a block).
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
     dv = fp8_dv(dqk)
-    layout = layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk)
-    name = kernel_name(rule, causal, dqk, packed, int8_qk)
+    layout = layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk, long=long)
+    name = kernel_name(rule, causal, dqk, packed, int8_qk, long)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if layout.specialized:

@@ -21,10 +21,10 @@ from .loader import Kernel, tensor_map
 
 
 @functools.cache
-def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed: bool) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed)
+def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed: bool, long: bool = False) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                  attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed).shared_bytes)
+                  attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long).shared_bytes)
 
 
 @functools.cache
@@ -176,8 +176,9 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     maps = _one_byte_maps(q8, k8, vt)
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
-    layout = attn.layout_for(D, dv=Dv, packed=packed is not None)
-    kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None)
+    long = attn.long_keys(D, Dv, Sk, packed is not None)
+    layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long)
+    kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None, long)
     order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse

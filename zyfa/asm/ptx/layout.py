@@ -165,8 +165,18 @@ class Layout:
         return THREADS * (1 + self.consumers) if self.specialized else THREADS
 
 
+# FP8 d128 from this many keys: the producer / two-consumer kernel, +3.3-4.6% over serial at
+# 16K-64K and -1.8% at 8K, -6% at batch 4 4K (H200, 2026-12-03, bench/PTX_NOTES.md run 38)
+LONG_KEYS = 16384
+
+
+def long_keys(dqk: int, dv: int, seqlen_k: int, packed: bool = False) -> bool:
+    """Whether an FP8 call takes layout_for's ``long`` layout: d128, dense, seqlen_k >= LONG_KEYS."""
+    return (dqk, dv) == (HEAD_DIM, HEAD_DIM) and not packed and seqlen_k >= LONG_KEYS
+
+
 def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False,
-               int8_qk: bool = False) -> Layout:
+               int8_qk: bool = False, long: bool = False) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
     v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
     warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K; with
@@ -174,6 +184,8 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     d64 the same, its rows 64 bytes (0.81-0.82x FA3 FP8 at 8K-32K). MLA's Dqk 192, whose K
     tiles leave room for two such CTAs only: the producer / two-consumer kernel
     ("specialized", +23%), its producer up to three blocks ahead in four stages.
+    ``long`` (long_keys): E4M3 d128 in the specialized kernel, four stages, whose overlap of one
+    consumer's softmax with the other's GEMMs pays from 16K keys (run 38).
     E4M3 d256: the specialized kernel, three stages of 64 KB; its consumers take each block
     in turn (S, softmax, P V^T in two halves), the output's 128 registers leaving no room
     for the next S beside P V^T.
@@ -197,6 +209,10 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
             if layout.shared_bytes <= SHARED_LIMIT:
                 return layout
         raise ValueError(f"no 16-bit layout fits head dims ({dqk}, {dv})")
+    if long:
+        if not long_keys(dqk, dv, LONG_KEYS, packed):
+            raise ValueError(f"the long layout is E4M3 d128's, dense; got ({dqk}, {dv}){' packed' if packed else ''}")
+        return Layout(dqk, 2, 4, dv=dv)
     if dv > HEAD_DIM:                  # d256: stages of 64 KB, as many as fit (three)
         for stages in (4, 3, 2):
             layout = Layout(dqk, 2, stages, dv=dv, packed=packed)
@@ -235,9 +251,10 @@ def params_for(layout: Layout) -> list:
             + (TILE_COUNTER_PARAMS if layout.tile_counter else []) + (INT8_PARAMS if layout.int8_qk else []))
 
 
-def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False, int8_qk: bool = False) -> str:
+def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False, int8_qk: bool = False,
+                long: bool = False) -> str:
     return (f"zyfa_attn_{'int8qk' if int8_qk else 'fp8'}_d{dqk}_{rule}_{'causal' if causal else 'full'}"
-            f"{'_packed' if packed else ''}")
+            f"{'_packed' if packed else ''}{'_long' if long else ''}")
 
 
 def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False) -> str:
