@@ -1,6 +1,6 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
-synccheck): the generated Hopper FP8 kernel (serial d64 / d128, specialized MLA / d256, every
-P rule, causal and not) and 16-bit kernel (d64, d128, MLA, d256; BF16 and FP16),
+synccheck): the generated Hopper FP8 kernel (serial d64 / d128, specialized MLA / d256 / d128
+from 16K keys, every P rule, causal and not) and 16-bit kernel (d64, d128, MLA, d256; BF16 and FP16),
 their packed (varlen) variants, the Triton attention kernels (FP8 exact, BF16; d64 / d128 /
 MLA / d256) and the fused quantizer. Each output is checked against float64 (the quantizer against
 the PyTorch quantizer's bits) so a run that "passes" the sanitizer also computed the right thing.
@@ -24,7 +24,8 @@ from zyfa.spec.rules import DEFAULT_P_RULE, P_RULES
 
 PTX_SHAPES = [((1, 200, 300, 2, 1, 128, 128), True), ((1, 130, 130, 2, 2, 128, 128), False),
               ((1, 200, 300, 2, 1, 192, 128), True), ((1, 130, 130, 2, 2, 192, 128), False),
-              ((1, 200, 300, 2, 1, 64, 64), True), ((1, 150, 150, 2, 1, 256, 256), True)]
+              ((1, 200, 300, 2, 1, 64, 64), True), ((1, 150, 150, 2, 1, 256, 256), True),
+              ((1, 200, 16384, 2, 1, 128, 128), True)]     # d128's long-key layout (layout.LONG_KEYS)
 CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, causal in PTX_SHAPES] + [
     # backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal, P rule
     ("ptx", "bf16", (1, 200, 300, 2, 1, 128, 128), True),
