@@ -364,7 +364,7 @@ def test_ptx_repeatable_and_every_element_written():
 def test_long_key_layout_equals_serial(shape, monkeypatch):
     """The long-key layout (the specialized schedule at d128) computes what the serial kernel
     does, bit for bit, output and LSE (same blocks, same fold order): checked on the edge
-    shapes by lowering LONG_KEYS to 1; one 16K case takes it as the dispatcher does."""
+    shapes by lowering LONG_KEYS to 1 (the next test takes it as the dispatcher does, at 16K)."""
     from zyfa.asm.ptx import layout
     x, causal = _case(shape)
     out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, return_lse=True, backend="ptx")
