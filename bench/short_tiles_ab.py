@@ -9,6 +9,8 @@ flash_attn_func(backend="ptx") (dense: one CTA a tile) and through flash_attn_va
 (backend="ptx") with every sequence the case's length (packed: the tile list); BF16 also the
 packed kernel with its tables built once (what a dense call would pay if it took that path).
 The packed outputs are compared with the dense ones (same tiles, same block order).
+Since run 41 a short dense 16-bit call takes the packed kernel itself (kernels.SHORT_DENSE_KEYS);
+"one-cta-a-tile" is the same call with that route turned off.
 """
 from __future__ import annotations
 
@@ -52,6 +54,15 @@ def _calls(inp, dtype):
              "packed": lambda: zyfa.flash_attn_varlen_func(*flat, cu, cu, S, S, softmax_scale=inp.scale, causal=True,
                                                            return_lse=True, backend="ptx", **ds)}
     if dtype == "bf16":
+        import zyfa.asm.ptx.kernels as K
+
+        def one_cta_a_tile():
+            saved, K.SHORT_DENSE_KEYS = K.SHORT_DENSE_KEYS, {}
+            try:
+                return calls["dense"]()
+            finally:
+                K.SHORT_DENSE_KEYS = saved
+        calls["one-cta-a-tile"] = one_cta_a_tile
         from zyfa.asm.ptx.kernels import attention_16
         from zyfa.varlen import _contiguous_tables
         vp, packed = _contiguous_tables(flat[0], flat[2], [S] * B, [S] * B, list(range(0, B * S, S)), cu.tolist(),
@@ -70,12 +81,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--dtypes", default="bf16,fp8")
+    ap.add_argument("--cases", default=None, help="comma-separated sweep case names (default: CASES)")
     a = ap.parse_args(argv)
     sweep = {c.name: c for c in sweep_cases()}
     methods = {m.label: m for m in all_methods()}
     rows = []
     for dtype, names in CASES.items():
-        for name in names:
+        if dtype not in a.dtypes.split(","):
+            continue
+        for name in (a.cases.split(",") if a.cases else names):
             case = sweep[name]
             inp = case_inputs(case, "cuda")
             calls = _calls(inp, dtype)
@@ -85,7 +100,7 @@ def main(argv=None) -> int:
                     calls[label] = m.build(inp)
             ref = _as_dense(calls["dense"](), case.B, case.Sq).float()
             diffs = {}
-            for key in ("packed", "packed-kernel"):
+            for key in ("packed", "packed-kernel", "one-cta-a-tile"):
                 if key in calls:
                     o = _as_dense(calls[key](), case.B, case.Sq).float()
                     diffs[key] = float((o - ref).abs().max())

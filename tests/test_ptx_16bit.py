@@ -225,6 +225,46 @@ def test_16bit_kernel_repeatable_and_every_element_written():
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
+def test_short_dense_batches_as_packed_tables():
+    """A dense batch's packed description: B sequences of Sq queries and Sk keys, k and v
+    sharing their starts; (B, S, H, D) flattened to one sequence of tokens without a copy
+    where the strides allow, else None (the dense kernel runs)."""
+    from zyfa.asm.ptx.kernels import _flat, _uniform_batch
+    p = _uniform_batch(3, 5, 7, torch.device("cpu"))
+    assert p.cu_q.tolist() == [0, 5, 10, 15] and p.k_start.tolist() == [0, 7, 14] == p.v_start.tolist()
+    assert p.k_len.tolist() == [7, 7, 7] and (p.max_seqlen_q, p.max_seqlen_k, p.batch) == (5, 7, 3)
+    assert p.host_lengths() == ((5, 5, 5), (7, 7, 7))
+    x = torch.arange(2 * 3 * 4 * 8.0).view(2, 3, 4, 8)
+    assert _flat(x).shape == (1, 6, 4, 8) and _flat(x).data_ptr() == x.data_ptr()
+    assert _flat(x.transpose(1, 2).contiguous().transpose(1, 2)) is None      # (B, H, S, D) storage
+    assert _flat(x[:1].transpose(1, 2).contiguous().transpose(1, 2)) is not None
+
+
+@hopper
+@pytest.mark.parametrize("shape", [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal, dtype
+    (3, 1000, 1000, 8, 2, 128, 128, True, torch.bfloat16), (4, 300, 1024, 4, 4, 64, 64, True, torch.bfloat16),
+    (2, 513, 700, 4, 1, 128, 128, False, torch.float16), (5, 129, 129, 16, 16, 192, 128, True, torch.bfloat16),
+    (2, 2048, 2048, 4, 2, 128, 128, True, torch.bfloat16), (3, 1, 77, 4, 2, 64, 64, True, torch.bfloat16)])
+def test_short_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypatch):
+    """kernels.SHORT_DENSE_KEYS: a dense call with few keys runs the packed kernel over equal
+    sequences; same tiles, same key blocks in the same order, so out and lse equal the
+    dense kernel's bit for bit (odd lengths, Sq < Sk, GQA, non-causal, FP16, one query)."""
+    import zyfa.asm.ptx.kernels as K
+    *dims, causal, dtype = shape
+    q, k, v = _inputs(*dims, dtype=dtype, seed=sum(dims))
+    assert k.shape[1] <= K.SHORT_DENSE_KEYS[q.shape[-1]]
+    out, lse = K.attention_16(q, k, v, None, causal)
+    monkeypatch.setattr(K, "SHORT_DENSE_KEYS", {})
+    ref, lse_ref = K.attention_16(q, k, v, None, causal)
+    assert out.shape == ref.shape and lse.shape == lse_ref.shape and lse.is_contiguous()
+    assert torch.equal(out.view(torch.int16), ref.view(torch.int16)), describe_mismatch(out, ref)
+    assert torch.equal(lse, lse_ref)
+    # (B, H, S, D) storage cannot be flattened without a copy: the dense kernel takes it
+    qt, kt, vt = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    monkeypatch.undo()
+    assert torch.equal(K.attention_16(qt, kt, vt, None, causal)[0].view(torch.int16), ref.view(torch.int16))
+
+
 @hopper
 def test_dispatch_selects_ptx_for_16bit_head_dims_it_takes():
     for D, Dv in attn.HEAD_DIMS_16:

@@ -118,16 +118,44 @@ def _one_byte_maps(q8, k8, vt) -> list:
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
+# A dense 16-bit call with at most this many keys (by Dqk) runs on the packed kernel: one CTA
+# an SM over a tile list, heaviest first, each CTA's producer loading the next tile while its
+# consumers finish the last, where one CTA a tile pays a launch and a first load per few key
+# blocks. H200 (bench/PTX_NOTES.md, run 41, outputs bit-equal): d64 1K +18%, d128 1K +7%, 2K +4%,
+# d192 1K +5%, 2K +3%; d64 2K, d256 1K-2K and 4K-16K no faster.
+SHORT_DENSE_KEYS = {64: 1024, 128: 2048, 192: 2048}
+
+
+@functools.lru_cache(maxsize=16)     # a model's layers call with the same shape
+def _uniform_batch(B: int, Sq: int, Sk: int, device: torch.device) -> Packed:
+    """A dense batch's tables as a packed batch of B sequences of Sq queries and Sk keys."""
+    starts = [i * Sk for i in range(B)]
+    cu_q, k_start, k_len = to_device([[i * Sq for i in range(B + 1)], starts + [0], [Sk] * (B + 1)], device)
+    return Packed(cu_q, k_start[:B], k_start[:B], k_len[:B], Sq, Sk, lengths=((Sq,) * B, (Sk,) * B))
+
+
+def _flat(x):
+    """(B, S, H, D) as (1, B * S, H, D) without a copy, or None where the strides do not allow it."""
+    return x.view(1, -1, *x.shape[2:]) if x.shape[0] == 1 or x.stride(0) == x.shape[1] * x.stride(1) else None
+
+
 def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None = None):
     """BF16 / FP16 attention with head dims in attn.HEAD_DIMS_16 by the generated sm_90a
     kernel; inputs validated by flash_attn_func. Returns (out in the input type, lse float32).
     ``packed``: q, k, v are a packed batch's tokens as batch 1 (k and v share k_start); out
-    (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""
+    (1, total_q, Hq, Dv), lse (1, Hq, total_q). A dense call with few keys (SHORT_DENSE_KEYS)
+    runs as a packed batch of equal sequences."""
     Sq_total, Hq, D = q.shape[1:]
     Hkv, Dv = k.shape[2], v.shape[-1]
     if (D, Dv) not in attn.HEAD_DIMS_16 or q.dtype not in DTYPE_NAMES:
         raise ValueError(f"the generated 16-bit kernel takes head dims {attn.HEAD_DIMS_16} in bf16 / fp16, "
                          f"got ({D}, {Dv}) {q.dtype}")
+    if packed is None and q.shape[0] > 1 and k.shape[1] <= SHORT_DENSE_KEYS.get(D, 0):
+        flat = [_flat(x) for x in (q, k, v)]
+        if all(x is not None for x in flat):
+            B, Sq = q.shape[:2]
+            out, lse = attention_16(*flat, softmax_scale, causal, _uniform_batch(B, Sq, k.shape[1], q.device))
+            return out.view(B, Sq, Hq, Dv), lse.view(Hq, B, Sq).transpose(0, 1).contiguous()
     B, Sq, Sk, extra = _batch(q, k, packed)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dev = q.device
