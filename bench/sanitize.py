@@ -1,7 +1,7 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
 synccheck): the generated Hopper FP8 kernel (serial d64 / d128, specialized MLA / d256 / d128
 from 16K keys, every P rule, causal and not) and 16-bit kernel (d64, d128, MLA, d256; BF16 and FP16),
-their packed (varlen) variants, the Triton attention kernels (FP8 exact, BF16; d64 / d128 /
+their packed (varlen) variants (also short dense batches, which run on them), the Triton attention kernels (FP8 exact, BF16; d64 / d128 /
 MLA / d256) and the fused quantizer. Each output is checked against float64 (the quantizer against
 the PyTorch quantizer's bits) so a run that "passes" the sanitizer also computed the right thing.
 
@@ -33,6 +33,8 @@ CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, caus
     ("ptx", "fp16", (1, 150, 150, 2, 1, 64, 64), True),
     ("ptx", "bf16", (1, 150, 170, 2, 2, 192, 128), True),
     ("ptx", "bf16", (1, 150, 150, 2, 1, 256, 256), True),
+    ("ptx", "bf16", (3, 200, 300, 2, 1, 128, 128), True),        # short dense batches: the packed
+    ("ptx", "fp16", (2, 150, 150, 2, 2, 64, 64), False),          # kernel (kernels.SHORT_DENSE_KEYS)
     ("triton", "fp8", (1, 200, 300, 2, 1, 128, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 192, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 64, 64), False),
