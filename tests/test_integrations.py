@@ -90,6 +90,26 @@ def test_cuda_graph_capture_replays_eager():
     assert torch.equal(out8, zyfa.flash_attn_func(**x.kwargs()))
 
 
+@gpu
+def test_cuda_graph_capture_of_a_short_dense_batch():
+    """A short dense 16-bit batch runs eagerly on the packed kernel, whose tile list is copied
+    from the host each launch (kernels.SHORT_DENSE_KEYS); captured, it takes the dense kernel
+    (same bits), so the graph holds no copy from a host buffer freed after the capture."""
+    q, k, v = make("realistic", 3, 300, 4, 2, 64, seed=5, device=DEVICE)
+    static = [t.clone() for t in (q, k, v)]
+    eager = zyfa.flash_attn_func(*static)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = zyfa.flash_attn_func(*static)
+    q2, k2, v2 = make("realistic", 3, 300, 4, 2, 64, seed=6, device=DEVICE)
+    for s, t in zip(static, (q2, k2, v2)):
+        s.copy_(t)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2))
+    assert not torch.equal(out, eager)
+
+
 # ------------------------------------------------------------------ transformers
 transformers = pytest.importorskip("transformers")
 from zyfa.integrations import transformers as zt  # noqa: E402

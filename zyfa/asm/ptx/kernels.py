@@ -150,7 +150,9 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     if (D, Dv) not in attn.HEAD_DIMS_16 or q.dtype not in DTYPE_NAMES:
         raise ValueError(f"the generated 16-bit kernel takes head dims {attn.HEAD_DIMS_16} in bf16 / fp16, "
                          f"got ({D}, {Dv}) {q.dtype}")
-    if packed is None and q.shape[0] > 1 and k.shape[1] <= SHORT_DENSE_KEYS.get(D, 0):
+    # not while a CUDA graph is captured: the packed launch copies its tile list from the host
+    if (packed is None and q.shape[0] > 1 and k.shape[1] <= SHORT_DENSE_KEYS.get(D, 0)
+            and not torch.cuda.is_current_stream_capturing()):
         flat = [_flat(x) for x in (q, k, v)]
         if all(x is not None for x in flat):
             B, Sq = q.shape[:2]
