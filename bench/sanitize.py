@@ -1,9 +1,10 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
 synccheck): the generated Hopper FP8 kernel (serial d64 / d128, specialized MLA / d256 / d128
-from 16K keys, every P rule, causal and not) and 16-bit kernel (d64, d128, MLA, d256; BF16 and FP16),
-their packed (varlen) variants (also short dense batches, which run on them), the Triton attention kernels (FP8 exact, BF16; d64 / d128 /
-MLA / d256) and the fused quantizer. Each output is checked against float64 (the quantizer against
-the PyTorch quantizer's bits) so a run that "passes" the sanitizer also computed the right thing.
+from 16K keys, every P rule, causal and not) and 16-bit kernel (d64, d128, MLA, d256; BF16 and
+FP16), their packed (varlen) variants (also short dense batches, which run on them), the Triton
+attention kernels (FP8 exact, BF16; d64 / d128 / MLA / d256) and the fused quantizer. Each
+output is checked against float64 (the quantizer against the PyTorch quantizer's bits) so a run
+that "passes" the sanitizer also computed the right thing.
 
     /usr/local/cuda/bin/compute-sanitizer --tool memcheck python3 bench/sanitize.py
     ... python3 bench/sanitize.py --dtypes bf16,fp16        # only the 16-bit kernels (no quantizer)

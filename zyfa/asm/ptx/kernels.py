@@ -129,9 +129,9 @@ SHORT_DENSE_KEYS = {64: 1024, 128: 2048, 192: 2048}
 @functools.lru_cache(maxsize=16)     # a model's layers call with the same shape
 def _uniform_batch(B: int, Sq: int, Sk: int, device: torch.device) -> Packed:
     """A dense batch's tables as a packed batch of B sequences of Sq queries and Sk keys."""
-    starts = [i * Sk for i in range(B)]
-    cu_q, k_start, k_len = to_device([[i * Sq for i in range(B + 1)], starts + [0], [Sk] * (B + 1)], device)
-    return Packed(cu_q, k_start[:B], k_start[:B], k_len[:B], Sq, Sk, lengths=((Sq,) * B, (Sk,) * B))
+    words = to_device([i * Sq for i in range(B + 1)] + [i * Sk for i in range(B)] + [Sk] * B, device)   # one copy
+    cu_q, k_start, k_len = words[:B + 1], words[B + 1:2 * B + 1], words[2 * B + 1:]
+    return Packed(cu_q, k_start, k_start, k_len, Sq, Sk, lengths=((Sq,) * B, (Sk,) * B))
 
 
 def _flat(x):
