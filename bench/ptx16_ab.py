@@ -1,7 +1,10 @@
 """A/B of the generated 16-bit kernel in one process, beside FA3 BF16 and SDPA cuDNN: this tree's
 kernel against a baseline commit's, whose PTX is generated on the CPU beforehand (its generator
-is not importable beside this one). For a change to the generator: add the variant as an
-option, measure, keep the winner and delete the option.
+is not importable beside this one), each as a dense launch (one CTA a tile) and through the
+packed kernel over equal sequences (one CTA an SM over a tile list: the route of a short dense
+call, kernels.SHORT_DENSE_KEYS). Every output is compared bit for bit with the baseline's dense
+one (the variants only reorder loads and waits). For a change to the generator: add the variant
+as an option, measure, keep the winner and delete the option.
 
     python bench/ptx16_ab.py --prepare-baseline main         # CPU, writes _exp/ptx16_baseline.json
     python bench/ptx16_ab.py --out results.json              # GPU (carry _exp)
@@ -19,22 +22,29 @@ import tempfile
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 BASELINE = os.path.join(ROOT, "_exp", "ptx16_baseline.json")
+# (name, B, S, Hq, Hkv, D, Dv): the models set's BF16 shapes, then the sweep's short cases
 SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K", 1, 16384, 16, 16, 192, 128),
           ("d128 32 heads 32K", 1, 32768, 32, 32, 128, 128), ("d128 batch 4 4K", 4, 4096, 32, 32, 128, 128),
-          ("d64 16K", 2, 16384, 32, 32, 64, 64), ("d256 16K", 2, 16384, 8, 8, 256, 256)]
+          ("d64 16K", 2, 16384, 32, 32, 64, 64), ("d256 16K", 2, 16384, 8, 8, 256, 256),
+          ("d64 1K", 32, 1024, 32, 32, 64, 64), ("d64 2K", 16, 2048, 32, 32, 64, 64),
+          ("d128 1K", 32, 1024, 16, 16, 128, 128), ("d128 2K", 16, 2048, 16, 16, 128, 128),
+          ("d128 8K", 4, 8192, 16, 16, 128, 128), ("d192 1K", 32, 1024, 16, 16, 192, 128),
+          ("d256 1K", 32, 1024, 8, 8, 256, 256), ("d256 2K", 16, 2048, 8, 8, 256, 256)]
 _GEN = """
 import json, sys
 from zyfa.asm.ptx.attention import attention_kernel_16, layout_for
 out = dict()
 for d, dv in {dims}:
-    name, ptx = attention_kernel_16("bf16", True, d, dv, "sm_90a")
-    out[f"{{d}},{{dv}}"] = dict(name=name, ptx=ptx, shared_bytes=layout_for(d, "bf16", dv).shared_bytes)
+    for packed in (False, True):
+        name, ptx = attention_kernel_16("bf16", True, d, dv, "sm_90a", packed)
+        out[f"{{d}},{{dv}},{{packed}}"] = dict(name=name, ptx=ptx,
+                                              shared_bytes=layout_for(d, "bf16", dv, packed).shared_bytes)
 json.dump(out, sys.stdout)
 """
 
 
 def prepare_baseline(ref: str) -> None:
-    """The baseline commit's PTX for SHAPES' head dims, from its own tree (git archive)."""
+    """The baseline commit's PTX for SHAPES' head dims, dense and packed, from its own tree (git archive)."""
     dims = sorted({(s[5], s[6]) for s in SHAPES})
     with tempfile.TemporaryDirectory() as tree:
         archive = subprocess.run(["git", "archive", ref, "zyfa"], cwd=ROOT, check=True, capture_output=True).stdout
@@ -54,6 +64,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prepare-baseline", metavar="REF")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--rounds", type=int, default=2, help="alternations of all calls (the fastest kept)")
+    ap.add_argument("--shapes", default=None, help="comma-separated SHAPES names (default: all)")
     a = ap.parse_args(argv)
     if a.prepare_baseline:
         prepare_baseline(a.prepare_baseline)
@@ -61,7 +73,6 @@ def main(argv=None) -> int:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    import zyfa
     from zyfa.activations import make
     from zyfa.asm.ptx import attention as attn
     from zyfa.asm.ptx import kernels as K
@@ -74,54 +85,86 @@ def main(argv=None) -> int:
         base = json.load(f)
 
     @functools.cache
-    def current(dtype, causal, dqk, dv, arch, device, packed=False):
-        name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch)
+    def current(dtype, causal, dqk, dv, arch, device, packed):
+        name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                      attn.layout_for(dqk, dtype, dv).shared_bytes)
+                      attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
 
     @functools.cache
-    def baseline(dtype, causal, dqk, dv, arch, device, packed=False):
-        k = base["kernels"][f"{dqk},{dv}"]
+    def baseline(dtype, causal, dqk, dv, arch, device, packed):
+        k = base["kernels"][f"{dqk},{dv},{packed}"]
         return Kernel(assemble(k["ptx"], arch).cubin, k["name"], torch.device("cuda", device), k["shared_bytes"])
 
-    variants = {"current": current, f"baseline {base['ref']}": baseline}
+    def dense(q, k, v):
+        saved, K.SHORT_DENSE_KEYS = K.SHORT_DENSE_KEYS, {}
+        try:
+            return K.attention_16(q, k, v)[0]
+        finally:
+            K.SHORT_DENSE_KEYS = saved
+
+    def routed(q, k, v):
+        B, S = q.shape[:2]
+        out, _ = K.attention_16(*(K._flat(x) for x in (q, k, v)), None, True,
+                                K._uniform_batch(B, S, k.shape[1], q.device))
+        return out.view(B, S, *out.shape[2:])
+
     try:
         import fa3_fwd_interface as fa3
     except ImportError:
         fa3 = None
+    names = a.shapes.split(",") if a.shapes else [s[0] for s in SHAPES]
     rows = []
-    for name, B, S, Hq, Hkv, D, Dv in SHAPES:
+    for name, B, S, Hq, Hkv, D, Dv in (s for s in SHAPES if s[0] in names):
         q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, head_dim_v=Dv, seed=0, device="cuda"))
         flops = attention_flops(B, Hq, S, S, D, Dv, True)
         last = slice(S - 256, S)
-        ref = attention_fp64(q[:, last], k, v)
+        ref = attention_fp64(q[-1:, last], k[-1:], v[-1:])
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
 
         def sdpa():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
                                                                         enable_gqa=Hq != Hkv).transpose(1, 2)
-        calls = {f"ptx {label}": (build, lambda: K.attention_16(q, k, v)[0]) for label, build in variants.items()}
+        calls = {}
+        for label, build in ((f"baseline {base['ref']}", baseline), ("current", current)):
+            for route, fn in (("dense", dense), ("routed", routed)):
+                calls[f"{label} {route}"] = (build, functools.partial(fn, q, k, v))
         if fa3 is not None:
             calls["fa3"] = (None, lambda: fa3.flash_attn_func(q, k, v, causal=True))
         calls["sdpa-cudnn"] = (None, sdpa)
-        line = [f"{name:22s}"]
+        first, errs, diffs, times = None, {}, {}, {label: [] for label in calls}
         for label, (build, fn) in calls.items():
             if build is not None:
                 K._attention_16 = build
             out = fn()
             out = out[0] if isinstance(out, tuple) else out
-            err = rel_err(out[:, last], ref)
-            ms = median_ms(fn)
-            rows.append(dict(case=name, label=label, ms=ms, tflops=flops / ms / 1e9, err_last_rows=err))
-            line.append(f"{label}={flops / ms / 1e9:.0f} ({err:.2e})")
-        print(" | ".join(line), flush=True)
+            errs[label] = rel_err(out[-1:, last], ref)
+            if build is not None:
+                first = out if first is None else first
+                diffs[label] = float((out.float() - first.float()).abs().max())
+        for _ in range(a.rounds):
+            for label, (build, fn) in calls.items():
+                if build is not None:
+                    K._attention_16 = build
+                times[label].append(median_ms(fn))
+        for label in calls:
+            ms = min(times[label])
+            rows.append(dict(case=name, label=label, ms=ms, ms_rounds=times[label], tflops=flops / ms / 1e9,
+                             err_last_rows=errs[label], max_abs_diff_vs_baseline_dense=diffs.get(label)))
+        print(f"{name:22s} " + " | ".join(f"{lb}={flops / min(times[lb]) / 1e9:.0f}" for lb in calls)
+              + f" | max diffs {max(diffs.values()):.1e}", flush=True)
+        calls = None
         torch.cuda.empty_cache()
     if a.out:
+        meta = dict(date=__import__("datetime").datetime.now().isoformat(timespec="seconds"),
+                    gpu=torch.cuda.get_device_name(), torch=torch.__version__, baseline=base["commit"])
         with open(a.out, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, baseline=base["commit"],
-                           zyfa_version=zyfa.__version__ if hasattr(zyfa, "__version__") else None, rows=rows), f,
-                      indent=1)
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    print("\n| case | " + " | ".join(labels) + " |")
+    for case in dict.fromkeys(r["case"] for r in rows):
+        tf = {r["label"]: r["tflops"] for r in rows if r["case"] == case}
+        print(f"| {case} | " + " | ".join(f"{tf.get(lb, float('nan')):.0f}" for lb in labels) + " |")
     return 0
 
 

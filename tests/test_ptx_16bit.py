@@ -93,7 +93,7 @@ def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, pac
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
 def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     """A packed launch's producer takes each next tile from the counter (atomics, its first
-    tile its own CTA index) and hands it over in shared memory before releasing the Q tiles;
+    tile its own CTA index) and hands it over in shared memory before loading the Q tiles;
     the consumers read it only after Q has landed; the end is handed over the same way. Dense
     launches keep one CTA a tile (no counter)."""
     dtype, d = kernel.split()
@@ -111,7 +111,9 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     assert len(order_loads) == 2 and order_loads[1] > atoms[0]                   # first draw, then each next
     assert "PRODUCE_TILE_SKIP" not in at                                          # the order lists no empty tile
     handed = [i for i in word_store if at["PRODUCER"] < i < at["TILE_LOADED"]]
-    assert len(handed) == 1 and handed[0] < min(i for i in q_full if i > at["PRODUCER"])
+    # the Q tiles' expect_tx follows the word (from a CTA's second tile, key block 0 goes first)
+    assert len(handed) == 1 and at["WAIT_Q_FREE"] < handed[0] < min(i for i in q_full if i > at["LOAD_Q"])
+    assert at["WAIT_FREE_FIRST"] < at["LOAD_Q"]
     end = [i for i in word_store if i > at["PRODUCE_TILE_DONE"]]
     assert len(end) == 1 and lines[end[0] + 1].startswith("mbarrier.arrive.shared")
     word_load = [i for i, line in enumerate(lines) if line.startswith("ld.shared.b32") and i < at["PRODUCER"]]

@@ -122,7 +122,8 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # an SM over a tile list, heaviest first, each CTA's producer loading the next tile while its
 # consumers finish the last, where one CTA a tile pays a launch and a first load per few key
 # blocks. H200 (bench/PTX_NOTES.md, run 41, outputs bit-equal): d64 1K +18%, d128 1K +7%, 2K +4%,
-# d192 1K +5%, 2K +3%; d64 2K, d256 1K-2K and 4K-16K no faster.
+# d192 1K +5%, 2K +3%; d64 2K, d256 1K-2K and 4K-16K no faster. The producer's early loads of
+# the next tile (specialized._emit_producer) added +2-7% at 1K (runs 45-46).
 SHORT_DENSE_KEYS = {64: 1024, 128: 2048, 192: 2048}
 
 

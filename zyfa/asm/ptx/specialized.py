@@ -88,8 +88,10 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
 
 
 def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
-    """Thread 0: per tile, the consumers' Q tiles once they are done with the last ones, then
-    its key blocks, each once its stage is free again."""
+    """Thread 0: per tile, the consumers' Q tiles once they are done with the last ones,
+    then its key blocks, each once its stage is free again; from a CTA's second tile on,
+    key block 0 before Q, so that it lands while the consumers finish the last tile (whose
+    final blocks free its stage), while a CTA's first Q goes ahead of its first K and V."""
     emit = prog.emit
     shared, tile = c.shared, c.tile
     emit("setmaxnreg.dec", PRODUCER_REGISTERS)
@@ -99,6 +101,12 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("mov.u32", it, 0)
     emit("mov.u32", slot, 0)
     emit_tile_loop_head(prog, c, tiles, t, "PRODUCE_TILE")
+    emit("mov.u32", j, 0)
+    first_tile = prog.reg("pred")
+    emit("setp.eq.u32", first_tile, it, 0)
+    emit("bra.div", "LOAD_Q", guard=first_tile)         # the CTA's first tile: Q first, nothing to overlap
+    _emit_block_load(prog, c, j, slot, "_FIRST")         # every tile has a block 0
+    prog.label("LOAD_Q")
     emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
     if tiles.word is not None:                            # the consumers' tile, released with the Q tiles
         emit("st.shared.b32", tiles.word, t)
@@ -111,19 +119,11 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("mbarrier.expect_tx", shared.bar_q, c.layout.consumers * c.layout.q_bytes)
     for q_k, row in q_tiles:
         emit_q_load(prog, c, q_k, row)
-    emit("mov.u32", j, 0)
     done = prog.reg("pred")
     prog.label("LOAD_LOOP")
     emit("setp.ge.u32", done, j, tile.n_blocks)
     emit("bra.div", "TILE_LOADED", guard=done)
-    _, rounds = emit_ring_position(prog, c.layout.stages, slot)
-    emit_wait(prog, _free_bar(prog, c, slot), phase_of(prog, rounds, flip=True), "WAIT_FREE")
-    if c.layout.split_kv:
-        _emit_split_load(prog, c, j, slot, rounds)
-    else:
-        emit_kv_load(prog, c, j, slot)
-    emit("add.u32", j, j, 1)
-    emit("add.u32", slot, slot, 1)
+    _emit_block_load(prog, c, j, slot, "")
     emit("bra.div", "LOAD_LOOP")
     prog.label("TILE_LOADED")
     emit_next_t(prog, tiles, t)
@@ -137,13 +137,25 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.label("PRODUCER_DONE")
 
 
-def _emit_split_load(prog: Program, c: Cta, block: Reg, slot: Reg, rounds: Reg) -> None:
+def _emit_block_load(prog: Program, c: Cta, j: Reg, slot: Reg, tag: str) -> None:
+    """Key block j into load number ``slot``'s stage once it is free; j and slot advanced."""
+    _, rounds = emit_ring_position(prog, c.layout.stages, slot)
+    emit_wait(prog, _free_bar(prog, c, slot), phase_of(prog, rounds, flip=True), f"WAIT_FREE{tag}")
+    if c.layout.split_kv:
+        _emit_split_load(prog, c, j, slot, rounds, tag)
+    else:
+        emit_kv_load(prog, c, j, slot)
+    prog.emit("add.u32", j, j, 1)
+    prog.emit("add.u32", slot, slot, 1)
+
+
+def _emit_split_load(prog: Program, c: Cta, block: Reg, slot: Reg, rounds: Reg, tag: str) -> None:
     """split_kv: K into the stage now (its K is free), V once the stage's V is free too."""
     k_tile, v_tile, bar, _ = stage(prog, c, slot)
     key0 = emit_first_key(prog, c, block)
     prog.emit("mbarrier.expect_tx", bar, c.layout.k_bytes)
     emit_k_rows(prog, c, k_tile, key0, bar)
-    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_free0), phase_of(prog, rounds, flip=True), "WAIT_V_FREE")
+    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_free0), phase_of(prog, rounds, flip=True), f"WAIT_V_FREE{tag}")
     v_full = _v_bar(prog, c, slot, c.shared.v_full0)
     prog.emit("mbarrier.expect_tx", v_full, c.layout.stage_bytes - c.layout.k_bytes)
     emit_v_rows(prog, c, v_tile, key0, v_full)
@@ -399,10 +411,10 @@ def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("bra", "BLOCK_LOOP")
 
     prog.label("LAST_PV")
+    _emit_release(prog, c, tiles.q_free)                   # every S is done: the next Q may load now
     _emit_v_wait(prog, c, prev_slot, "_LAST")
     issue_pv(prev_slot)
     emit("wgmma.wait", 0)
     _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
-    _emit_release(prog, c, tiles.q_free)
     emit_epilogue(prog, c, rows, total, A, l)
     emit_tile_end(prog, c, tiles, t, it, base)
