@@ -12,6 +12,7 @@ as an option, measure, keep the winner and delete the option.
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import json
 import os
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
     from zyfa.asm.ptx.loader import Kernel
     from zyfa.bench.cases import attention_flops
     from zyfa.bench.measure import median_ms, rel_err
+    from zyfa.bench.run import versions
     from zyfa.spec.reference import attention_fp64
     with open(BASELINE) as f:
         base = json.load(f)
@@ -153,11 +155,10 @@ def main(argv=None) -> int:
                              err_last_rows=errs[label], max_abs_diff_vs_baseline_dense=diffs.get(label)))
         print(f"{name:22s} " + " | ".join(f"{lb}={flops / min(times[lb]) / 1e9:.0f}" for lb in calls)
               + f" | max diffs {max(diffs.values()):.1e}", flush=True)
-        calls = None
         torch.cuda.empty_cache()
     if a.out:
-        meta = dict(date=__import__("datetime").datetime.now().isoformat(timespec="seconds"),
-                    gpu=torch.cuda.get_device_name(), torch=torch.__version__, baseline=base["commit"])
+        meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), gpu=torch.cuda.get_device_name(),
+                    baseline=base["commit"], **versions(None))
         with open(a.out, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
     labels = list(dict.fromkeys(r["label"] for r in rows))

@@ -246,11 +246,14 @@ def test_short_dense_batches_as_packed_tables():
 @pytest.mark.parametrize("shape", [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal, dtype
     (3, 1000, 1000, 8, 2, 128, 128, True, torch.bfloat16), (4, 300, 1024, 4, 4, 64, 64, True, torch.bfloat16),
     (2, 513, 700, 4, 1, 128, 128, False, torch.float16), (5, 129, 129, 16, 16, 192, 128, True, torch.bfloat16),
-    (2, 2048, 2048, 4, 2, 128, 128, True, torch.bfloat16), (3, 1, 77, 4, 2, 64, 64, True, torch.bfloat16)])
+    (2, 2048, 2048, 4, 2, 128, 128, True, torch.bfloat16), (3, 1, 77, 4, 2, 64, 64, True, torch.bfloat16),
+    # tiles far past the SM count: every CTA runs many in a row (the next tile's loads go first)
+    (16, 1024, 1024, 16, 4, 128, 128, True, torch.bfloat16), (32, 512, 512, 8, 8, 64, 64, True, torch.bfloat16)])
 def test_short_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypatch):
     """kernels.SHORT_DENSE_KEYS: a dense call with few keys runs the packed kernel over equal
     sequences; same tiles, same key blocks in the same order, so out and lse equal the
-    dense kernel's bit for bit (odd lengths, Sq < Sk, GQA, non-causal, FP16, one query)."""
+    dense kernel's bit for bit (odd lengths, Sq < Sk, GQA, non-causal, FP16, one query, CTAs
+    that run many tiles)."""
     import zyfa.asm.ptx.kernels as K
     *dims, causal, dtype = shape
     q, k, v = _inputs(*dims, dtype=dtype, seed=sum(dims))
