@@ -13,7 +13,7 @@ import torch
 
 from conftest import describe_mismatch, hopper, rel_err
 import zyfa
-from zyfa.asm.ptx import attention as attn, specialized
+from zyfa.asm.ptx import attention as attn, consumer, specialized
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.fragments import accumulator_position
 from zyfa.spec.reference import attention_fp64
@@ -81,7 +81,7 @@ def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, pac
     assert sass.count(f"HGMMA.64x{bn}x16") >= 2 * (dqk // 16)
     assert sass.count(f"HGMMA.64x{dv}x16") >= 2 * (bn // 16)
     layout = attn.layout_for(dqk, dtype, dv, packed)
-    budget = specialized.CONSUMER_REGISTERS[layout.consumers]
+    budget = consumer.CONSUMER_REGISTERS[layout.consumers]
     used = max(int(r) for r in re.findall(r"\bR(\d+)\b", sass))
     assert used < budget, f"the consumers' {budget} registers: R{used} used"
     assert f"USETMAXREG.TRY_ALLOC.CTAPOOL UP0, {budget:#x}" in sass
@@ -116,8 +116,10 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     assert at["WAIT_FREE_FIRST"] < at["LOAD_Q"]
     end = [i for i in word_store if i > at["PRODUCE_TILE_DONE"]]
     assert len(end) == 1 and lines[end[0] + 1].startswith("mbarrier.arrive.shared")
-    word_load = [i for i, line in enumerate(lines) if line.startswith("ld.shared.b32") and i < at["PRODUCER"]]
-    assert word_load and at["TILE"] < at["WAIT_Q"] < word_load[0] < at["TILE_DONE"]
+    word_load = [i for i, line in enumerate(lines[:at["PRODUCER"]])          # the tile, then its end test
+                 if line.startswith("ld.shared.b32") and lines[i + 1].startswith("setp.ge.u32")]
+    waits = [at[name] for name in at if name.startswith("WAIT_Q") and at[name] < at["PRODUCER"]]
+    assert word_load and all(any(0 < i - w < 8 for w in waits) for i in word_load)    # each right after a Q wait
 
 
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])

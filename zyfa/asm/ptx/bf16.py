@@ -71,9 +71,11 @@ def emit_pack16(prog: Program, c: Cta, p: list[Reg], p_regs: list[list[Reg]]) ->
             prog.emit(convert, words[r], p[8 * t + 2 * r + 1], p[8 * t + 2 * r])   # the odd column high
 
 
-def emit_pv16(prog: Program, c: Cta, p_regs: list[list[Reg]], v_tile: Reg, total: list[Reg]) -> None:
+def emit_pv16(prog: Program, c: Cta, p_regs: list[list[Reg]], v_tile: Reg, total: list[Reg],
+              accumulate: Reg | None = None) -> None:
     """Issue (and commit) total += P V from the V tile at ``v_tile`` (its column tiles of
-    block_n keys x 64 elements are the MN-major B's leading dimension)."""
+    block_n keys x 64 elements are the MN-major B's leading dimension). ``accumulate``
+    false: total = P V (a tile's first block, whose total holds the last tile's output)."""
     emit = prog.emit
     dtype, dv = c.layout.dtype, c.layout.dv
     block_n = c.layout.block_n
@@ -84,7 +86,8 @@ def emit_pv16(prog: Program, c: Cta, p_regs: list[list[Reg]], v_tile: Reg, total
     for t in range(block_n // 16):
         bk = prog.reg("u64")
         emit("add.u64", bk, dv_desc, 128 * t)                 # 16 keys: 2,048 bytes
-        emit(f"wgmma.m64n{dv}k16.{dtype}.rs.t", t_list, ", ".join(map(str, p_regs[t])), bk, c.accumulate)
+        scale_d = accumulate if t == 0 and accumulate is not None else c.accumulate
+        emit(f"wgmma.m64n{dv}k16.{dtype}.rs.t", t_list, ", ".join(map(str, p_regs[t])), bk, scale_d)
     emit("wgmma.commit")
 
 

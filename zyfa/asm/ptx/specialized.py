@@ -14,7 +14,8 @@ The arithmetic is the serial kernel's, block by block (total = total * alpha + b
 in the same order), so the outputs are bit-identical to it. A CTA runs a loop over tiles
 (tile_loop.py: one tile a CTA for a dense launch; a packed launch's CTAs draw them from a
 counter) and counts its loads across them (the stage ring's position) and its tiles (the Q
-mbarriers' phases). Versions and H200 timings: bench/PTX_NOTES.md (v11-v15).
+mbarriers' phases). Here: the producer and the FP8 consumers; consumer16.py the 16-bit one,
+consumer.py what they share. Versions and H200 timings: bench/PTX_NOTES.md (v11-v15).
 """
 from __future__ import annotations
 
@@ -22,17 +23,17 @@ from ..program import Program, Reg
 from .block import (
     BLOCK_LOOPS,
     emit_accumulators,
-    emit_reference_moves,
     emit_block,
     emit_fold,
     emit_pv_issue,
-    emit_q_descriptors,
+    emit_reference_moves,
     emit_rescale,
     emit_row_update,
     emit_scores,
     emit_softmax,
 )
-from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
+from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, free_bar, v_bar
+from .consumer16 import emit_consumer_16
 from .cta import Cta, Rows, emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .int8_qk import emit_block_factors, emit_int8_scores
@@ -45,11 +46,9 @@ from .tile_loop import (TileLoop, emit_first_tile, emit_next_t, emit_tile_end, e
                         emit_tile_loop_head, phase_of)
 
 PRODUCER_REGISTERS = 24
-# a consumer's registers after setmaxnreg, and what the launch allots every thread (the
-# register file's 64K over 128 threads a warpgroup, the producer's share given back)
-CONSUMER_REGISTERS = {2: 240, 3: 160}
+# what the launch allots every thread (the register file's 64K over 128 threads a warpgroup,
+# the producer's share given back; consumer.CONSUMER_REGISTERS after setmaxnreg)
 LAUNCH_REGISTERS = {2: 168, 3: 128}
-Q_BARRIER = 3                          # named barriers 3, 4 (, 5): each consumer's own 128 threads
 
 
 def consumer_warps(layout: Layout) -> int:
@@ -60,7 +59,6 @@ def consumer_warps(layout: Layout) -> int:
 def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
     emit = prog.emit
     c, _ = emit_prologue(prog, causal, layout)
-    shared = c.shared
     producer = prog.reg("pred")
     emit("setp.eq.u32", producer, c.thread.wg, 0)
     # mbarriers: Q full, stages full, stages free, Q free (split_kv: then V full, V free)
@@ -70,21 +68,26 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     if layout.split_kv:                                    # V full, V free
         counts += [1] * n + [warps] * n
     ones = emit_setup(prog, c, rule, counts, writers=producer)
-    q_free = prog.reg("u32")
-    emit("add.u32", q_free, shared.free0, 8 * n)
-    tiles = emit_tile_loop(prog, c, q_free)
     emit("bra", "PRODUCER", guard=producer)
 
+    tiles = _emit_tiles(prog, c)
     if layout.is_fp8 and layout.dv > HEAD_DIM:
         _emit_consumer_blockwise(prog, c, tiles, rule, ones)
     elif layout.is_fp8:
         _emit_consumer(prog, c, tiles, rule, ones)
     else:
-        _emit_consumer_16(prog, c, tiles)
+        emit_consumer_16(prog, c, tiles)
     emit("ret")
     prog.label("PRODUCER")
-    _emit_producer(prog, c, tiles)
+    _emit_producer(prog, c, _emit_tiles(prog, c))
     emit("ret")
+
+
+def _emit_tiles(prog: Program, c: Cta) -> TileLoop:
+    """The tile loop's registers, made by each role after the split (none live across it)."""
+    q_free = prog.reg("u32")
+    prog.emit("add.u32", q_free, c.shared.free0, 8 * c.layout.stages)
+    return emit_tile_loop(prog, c, q_free)
 
 
 def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
@@ -140,7 +143,7 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
 def _emit_block_load(prog: Program, c: Cta, j: Reg, slot: Reg, tag: str) -> None:
     """Key block j into load number ``slot``'s stage once it is free; j and slot advanced."""
     _, rounds = emit_ring_position(prog, c.layout.stages, slot)
-    emit_wait(prog, _free_bar(prog, c, slot), phase_of(prog, rounds, flip=True), f"WAIT_FREE{tag}")
+    emit_wait(prog, free_bar(prog, c, slot), phase_of(prog, rounds, flip=True), f"WAIT_FREE{tag}")
     if c.layout.split_kv:
         _emit_split_load(prog, c, j, slot, rounds, tag)
     else:
@@ -155,59 +158,17 @@ def _emit_split_load(prog: Program, c: Cta, block: Reg, slot: Reg, rounds: Reg, 
     key0 = emit_first_key(prog, c, block)
     prog.emit("mbarrier.expect_tx", bar, c.layout.k_bytes)
     emit_k_rows(prog, c, k_tile, key0, bar)
-    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_free0), phase_of(prog, rounds, flip=True), f"WAIT_V_FREE{tag}")
-    v_full = _v_bar(prog, c, slot, c.shared.v_full0)
+    emit_wait(prog, v_bar(prog, c, slot, c.shared.v_free0), phase_of(prog, rounds, flip=True), f"WAIT_V_FREE{tag}")
+    v_full = v_bar(prog, c, slot, c.shared.v_full0)
     prog.emit("mbarrier.expect_tx", v_full, c.layout.stage_bytes - c.layout.k_bytes)
     emit_v_rows(prog, c, v_tile, key0, v_full)
-
-
-def _emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg,
-                          label: str = "BLOCK_LOOP") -> None:
-    """``label``: on to block j + 1 (its load number, first key); past the tile's last block,
-    on to LAST_PV."""
-    last = prog.reg("pred")
-    prog.label(label)
-    prog.emit("mov.u32", prev_slot, slot)
-    prog.emit("add.u32", slot, slot, 1)
-    prog.emit("add.u32", j, j, 1)
-    prog.emit("add.u32", start_n, start_n, c.layout.block_n)
-    prog.emit("setp.ge.u32", last, j, c.tile.n_blocks)
-    prog.emit("bra", "LAST_PV", guard=last)
-
-
-def _emit_release(prog: Program, c: Cta, bar: Reg) -> None:
-    """One arrival per warp on the "free" mbarrier at ``bar``."""
-    prog.emit("mbarrier.arrive", bar, guard=c.thread.lane0)
-
-
-def _free_bar(prog: Program, c: Cta, slot: Reg) -> Reg:
-    """The "free" mbarrier of load number ``slot``'s stage."""
-    bar = prog.reg("u32")
-    stage_, _ = emit_ring_position(prog, c.layout.stages, slot)
-    prog.emit("mad.lo.u32", bar, stage_, 8, c.shared.free0)
-    return bar
-
-
-def _v_bar(prog: Program, c: Cta, slot: Reg, first: Reg) -> Reg:
-    """split_kv: V's "full" (``first`` = shared.v_full0) or "free" (v_free0) mbarrier of load
-    number ``slot``'s stage."""
-    bar = prog.reg("u32")
-    stage_, _ = emit_ring_position(prog, c.layout.stages, slot)
-    prog.emit("mad.lo.u32", bar, stage_, 8, first)
-    return bar
-
-
-def _emit_v_wait(prog: Program, c: Cta, slot: Reg, tag: str) -> None:
-    """split_kv: spin until load number ``slot``'s V has landed."""
-    _, rounds = emit_ring_position(prog, c.layout.stages, slot)
-    emit_wait(prog, _v_bar(prog, c, slot, c.shared.v_full0), phase_of(prog, rounds), f"WAIT_V{tag}")
 
 
 def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
     """An FP8 consumer up to its tile's work: registers taken, the ones tile's descriptor, the
     tile loop's head (label TILE), the tile's rows, Q landed and its factor made positive.
     Returns (q_tile, q_descs, d_ones, rows, t, it, base); base: the load number of the tile's block 0."""
-    q_sync, q_tile, q_descs = _emit_consumer_start(prog, c)
+    q_sync, q_tile, q_descs = emit_consumer_start(prog, c)
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
     rows, t, it, base = emit_tile_entry(prog, c, tiles)
     if not c.layout.int8_qk:                # int8_qk: the rows' factors a block (_emit_int8_scores)
@@ -272,7 +233,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     prog.comment("of the loop: the blocks below the masked band (no mask test, no masked-row guard), the band's")
     band = prog.reg("pred")
     for tag, masked in BLOCK_LOOPS:
-        _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
+        emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
         if masked:
             prog.label("BAND")
         else:
@@ -287,7 +248,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
         sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
                           deferred=True, facs=facs)
         emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
-        _emit_release(prog, c, _free_bar(prog, c, prev_slot))
+        emit_release(prog, c, free_bar(prog, c, prev_slot))
         fold(o, tag)
         prog.comment("block j's references: one exponential a row; alpha and the moves only when a row's")
         prog.comment("maximum passed A + 8 (a warp-uniform branch); block j - 1 is folded, so alpha may change")
@@ -301,8 +262,8 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     prog.label("LAST_PV")
     o = issue_pv(prev_slot)
     emit("wgmma.wait", 0)
-    _emit_release(prog, c, _free_bar(prog, c, prev_slot))
-    _emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
+    emit_release(prog, c, free_bar(prog, c, prev_slot))
+    emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     fold(o, "_LAST")
     emit_epilogue(prog, c, rows, total, A, l)
     emit_tile_end(prog, c, tiles, t, it, base)
@@ -330,91 +291,13 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
     emit("wgmma.wait", 0)
     _emit_int8_scores(prog, c, s, facs, "")
     emit_block(prog, c, rows, rule, slot, start_n, s, d_ones, total, A, l, facs=facs)
-    _emit_release(prog, c, _free_bar(prog, c, slot))
+    emit_release(prog, c, free_bar(prog, c, slot))
     emit("add.u32", j, j, 1)
     emit("add.u32", slot, slot, 1)
     emit("add.u32", start_n, start_n, c.layout.block_n)
     emit("setp.lt.u32", more, j, c.tile.n_blocks)
     emit("bra", "BLOCK_LOOP", guard=more)
 
-    _emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
-    emit_epilogue(prog, c, rows, total, A, l)
-    emit_tile_end(prog, c, tiles, t, it, base)
-
-
-def _emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, list[list[Reg]]]:
-    """A consumer's registers, its Q tile and Q's descriptors (the same for every tile);
-    returns (q_sync, q_tile, q_descs)."""
-    emit = prog.emit
-    emit("setmaxnreg.inc", CONSUMER_REGISTERS[c.layout.consumers])
-    q_sync, q_tile = prog.regs("u32", 2)
-    emit("add.u32", q_sync, c.thread.wg, Q_BARRIER - 1)
-    emit("mad.lo.u32", q_tile, c.thread.wg, c.layout.q_bytes, c.shared.base)
-    emit("sub.u32", q_tile, q_tile, c.layout.q_bytes)
-    dq = emit_descriptor(prog, q_tile, c.layout.qk_tiles[0][1])
-    return q_sync, q_tile, emit_q_descriptors(prog, c, q_tile, dq)
-
-
-def _emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
-    """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
-    P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
-    P(j - 1) V is done, the output is rescaled for block j. K(j) is released as soon as S(j)
-    is done, V(j - 1) once P(j - 1) V is (Layout.split_kv). (The two consumers taking turns
-    to issue, FlashAttention-3's ping-pong, a persistent grid, an unconditional rescale and a
-    rescale deferred beside the next S GEMM all measured slower here: bench/PTX_NOTES.md.)"""
-    emit = prog.emit
-    _, _, q_descs = _emit_consumer_start(prog, c)
-    scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
-    emit("mov.u32", scratch, "%tid.x")
-    emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
-    emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
-    rows, t, it, base = emit_tile_entry(prog, c, tiles)
-
-    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
-    j, start_n, slot, prev_slot = prog.regs("u32", 4)
-    emit("mov.u32", j, 0)
-    emit("mov.u32", start_n, 0)
-    emit("mov.u32", slot, base)
-    s = prog.regs("f32", c.layout.block_n // 2)
-    p_regs = [prog.regs("b32", 4) for _ in range(c.layout.block_n // 16)]   # P(j - 1): A of the P V in flight
-
-    def issue_pv(block_slot) -> None:
-        _, v_tile, _, _ = stage(prog, c, block_slot)
-        emit_pv16(prog, c, p_regs, v_tile, total)
-
-    prog.comment("block 0: its GEMM phase has Q K^T alone")
-    emit_kv_wait(prog, c, slot, "_FIRST")                 # K(0) (split_kv: the stage's "full" is K's)
-    emit_scores(prog, c, q_descs, slot, s, "_FIRST", wait=False)
-    emit("wgmma.wait", 0)
-    _emit_release(prog, c, _free_bar(prog, c, slot))      # K(0) read
-    sm = emit_softmax16(prog, c, rows, start_n, s, A, "_FIRST")
-    emit_row_update16(prog, sm, l, A)
-    emit_pack16(prog, c, sm.p, p_regs)
-
-    prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
-    _emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
-    emit_kv_wait(prog, c, slot, "")
-    emit_scores(prog, c, q_descs, slot, s, "", wait=False)
-    _emit_v_wait(prog, c, prev_slot, "")
-    issue_pv(prev_slot)
-    emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
-    _emit_release(prog, c, _free_bar(prog, c, slot))      # K(j) read: the producer may reload it
-    sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
-    both = prog.reg("f32")                                 # the softmax stays before the wait
-    emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
-    emit("st.shared.f32", scratch, both)
-    emit("wgmma.wait", 0)                                  # P(j - 1) V
-    _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
-    emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
-    emit_rescale(prog, total, sm.alpha, "")
-    emit_row_update16(prog, sm, l, A)
-    emit("bra", "BLOCK_LOOP")
-
-    prog.label("LAST_PV")
-    _emit_release(prog, c, tiles.q_free)                   # every S is done: the next Q may load now
-    _emit_v_wait(prog, c, prev_slot, "_LAST")
-    issue_pv(prev_slot)
-    emit("wgmma.wait", 0)
-    _emit_release(prog, c, _v_bar(prog, c, prev_slot, c.shared.v_free0))
+    emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     emit_epilogue(prog, c, rows, total, A, l)
     emit_tile_end(prog, c, tiles, t, it, base)

@@ -72,6 +72,11 @@ def emit_tile_loop_head(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: s
         prog.emit("ld.shared.b32", t, tiles.word)
     prog.emit("setp.ge.u32", done, t, tiles.count)
     prog.emit("bra.div", f"{label}_DONE", guard=done)
+    emit_tile_work(prog, c, tiles, t)
+
+
+def emit_tile_work(prog: Program, c: Cta, tiles: TileLoop, t: Reg) -> None:
+    """The tile registers (cta.emit_work) of tile ``t``, which is not past the last."""
     ty, bh = prog.regs("u32", 2)
     if tiles.heads_batch is not None:                     # query tile slowest: across the batch
         prog.emit("div.u32", ty, t, tiles.heads_batch)
@@ -84,9 +89,9 @@ def emit_tile_loop_head(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: s
     emit_work(prog, c.params, c.thread, c.tile, c.layout, ty, bh)
 
 
-def emit_q_wait(prog: Program, c: Cta, it: Reg) -> None:
+def emit_q_wait(prog: Program, c: Cta, it: Reg, tag: str = "") -> None:
     """A consumer: wait until its tile's Q tiles have landed (``it``: its tiles so far)."""
-    emit_wait(prog, c.shared.bar_q, phase_of(prog, it), "WAIT_Q")   # 16-bit: c > 0, softmax_scale is positive
+    emit_wait(prog, c.shared.bar_q, phase_of(prog, it), f"WAIT_Q{tag}")   # 16-bit: c > 0, softmax_scale is positive
 
 
 def emit_next_t(prog: Program, tiles: TileLoop, t: Reg) -> None:

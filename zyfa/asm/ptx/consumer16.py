@@ -1,0 +1,190 @@
+"""The 16-bit consumer of the warp-specialized kernel (bf16.py's block step), which runs a
+CTA's tiles back to back: a tile's last P V shares its GEMM phase with the next tile's S(0)."""
+from __future__ import annotations
+
+from ...spec.constants import NEG_FLOOR
+from ..program import Program, Reg
+from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
+from .block import emit_rescale, emit_scores
+from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_v_wait, free_bar, v_bar
+from .cta import Cta, Rows, emit_rows
+from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
+from .layout import HEAD_DIM, THREADS
+from .loads import emit_kv_wait, stage
+from .target import f32
+from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
+
+
+def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
+    """The 16-bit consumer (bf16.py's block step): per key block j one GEMM phase, S(j) and
+    P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
+    P(j - 1) V is done, the output is rescaled for block j. K(j) is released as soon as S(j)
+    is done, V(j - 1) once P(j - 1) V is (Layout.split_kv), Q once the tile's last S is.
+    Across tiles (LAST_PV): the next tile's Q and K(0) are waited for, its S(0) issued with
+    the tile's last P V, its first softmax runs under that P V, then the tile's epilogue:
+    the tile's last GEMM phase is the next tile's first, as in the block loop. (No branch
+    while a wgmma is in flight and no read of total before its P V is waited for with
+    nothing after it: else ptxas serializes every wgmma.)
+    (The two consumers taking turns to issue, FlashAttention-3's ping-pong, an unconditional
+    rescale and a rescale deferred beside the next S GEMM all measured slower here:
+    bench/PTX_NOTES.md.)"""
+    emit = prog.emit
+    _, _, q_descs = emit_consumer_start(prog, c)
+    scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
+    emit("mov.u32", scratch, "%tid.x")
+    emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
+    emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
+    handed = tiles.word is not None
+    t, it, base = prog.regs("u32", 3)
+    emit("mov.u32", t, "%ctaid.x")
+    emit("mov.u32", it, 0)
+    emit("mov.u32", base, 0)
+    total, A, l = prog.regs("f32", c.layout.dv // 2), prog.regs("f32", 2), prog.regs("f32", 2)
+    for ti in total:                                       # defined once (else ptxas serializes every wgmma)
+        emit("mov.f32", ti, f32(0.0))
+    j, start_n, slot, prev_slot = prog.regs("u32", 4)
+    s = prog.regs("f32", c.layout.block_n // 2)
+    p_regs = [prog.regs("b32", 4) for _ in range(c.layout.block_n // 16)]   # P(j - 1): A of the P V in flight
+    onto, q_done = prog.regs("pred", 2)                    # a P V adds to total; the tile's last S is done
+
+    def head(tag: str, done_label: str) -> Rows:
+        """Tile t's Q (on to ``done_label`` past the last tile), registers and K(0); S(0) issued."""
+        done = prog.reg("pred")
+        if handed:
+            emit_q_wait(prog, c, it, tag)
+            emit("ld.shared.b32", t, tiles.word)
+        emit("setp.ge.u32", done, t, tiles.count)
+        emit("bra.div", done_label, guard=done)
+        emit_tile_work(prog, c, tiles, t)
+        rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
+        if not handed:
+            emit_q_wait(prog, c, it, tag)
+        emit("mov.u32", slot, base)
+        emit_kv_wait(prog, c, slot, f"_FIRST{tag}")       # K(0) (split_kv: the stage's "full" is K's)
+        emit_scores(prog, c, q_descs, slot, s, f"_FIRST{tag}", wait=False)
+        return rows
+
+    def release_q_after_last_s(block: Reg) -> None:
+        """Q free once S(block) is done, if it is the tile's last: the next Q loads under the last P V."""
+        last = prog.reg("u32")
+        emit("add.u32", last, block, 1)
+        emit("setp.eq.u32", q_done, last, c.tile.n_blocks)
+        emit("and.pred", q_done, q_done, c.thread.lane0)
+        emit("mbarrier.arrive", tiles.q_free, guard=q_done)
+
+    def first_softmax(rows: Rows, tag: str):
+        """Block 0 of a tile, its S done: the row state reset, its softmax (P packed later)."""
+        for half in (0, 1):
+            emit("mov.f32", A[half], f32(NEG_FLOOR))
+            emit("mov.f32", l[half], f32(0.0))
+        emit("mov.u32", j, 0)
+        emit("mov.u32", start_n, 0)
+        emit_release(prog, c, free_bar(prog, c, slot))  # K(0) read
+        release_q_after_last_s(j)
+        sm = emit_softmax16(prog, c, rows, start_n, s, A, tag)
+        emit_row_update16(prog, sm, l, A)
+        return sm
+
+    def issue_pv(block_slot) -> None:
+        """P(j - 1) V; a tile's first overwrites total (which holds the last tile's output)."""
+        _, v_tile, _, _ = stage(prog, c, block_slot)
+        emit("setp.gt.u32", onto, j, 1)
+        emit_pv16(prog, c, p_regs, v_tile, total, accumulate=onto)
+
+    rows = head("", "CONSUMER_DONE")
+    emit("wgmma.wait", 0)
+    sm = first_softmax(rows, "_FIRST")
+    emit_pack16(prog, c, sm.p, p_regs)
+
+    prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
+    emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
+    emit_kv_wait(prog, c, slot, "")
+    emit_scores(prog, c, q_descs, slot, s, "", wait=False)
+    emit_v_wait(prog, c, prev_slot, "")
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
+    emit_release(prog, c, free_bar(prog, c, slot))      # K(j) read: the producer may reload it
+    release_q_after_last_s(j)
+    sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
+    both = prog.reg("f32")                                 # the softmax stays before the wait
+    emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
+    emit("st.shared.f32", scratch, both)
+    emit("wgmma.wait", 0)                                  # P(j - 1) V
+    emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
+    emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
+    emit_rescale(prog, total, sm.alpha, "")
+    emit_row_update16(prog, sm, l, A)
+    emit("bra", "BLOCK_LOOP")
+
+    prog.label("LAST_PV")
+    if c.layout.dv > HEAD_DIM:
+        _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
+                              total, A, l, p_regs)
+        return
+    prog.comment("the tile's last P V with the next tile's S(0); its softmax, then this tile's epilogue")
+    to = emit_epilogue_targets(prog, c, rows)             # before the next tile's registers replace these
+    A_last, l_last = prog.regs("f32", 2), prog.regs("f32", 2)
+    for half in (0, 1):
+        emit("mov.f32", A_last[half], A[half])
+        emit("mov.f32", l_last[half], l[half])
+    n_last = prog.reg("u32")                              # the tile's block count: its last P V's j
+    emit("mov.u32", n_last, j)
+    emit("add.u32", base, base, c.tile.n_blocks)
+    emit("add.u32", it, it, 1)
+    if not handed:
+        emit_next_t(prog, tiles, t)
+    emit_v_wait(prog, c, prev_slot, "_LAST")
+    next_rows = head("_NEXT", "TILE_DONE")
+    emit("mov.u32", j, n_last)
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 1)                                  # S(0); the last P V may still run
+    for dst, src in zip(_row_registers(rows), _row_registers(next_rows)):
+        emit(MOVES[dst.kind], dst, src)
+    sm = first_softmax(rows, "_NEXT")
+    emit("wgmma.wait", 0)                                  # the last P V
+    emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
+    emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
+    emit_pack16(prog, c, sm.p, p_regs)
+    emit("bra", "BLOCK_LOOP")
+
+    prog.label("TILE_DONE")
+    emit("mov.u32", j, n_last)
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 0)
+    emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
+    emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
+    prog.label("CONSUMER_DONE")
+
+
+def _emit_tile_after_tile(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg, base: Reg, rows: Rows, head,
+                          first_softmax, issue_pv, prev_slot: Reg, total: list[Reg], A: list[Reg], l: list[Reg],
+                          p_regs: list[list[Reg]]) -> None:
+    """LAST_PV at Dv 256, whose 128 output registers leave no room for the next tile's S(0)
+    and softmax beside the last P V (spills): the last P V, the epilogue, then the next
+    tile's head and block 0 alone."""
+    emit = prog.emit
+    emit_v_wait(prog, c, prev_slot, "_LAST")
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 0)
+    emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
+    emit_epilogue(prog, c, rows, total, A, l)
+    emit("add.u32", base, base, c.tile.n_blocks)
+    emit("add.u32", it, it, 1)
+    if tiles.word is None:
+        emit_next_t(prog, tiles, t)
+    next_rows = head("_NEXT", "CONSUMER_DONE")
+    for dst, src in zip(_row_registers(rows), _row_registers(next_rows)):
+        emit(MOVES[dst.kind], dst, src)
+    emit("wgmma.wait", 0)
+    sm = first_softmax(rows, "_NEXT")
+    emit_pack16(prog, c, sm.p, p_regs)
+    emit("bra", "BLOCK_LOOP")
+    prog.label("CONSUMER_DONE")
+
+
+MOVES = {"u32": "mov.u32", "f32": "mov.f32", "u64": "mov.b64"}   # a register copied, by kind
+
+
+def _row_registers(rows: Rows) -> list[Reg]:
+    """The registers of a 16-bit consumer's Rows (a next tile's are moved into the loop's)."""
+    return [*rows.rows, *rows.limits, rows.band_start, rows.fac, rows.vd_base]
