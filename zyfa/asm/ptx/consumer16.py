@@ -85,6 +85,13 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         emit_row_update16(prog, sm, l, A)
         return sm
 
+    def pin(sm) -> None:
+        """The block's row sums stored before the P V wait, which keeps ptxas from hoisting
+        that wait above the softmax (Layout.pins_softmax)."""
+        both = prog.reg("f32")
+        emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
+        emit("st.shared.f32", scratch, both)
+
     def issue_pv(block_slot) -> None:
         """P(j - 1) V; a tile's first overwrites total (which holds the last tile's output)."""
         _, v_tile, _, _ = stage(prog, c, block_slot)
@@ -106,9 +113,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit_release(prog, c, free_bar(prog, c, slot))      # K(j) read: the producer may reload it
     release_q_after_last_s(j)
     sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
-    both = prog.reg("f32")                                 # the softmax stays before the wait
-    emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
-    emit("st.shared.f32", scratch, both)
+    pin(sm)
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
@@ -141,6 +146,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     for dst, src in zip(_row_registers(rows), _row_registers(next_rows)):
         emit(MOVES[dst.kind], dst, src)
     sm = first_softmax(rows, "_NEXT")
+    pin(sm)
     emit("wgmma.wait", 0)                                  # the last P V
     emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
