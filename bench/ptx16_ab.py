@@ -2,9 +2,10 @@
 kernel against a baseline commit's, whose PTX is generated on the CPU beforehand (its generator
 is not importable beside this one), each as a dense launch (one CTA a tile) and through the
 packed kernel over equal sequences (one CTA an SM over a tile list: the route of a short dense
-call, kernels.SHORT_DENSE_KEYS). Every output is compared bit for bit with the baseline's dense
-one (the variants only reorder loads and waits). For a change to the generator: add the variant
-as an option, measure, keep the winner and delete the option.
+call, kernels.SHORT_DENSE_KEYS), and this tree's through zyfa.flash_attn_func ("current
+public", as zyfa bench times it); each call's host time beside. Every output is compared bit for
+bit with the baseline's dense one (the variants only reorder loads and waits). For a change to
+the generator: add the variant as an option, measure, keep the winner and delete the option.
 
     python bench/ptx16_ab.py --prepare-baseline main         # CPU, writes _exp/ptx16_baseline.json
     python bench/ptx16_ab.py --out results.json              # GPU (carry _exp)
@@ -19,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
@@ -67,6 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--rounds", type=int, default=2, help="alternations of all calls (the fastest kept)")
     ap.add_argument("--shapes", default=None, help="comma-separated SHAPES names (default: all)")
+    ap.add_argument("--seed", type=int, default=0, help="the realistic inputs' seed")
     a = ap.parse_args(argv)
     if a.prepare_baseline:
         prepare_baseline(a.prepare_baseline)
@@ -74,6 +77,7 @@ def main(argv=None) -> int:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    import zyfa
     from zyfa.activations import make
     from zyfa.asm.ptx import attention as attn
     from zyfa.asm.ptx import kernels as K
@@ -85,6 +89,17 @@ def main(argv=None) -> int:
     from zyfa.spec.reference import attention_fp64
     with open(BASELINE) as f:
         base = json.load(f)
+
+    def host_us(fn, n: int = 50) -> float:
+        """Host time of a call: n back to back without a sync (a call that syncs shows its GPU time)."""
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        return (t1 - t0) / n * 1e6
 
     @functools.cache
     def current(dtype, causal, dqk, dv, arch, device, packed):
@@ -117,7 +132,8 @@ def main(argv=None) -> int:
     names = a.shapes.split(",") if a.shapes else [s[0] for s in SHAPES]
     rows = []
     for name, B, S, Hq, Hkv, D, Dv in (s for s in SHAPES if s[0] in names):
-        q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, head_dim_v=Dv, seed=0, device="cuda"))
+        q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, head_dim_v=Dv, seed=a.seed,
+                                              device="cuda"))
         flops = attention_flops(B, Hq, S, S, D, Dv, True)
         last = slice(S - 256, S)
         ref = attention_fp64(q[-1:, last], k[-1:], v[-1:])
@@ -131,6 +147,9 @@ def main(argv=None) -> int:
         for label, build in ((f"baseline {base['ref']}", baseline), ("current", current)):
             for route, fn in (("dense", dense), ("routed", routed)):
                 calls[f"{label} {route}"] = (build, functools.partial(fn, q, k, v))
+        # the public call (validation, dispatch, the route), as zyfa bench times it
+        calls["current public"] = (current, lambda: zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True,
+                                                                         backend="ptx"))
         if fa3 is not None:
             calls["fa3"] = (None, lambda: fa3.flash_attn_func(q, k, v, causal=True))
         calls["sdpa-cudnn"] = (None, sdpa)
@@ -151,10 +170,14 @@ def main(argv=None) -> int:
                 times[label].append(median_ms(fn))
         for label in calls:
             ms = min(times[label])
+            if calls[label][0] is not None:
+                K._attention_16 = calls[label][0]
             rows.append(dict(case=name, label=label, ms=ms, ms_rounds=times[label], tflops=flops / ms / 1e9,
-                             err_last_rows=errs[label], max_abs_diff_vs_baseline_dense=diffs.get(label)))
+                             host_us=host_us(calls[label][1]), err_last_rows=errs[label],
+                             max_abs_diff_vs_baseline_dense=diffs.get(label)))
         print(f"{name:22s} " + " | ".join(f"{lb}={flops / min(times[lb]) / 1e9:.0f}" for lb in calls)
-              + f" | max diffs {max(diffs.values()):.1e}", flush=True)
+              + f" | max diffs {max(diffs.values()):.1e} | host us "
+              + " ".join(f"{r['label']}={r['host_us']:.0f}" for r in rows[-len(calls):]), flush=True)
         torch.cuda.empty_cache()
     if a.out:
         meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), gpu=torch.cuda.get_device_name(),
