@@ -2,7 +2,7 @@
 kernel against a baseline commit's, whose PTX is generated on the CPU beforehand (its generator
 is not importable beside this one), each as a dense launch (one CTA a tile) and through the
 packed kernel over equal sequences (one CTA an SM over a tile list: the route of a short dense
-call, kernels.SHORT_DENSE_KEYS), and this tree's through zyfa.flash_attn_func ("current
+call, kernels.PACKED_ROUTE_KEYS), and this tree's through zyfa.flash_attn_func ("current
 public", as zyfa bench times it); each call's host time beside. Every output is compared bit for
 bit with the baseline's dense one (the variants only reorder loads and waits). For a change to
 the generator: add the variant as an option, measure, keep the winner and delete the option.
@@ -113,11 +113,11 @@ def main(argv=None) -> int:
         return Kernel(assemble(k["ptx"], arch).cubin, k["name"], torch.device("cuda", device), k["shared_bytes"])
 
     def dense(q, k, v):
-        saved, K.SHORT_DENSE_KEYS = K.SHORT_DENSE_KEYS, {}
+        saved, K.PACKED_ROUTE_KEYS = K.PACKED_ROUTE_KEYS, {}
         try:
             return K.attention_16(q, k, v)[0]
         finally:
-            K.SHORT_DENSE_KEYS = saved
+            K.PACKED_ROUTE_KEYS = saved
 
     def routed(q, k, v):
         B, S = q.shape[:2]

@@ -36,7 +36,7 @@ CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, caus
     ("ptx", "bf16", (1, 150, 170, 2, 2, 192, 128), True),
     ("ptx", "bf16", (1, 150, 150, 2, 1, 256, 256), True),
     ("ptx", "bf16", (3, 200, 300, 2, 1, 128, 128), True),        # short dense batches: the packed
-    ("ptx", "fp16", (2, 150, 150, 2, 2, 64, 64), False),          # kernel (kernels.SHORT_DENSE_KEYS)
+    ("ptx", "fp16", (2, 150, 150, 2, 2, 64, 64), False),          # kernel (kernels.PACKED_ROUTE_KEYS)
     ("ptx", "bf16", (16, 512, 512, 8, 2, 128, 128), True),       # 512 tiles: each CTA runs several,
     ("ptx", "fp16", (16, 512, 512, 8, 8, 64, 64), False),         # a tile's last P V with the next's S
     ("triton", "fp8", (1, 200, 300, 2, 1, 128, 128), True),

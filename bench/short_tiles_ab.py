@@ -9,7 +9,7 @@ flash_attn_func(backend="ptx") (dense: one CTA a tile) and through flash_attn_va
 (backend="ptx") with every sequence the case's length (packed: the tile list); BF16 also the
 packed kernel with its tables built once (what a dense call would pay if it took that path).
 The packed outputs are compared with the dense ones (same tiles, same block order).
-Since run 41 a short dense 16-bit call takes the packed kernel itself (kernels.SHORT_DENSE_KEYS);
+Since run 41 a short dense 16-bit call takes the packed kernel itself (kernels.PACKED_ROUTE_KEYS);
 "one-cta-a-tile" is the same call with that route turned off.
 """
 from __future__ import annotations
@@ -57,11 +57,11 @@ def _calls(inp, dtype):
         import zyfa.asm.ptx.kernels as K
 
         def one_cta_a_tile():
-            saved, K.SHORT_DENSE_KEYS = K.SHORT_DENSE_KEYS, {}
+            saved, K.PACKED_ROUTE_KEYS = K.PACKED_ROUTE_KEYS, {}
             try:
                 return calls["dense"]()
             finally:
-                K.SHORT_DENSE_KEYS = saved
+                K.PACKED_ROUTE_KEYS = saved
         calls["one-cta-a-tile"] = one_cta_a_tile
         from zyfa.asm.ptx.kernels import attention_16
         from zyfa.varlen import _contiguous_tables

@@ -7,7 +7,7 @@ import torch
 from zyfa.bench.cases import Case, attention_flops, cases_for
 from zyfa.bench.methods import all_methods
 from zyfa.bench.report import markdown
-from zyfa.bench.run import capture_cases, run
+from zyfa.bench.run import ROUNDS, capture_cases, run
 from zyfa.bench.store import run_key, save_entry
 
 from conftest import HAS_GPU, rel_err
@@ -75,7 +75,20 @@ def test_every_method_is_timed_before_any_reference_is_computed(tmp_path, monkey
     methods = [m for m in all_methods() if m.label in ("zyfa-bf16", "zyfa-fp8-lean_cubic")]
     doc = run([TINY], methods, str(tmp_path / "r.json"), timer=lambda fn: (events.append("time"), 1.0)[1])
     assert [r["status"] for r in doc["records"]] == ["ok", "ok"]
-    assert events[:2] == ["time", "time"] and set(events[2:]) == {"reference"}
+    first = events.index("reference")
+    assert events[:first] == ["time"] * 2 * ROUNDS and set(events[first:]) == {"reference"}
+
+
+def test_methods_take_turns_over_the_rounds_and_keep_their_fastest(tmp_path):
+    """Each round times every method once; a record keeps all rounds and the fastest."""
+    times = iter([3.0, 5.0, 2.0, 6.0, 4.0, 1.0])                 # round 1: a, b; round 2: a, b; ...
+    methods = [m for m in all_methods() if m.label in ("zyfa-bf16", "zyfa-fp8-lean_cubic")]
+    doc = run([TINY], methods, str(tmp_path / "r.json"), timer=lambda fn: next(times), rounds=3)
+    recs = {r["label"]: r for r in doc["records"]}
+    first, second = (recs[m.label] for m in methods)
+    assert first["ms_rounds"] == [3.0, 2.0, 4.0] and first["ms"] == 2.0
+    assert second["ms_rounds"] == [5.0, 6.0, 1.0] and second["ms"] == 1.0
+    assert second["tflops"] == pytest.approx(TINY.flops / 1e9)
 
 
 def test_bench_on_captured_activations(tmp_path):

@@ -92,8 +92,8 @@ def test_cuda_graph_capture_replays_eager():
 
 @gpu
 def test_cuda_graph_capture_of_a_short_dense_batch():
-    """A short dense 16-bit batch runs eagerly on the packed kernel, whose tile list is copied
-    from the host each launch (kernels.SHORT_DENSE_KEYS); captured, it takes the dense kernel
+    """A dense 16-bit batch with few keys runs eagerly on the packed kernel, whose tile list is copied
+    from the host each launch (kernels.PACKED_ROUTE_KEYS); captured, it takes the dense kernel
     (same bits), so the graph holds no copy from a host buffer freed after the capture."""
     q, k, v = make("realistic", 3, 300, 4, 2, 64, seed=5, device=DEVICE)
     static = [t.clone() for t in (q, k, v)]

@@ -250,18 +250,20 @@ def test_short_dense_batches_as_packed_tables():
     (2, 513, 700, 4, 1, 128, 128, False, torch.float16), (5, 129, 129, 16, 16, 192, 128, True, torch.bfloat16),
     (2, 2048, 2048, 4, 2, 128, 128, True, torch.bfloat16), (3, 1, 77, 4, 2, 64, 64, True, torch.bfloat16),
     # tiles far past the SM count: every CTA runs many in a row (the next tile's loads go first)
-    (16, 1024, 1024, 16, 4, 128, 128, True, torch.bfloat16), (32, 512, 512, 8, 8, 64, 64, True, torch.bfloat16)])
-def test_short_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypatch):
-    """kernels.SHORT_DENSE_KEYS: a dense call with few keys runs the packed kernel over equal
-    sequences; same tiles, same key blocks in the same order, so out and lse equal the
-    dense kernel's bit for bit (odd lengths, Sq < Sk, GQA, non-causal, FP16, one query, CTAs
-    that run many tiles)."""
+    (16, 1024, 1024, 16, 4, 128, 128, True, torch.bfloat16), (32, 512, 512, 8, 8, 64, 64, True, torch.bfloat16),
+    # one sequence, long (d128 routes up to 16K keys), and d64 at its limit
+    (1, 4097, 4097, 8, 2, 128, 128, True, torch.bfloat16), (2, 2048, 2048, 4, 4, 64, 64, False, torch.float16)])
+def test_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypatch):
+    """kernels.PACKED_ROUTE_KEYS: a dense call with at most that many keys runs the packed
+    kernel over equal sequences; same tiles, same key blocks in the same order, so out and lse
+    equal the dense kernel's bit for bit (odd lengths, Sq < Sk, GQA, non-causal, FP16, one
+    query, one sequence, CTAs that run many tiles)."""
     import zyfa.asm.ptx.kernels as K
     *dims, causal, dtype = shape
     q, k, v = _inputs(*dims, dtype=dtype, seed=sum(dims))
-    assert k.shape[1] <= K.SHORT_DENSE_KEYS[q.shape[-1]]
+    assert k.shape[1] <= K.PACKED_ROUTE_KEYS[q.shape[-1]]
     out, lse = K.attention_16(q, k, v, None, causal)
-    monkeypatch.setattr(K, "SHORT_DENSE_KEYS", {})
+    monkeypatch.setattr(K, "PACKED_ROUTE_KEYS", {})
     ref, lse_ref = K.attention_16(q, k, v, None, causal)
     assert out.shape == ref.shape and lse.shape == lse_ref.shape and lse.is_contiguous()
     assert torch.equal(out.view(torch.int16), ref.view(torch.int16)), describe_mismatch(out, ref)

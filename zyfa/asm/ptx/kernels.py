@@ -120,11 +120,12 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 # A dense 16-bit call with at most this many keys (by Dqk) runs on the packed kernel: one CTA
 # an SM over a tile list, heaviest first, each CTA's producer loading the next tile while its
-# consumers finish the last, where one CTA a tile pays a launch and a first load per few key
-# blocks. H200 (bench/PTX_NOTES.md, run 41, outputs bit-equal): d64 1K +18%, d128 1K +7%, 2K +4%,
-# d192 1K +5%, 2K +3%; d64 2K, d256 1K-2K and 4K-16K no faster. The producer's early loads of
-# the next tile (specialized._emit_producer) added +2-7% at 1K (runs 45-46).
-SHORT_DENSE_KEYS = {64: 1024, 128: 2048, 192: 2048}
+# consumers finish the last (and at d64 / d128 run a tile's last P V beside the next tile's
+# first S), where one CTA a tile pays a launch and a first load per tile. H200, outputs
+# bit-equal (bench/PTX_NOTES.md, runs 48-49): packed / dense d64 1K +30%, 2K +7-10%, 16K -9%;
+# d128 1K +13-16%, 2K +10%, 4K +4%, 8K +3%, 16K (B = 1, GQA) +2%, 32K 0%; d192 1K +8%, 16K -1%;
+# d256 0-2%.
+PACKED_ROUTE_KEYS = {64: 2048, 128: 16384, 192: 2048}
 
 
 @functools.lru_cache(maxsize=16)     # a model's layers call with the same shape
@@ -144,15 +145,15 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     """BF16 / FP16 attention with head dims in attn.HEAD_DIMS_16 by the generated sm_90a
     kernel; inputs validated by flash_attn_func. Returns (out in the input type, lse float32).
     ``packed``: q, k, v are a packed batch's tokens as batch 1 (k and v share k_start); out
-    (1, total_q, Hq, Dv), lse (1, Hq, total_q). A dense call with few keys (SHORT_DENSE_KEYS)
-    runs as a packed batch of equal sequences."""
+    (1, total_q, Hq, Dv), lse (1, Hq, total_q). A dense call with at most PACKED_ROUTE_KEYS
+    keys runs as a packed batch of equal sequences."""
     Sq_total, Hq, D = q.shape[1:]
     Hkv, Dv = k.shape[2], v.shape[-1]
     if (D, Dv) not in attn.HEAD_DIMS_16 or q.dtype not in DTYPE_NAMES:
         raise ValueError(f"the generated 16-bit kernel takes head dims {attn.HEAD_DIMS_16} in bf16 / fp16, "
                          f"got ({D}, {Dv}) {q.dtype}")
     # not while a CUDA graph is captured: the packed launch copies its tile list from the host
-    if (packed is None and q.shape[0] > 1 and k.shape[1] <= SHORT_DENSE_KEYS.get(D, 0)
+    if (packed is None and k.shape[1] <= PACKED_ROUTE_KEYS.get(D, 0)
             and not torch.cuda.is_current_stream_capturing()):
         flat = [_flat(x) for x in (q, k, v)]
         if all(x is not None for x in flat):
