@@ -89,6 +89,7 @@ def test_methods_take_turns_over_the_rounds_and_keep_their_fastest(tmp_path):
     assert first["ms_rounds"] == [3.0, 2.0, 4.0] and first["ms"] == 2.0
     assert second["ms_rounds"] == [5.0, 6.0, 1.0] and second["ms"] == 1.0
     assert second["tflops"] == pytest.approx(TINY.flops / 1e9)
+    assert "up to 3 such medians, the methods taking turns" in markdown(doc, "r.json")
 
 
 def test_bench_on_captured_activations(tmp_path):
