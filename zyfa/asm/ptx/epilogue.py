@@ -28,12 +28,11 @@ def emit_epilogue(prog: Program, c: Cta, rows: Rows, total: list[Reg], A: list[R
     emit_epilogue_values(prog, c, emit_epilogue_targets(prog, c, rows), rows.vd_base, total, A, l)
 
 
-def emit_epilogue_targets(prog: Program, c: Cta, rows: Rows, into: Targets | None = None) -> Targets:
+def emit_epilogue_targets(prog: Program, c: Cta, rows: Rows) -> Targets:
     """The addresses of the tile's rows (from the tile's and rows' registers, which a
-    persistent consumer may then overwrite with its next tile's before the values), in the
-    registers of ``into`` if given."""
+    persistent consumer may then overwrite with its next tile's before the values)."""
     emit = prog.emit
-    into = into or new_targets(prog)
+    into = Targets(prog.regs("pred", 2), prog.reg("u32"), prog.reg("u32"))
     p, t, q = c.params, c.tile, c.thread.q
     dv = c.layout.dv
     ok, idx = into.inside, into.out_elem
@@ -57,11 +56,6 @@ def emit_epilogue_targets(prog: Program, c: Cta, rows: Rows, into: Targets | Non
         emit("mul.lo.u32", lse, lse, p.seqlen_q)
     emit("add.u32", lse, lse, rows.rows[0])
     return into
-
-
-def new_targets(prog: Program) -> Targets:
-    """Registers for emit_epilogue_targets."""
-    return Targets(prog.regs("pred", 2), prog.reg("u32"), prog.reg("u32"))
 
 
 def emit_epilogue_values(prog: Program, c: Cta, to: Targets, vd_base: Reg | None, total: list[Reg], A: list[Reg],
