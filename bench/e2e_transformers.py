@@ -1,5 +1,5 @@
 """End-to-end prefill of a transformers model with each attention backend: wall time per
-forward, and the KL divergence of its next-token distributions from a run whose attention is
+forward (the median of --reps turns, the backends timed in turns), and the KL divergence of its next-token distributions from a run whose attention is
 computed in float32.
 
     python bench/e2e_transformers.py --seqlen 16384 --out bench/results
@@ -146,7 +146,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seqlen", type=int, default=16384)
     ap.add_argument("--layers", type=int, default=None, help="32 (random Mistral-7B shape) or 6 (--trained)")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5, help="turns: each backend timed once a turn")
     ap.add_argument("--trained", action="store_true", help="train a small byte-level decoder first")
     ap.add_argument("--train-minutes", type=float, default=4.0)
     ap.add_argument("--train-steps", type=int, default=3000, help="the most steps (also the cosine horizon)")
@@ -177,25 +177,31 @@ def main():
                             generator=torch.Generator(device).manual_seed(1))
         model_desc = "Mistral-7B-shaped (MistralConfig defaults: 32/8 heads, d128), random BF16 weights"
     impls = a.impls.split(",")
-    logits, rows = {}, []
-    for impl in impls:
-        row = dict(attn_implementation=impl)
+    logits, rows, times = {}, {}, {}
+    for impl in impls:            # warm-up (compiles kernels) and the logits each backend gives
+        rows[impl] = row = dict(attn_implementation=impl)
         try:
             model.set_attn_implementation(impl)
             with torch.no_grad():
-                logits[impl] = model(ids).logits            # warm-up, compiles kernels
+                logits[impl] = model(ids).logits
                 _sync(device)
-                times = []
-                for _ in range(a.reps):
-                    t0 = time.perf_counter()
-                    model(ids)
-                    _sync(device)
-                    times.append(time.perf_counter() - t0)
-            row.update(status="ok", seconds_median=sorted(times)[len(times) // 2], seconds_all=times)
+            times[impl] = []
         except Exception as e:  # noqa: BLE001  (a backend that fails is recorded, not dropped)
             row.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
-        rows.append(row)
-        print(row, flush=True)
+            print(row, flush=True)
+    # the backends take turns, so a clock or temperature drift over the run falls on all of them alike
+    for _ in range(a.reps):
+        for impl in times:
+            model.set_attn_implementation(impl)
+            with torch.no_grad():
+                t0 = time.perf_counter()
+                model(ids)
+                _sync(device)
+                times[impl].append(time.perf_counter() - t0)
+    for impl, ts in times.items():
+        rows[impl].update(status="ok", seconds_median=sorted(ts)[len(ts) // 2], seconds_all=ts)
+        print(rows[impl], flush=True)
+    rows = list(rows.values())
     for row in rows:
         if row["status"] == "ok" and "fp32_ref" in logits:
             row["kl_vs_fp32_attention"] = kl_mean(logits["fp32_ref"], logits[row["attn_implementation"]])
