@@ -32,7 +32,9 @@ SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K"
           ("d64 1K", 32, 1024, 32, 32, 64, 64), ("d64 2K", 16, 2048, 32, 32, 64, 64),
           ("d128 1K", 32, 1024, 16, 16, 128, 128), ("d128 2K", 16, 2048, 16, 16, 128, 128),
           ("d128 8K", 4, 8192, 16, 16, 128, 128), ("d192 1K", 32, 1024, 16, 16, 192, 128),
-          ("d256 1K", 32, 1024, 8, 8, 256, 256), ("d256 2K", 16, 2048, 8, 8, 256, 256)]
+          ("d256 1K", 32, 1024, 8, 8, 256, 256), ("d256 2K", 16, 2048, 8, 8, 256, 256),
+          ("d256 4K", 8, 4096, 8, 8, 256, 256), ("d256 8K", 4, 8192, 8, 8, 256, 256),
+          ("d192 4K", 8, 4096, 16, 16, 192, 128)]
 _GEN = """
 import json, sys
 from zyfa.asm.ptx.attention import attention_kernel_16, layout_for
@@ -125,6 +127,14 @@ def main(argv=None) -> int:
                                 K._uniform_batch(B, S, k.shape[1], q.device))
         return out.view(B, S, *out.shape[2:])
 
+    def routed_head_major(q, k, v):
+        """The route with the tile order's tail as drawn head after head (no TAIL_PER_SM re-sort)."""
+        saved, K.TAIL_PER_SM = K.TAIL_PER_SM, 0
+        try:
+            return routed(q, k, v)
+        finally:
+            K.TAIL_PER_SM = saved
+
     try:
         import fa3_fwd_interface as fa3
     except ImportError:
@@ -147,6 +157,7 @@ def main(argv=None) -> int:
         for label, build in ((f"baseline {base['ref']}", baseline), ("current", current)):
             for route, fn in (("dense", dense), ("routed", routed)):
                 calls[f"{label} {route}"] = (build, functools.partial(fn, q, k, v))
+        calls["current routed head-major"] = (current, functools.partial(routed_head_major, q, k, v))
         # the public call (validation, dispatch, the route), as zyfa bench times it
         calls["current public"] = (current, lambda: zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True,
                                                                          backend="ptx"))

@@ -127,7 +127,9 @@ def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel):
     """The host's order for a packed launch (kernels._tile_order), decoded the way the
     producer and tile_loop.TileLoop do, names every (sequence, query tile, head) that has
     queries exactly once and none past a sequence's queries: the sequences most keys first,
-    in each one head after head, each head's query tiles last first."""
+    in each one head after head, each head's query tiles last first; the last
+    kernels.TAIL_PER_SM tiles an SM re-sorted most keys first."""
+    import zyfa.asm.ptx.kernels as K
     from zyfa.asm.ptx.kernels import _tile_order
     from zyfa.spec.shapes import Packed
     dtype, d = kernel.split()
@@ -137,7 +139,8 @@ def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel):
     max_q = max(q_lens) + rows                               # max_seqlen_q may exceed every length
     none = torch.zeros(len(q_lens), dtype=torch.int32)
     packed = Packed(none, none, none, none, max_q, max(k_lens), lengths=(tuple(q_lens), tuple(k_lens)))
-    words, draws = _tile_order(layout, packed, heads, torch.device("cpu"))
+    sms = 2
+    words, draws = _tile_order(layout, packed, heads, torch.device("cpu"), sms)
     assert words[0] == 0 and len(words) == 1 + draws
     per_head, heads_batch = -(-max_q // rows), heads * len(q_lens)
     seen = []
@@ -147,7 +150,12 @@ def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel):
         seen.append((seq, head, tile))
     expected = [(s, h, m) for s in sorted(range(len(q_lens)), key=lambda s: -k_lens[s])
                 for h in range(heads) for m in reversed(range(-(-q_lens[s] // rows)))]
+    tail = K.TAIL_PER_SM * sms
+    assert 0 < tail < len(expected)
+    keys = {t: min(k_lens[t[0]], max(0, k_lens[t[0]] - q_lens[t[0]]) + (t[2] + 1) * rows) for t in expected}
+    expected[-tail:] = sorted(expected[-tail:], key=lambda t: -keys[t])      # stable: ties keep their order
     assert seen == expected
+    assert [keys[t] for t in seen[-tail:]] == sorted((keys[t] for t in seen[-tail:]), reverse=True)
 
 
 def layout_fits(dims, dtype) -> bool:
