@@ -209,7 +209,7 @@ def main():
                                        .argmax(-1)).float().mean().item()
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     doc = dict(date=datetime.date.today().isoformat(), gpu=gpu, versions=versions(None), model=model_desc,
-               seqlen=a.seqlen, layers=layers, records=rows)
+               seqlen=a.seqlen, turns=True, layers=layers, records=rows)
     import transformers
     doc["versions"]["transformers"] = transformers.__version__
     path, key = results_file(a.out), run_key("e2e-transformers-trained" if a.trained else "e2e-transformers")

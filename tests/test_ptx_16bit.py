@@ -259,8 +259,9 @@ def test_short_dense_batches_as_packed_tables():
     (2, 2048, 2048, 4, 2, 128, 128, True, torch.bfloat16), (3, 1, 77, 4, 2, 64, 64, True, torch.bfloat16),
     # tiles far past the SM count: every CTA runs many in a row (the next tile's loads go first)
     (16, 1024, 1024, 16, 4, 128, 128, True, torch.bfloat16), (32, 512, 512, 8, 8, 64, 64, True, torch.bfloat16),
-    # one sequence, long (d128 routes up to 16K keys), and d64 at its limit
-    (1, 4097, 4097, 8, 2, 128, 128, True, torch.bfloat16), (2, 2048, 2048, 4, 4, 64, 64, False, torch.float16)])
+    # one sequence, long (d128 routes up to 16K keys), d64 and MLA at their limits
+    (1, 4097, 4097, 8, 2, 128, 128, True, torch.bfloat16), (2, 2048, 2048, 4, 4, 64, 64, False, torch.float16),
+    (2, 3000, 4096, 4, 2, 192, 128, True, torch.bfloat16)])
 def test_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypatch):
     """kernels.PACKED_ROUTE_KEYS: a dense call with at most that many keys runs the packed
     kernel over equal sequences; same tiles, same key blocks in the same order, so out and lse

@@ -137,7 +137,7 @@ def e2e_markdown(e: dict, source: str) -> str:
     lines = ["## End-to-end prefill in transformers", "",
              f"{e['model']}, {e['seqlen']} tokens. From `{source}` ({e['gpu']}, {e['date']}, transformers "
              f"{e['versions'].get('transformers')}). Wall time of one forward (median of "
-             f"{len(e['records'][0].get('seconds_all', [])) or '?'}); KL = mean over positions of "
+             f"{len(e['records'][0].get('seconds_all', [])) or '?'}{', the backends in turns' if e.get('turns') else ''}); KL = mean over positions of "
              "KL(fp32-attention run ‖ this run) of the next-token distributions.", "",
              "| attn_implementation | prefill (s) | KL vs fp32 attention | argmax agreement |", "|---|---|---|---|"]
     for r in e["records"]:
