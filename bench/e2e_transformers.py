@@ -1,5 +1,6 @@
 """End-to-end prefill of a transformers model with each attention backend: wall time per
-forward (the median of --reps turns, the backends timed in turns), and the KL divergence of its next-token distributions from a run whose attention is
+forward (the median of --reps turns, the backends timed in turns), the GPU kernels' time in
+one forward (torch.profiler), and the KL divergence of its next-token distributions from a run whose attention is
 computed in float32.
 
     python bench/e2e_transformers.py --seqlen 16384 --out bench/results
@@ -72,6 +73,18 @@ def register_extra():
 def _sync(device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def kernel_seconds(model, ids) -> float:
+    """The GPU kernels' summed time in one forward (torch.profiler): the backends' other
+    kernels are the same, so the difference is their attention's, without the wall time's
+    turn-to-turn spread (clocks, the power limit)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model(ids)
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA) / 1e6
 
 
 def kl_mean(ref_logits, logits, chunk=2048) -> float:
@@ -200,6 +213,9 @@ def main():
                 times[impl].append(time.perf_counter() - t0)
     for impl, ts in times.items():
         rows[impl].update(status="ok", seconds_median=sorted(ts)[len(ts) // 2], seconds_all=ts)
+        if device.type == "cuda":
+            model.set_attn_implementation(impl)
+            rows[impl]["kernel_seconds"] = kernel_seconds(model, ids)
         print(rows[impl], flush=True)
     rows = list(rows.values())
     for row in rows:
@@ -214,10 +230,11 @@ def main():
     doc["versions"]["transformers"] = transformers.__version__
     path, key = results_file(a.out), run_key("e2e-transformers-trained" if a.trained else "e2e-transformers")
     save_entry(path, key, doc)
-    print(f"\n{'attention':10s} {'prefill s':>10s} {'KL vs fp32 attn':>16s} {'argmax agree':>13s}")
+    print(f"\n{'attention':10s} {'prefill s':>10s} {'kernels s':>10s} {'KL vs fp32 attn':>16s} {'argmax agree':>13s}")
     for r in rows:
         if r["status"] == "ok":
-            print(f"{r['attn_implementation']:10s} {r['seconds_median']:10.3f} {r.get('kl_vs_fp32_attention', 0):16.3e} "
+            print(f"{r['attn_implementation']:10s} {r['seconds_median']:10.3f} {r.get('kernel_seconds', 0):10.3f} "
+                  f"{r.get('kl_vs_fp32_attention', 0):16.3e} "
                   f"{r.get('argmax_agreement', 0):13.4f}")
         else:
             print(f"{r['attn_implementation']:10s} FAILED {r['reason'][:100]}")

@@ -137,15 +137,19 @@ def e2e_markdown(e: dict, source: str) -> str:
     lines = ["## End-to-end prefill in transformers", "",
              f"{e['model']}, {e['seqlen']} tokens. From `{source}` ({e['gpu']}, {e['date']}, transformers "
              f"{e['versions'].get('transformers')}). Wall time of one forward (median of "
-             f"{len(e['records'][0].get('seconds_all', [])) or '?'}{', the backends in turns' if e.get('turns') else ''}); KL = mean over positions of "
+             f"{len(e['records'][0].get('seconds_all', [])) or '?'}"
+             f"{', the backends in turns' if e.get('turns') else ''}); "
+             "GPU kernels = their summed time in one profiled forward; KL = mean over positions of "
              "KL(fp32-attention run ‖ this run) of the next-token distributions.", "",
-             "| attn_implementation | prefill (s) | KL vs fp32 attention | argmax agreement |", "|---|---|---|---|"]
+             "| attn_implementation | prefill (s) | GPU kernels (s) | KL vs fp32 attention | argmax agreement |",
+             "|---|---|---|---|---|"]
     for r in e["records"]:
         if r["status"] == "ok":
-            lines.append(f"| {r['attn_implementation']} | {r['seconds_median']:.3f} | "
+            kernels = f"{r['kernel_seconds']:.3f}" if "kernel_seconds" in r else ""
+            lines.append(f"| {r['attn_implementation']} | {r['seconds_median']:.3f} | {kernels} | "
                          f"{r.get('kl_vs_fp32_attention', float('nan')):.3e} | {r.get('argmax_agreement', float('nan')):.4f} |")
         else:
-            lines.append(f"| {r['attn_implementation']} | {r['status']}: {r['reason'][:80]} | | |")
+            lines.append(f"| {r['attn_implementation']} | {r['status']}: {r['reason'][:80]} | | | |")
     return "\n".join(lines) + "\n"
 
 
