@@ -134,12 +134,13 @@ def plots(doc: dict, prefix: str) -> list[str]:
 
 def e2e_markdown(e: dict, source: str) -> str:
     """The transformers end-to-end table (bench/e2e_transformers.py)."""
+    profiled = any("kernel_seconds" in r for r in e["records"])
     lines = ["## End-to-end prefill in transformers", "",
              f"{e['model']}, {e['seqlen']} tokens. From `{source}` ({e['gpu']}, {e['date']}, transformers "
              f"{e['versions'].get('transformers')}). Wall time of one forward (median of "
              f"{len(e['records'][0].get('seconds_all', [])) or '?'}"
              f"{', the backends in turns' if e.get('turns') else ''}); "
-             "GPU kernels = their summed time in one profiled forward; KL = mean over positions of "
+             f"{'GPU kernels = their summed time in one profiled forward; ' if profiled else ''}KL = mean over positions of "
              "KL(fp32-attention run ‖ this run) of the next-token distributions.", "",
              "| attn_implementation | prefill (s) | GPU kernels (s) | KL vs fp32 attention | argmax agreement |",
              "|---|---|---|---|---|"]
