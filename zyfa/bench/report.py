@@ -140,8 +140,8 @@ def e2e_markdown(e: dict, source: str) -> str:
              f"{e['versions'].get('transformers')}). Wall time of one forward (median of "
              f"{len(e['records'][0].get('seconds_all', [])) or '?'}"
              f"{', the backends in turns' if e.get('turns') else ''}); "
-             f"{'GPU kernels = their summed time in one profiled forward; ' if profiled else ''}KL = mean over positions of "
-             "KL(fp32-attention run ‖ this run) of the next-token distributions.", "",
+             f"{'GPU kernels = their summed time in one profiled forward; ' if profiled else ''}"
+             "KL = mean over positions of KL(fp32-attention run ‖ this run) of the next-token distributions.", "",
              "| attn_implementation | prefill (s) | GPU kernels (s) | KL vs fp32 attention | argmax agreement |",
              "|---|---|---|---|---|"]
     for r in e["records"]:
