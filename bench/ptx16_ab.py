@@ -127,14 +127,6 @@ def main(argv=None) -> int:
                                 K._uniform_batch(B, S, k.shape[1], q.device))
         return out.view(B, S, *out.shape[2:])
 
-    def routed_head_major(q, k, v):
-        """The route with the tile order's tail as drawn head after head (no TAIL_PER_SM re-sort)."""
-        saved, K.TAIL_PER_SM = K.TAIL_PER_SM, 0
-        try:
-            return routed(q, k, v)
-        finally:
-            K.TAIL_PER_SM = saved
-
     try:
         import fa3_fwd_interface as fa3
     except ImportError:
@@ -157,7 +149,6 @@ def main(argv=None) -> int:
         for label, build in ((f"baseline {base['ref']}", baseline), ("current", current)):
             for route, fn in (("dense", dense), ("routed", routed)):
                 calls[f"{label} {route}"] = (build, functools.partial(fn, q, k, v))
-        calls["current routed head-major"] = (current, functools.partial(routed_head_major, q, k, v))
         # the public call (validation, dispatch, the route), as zyfa bench times it
         calls["current public"] = (current, lambda: zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True,
                                                                          backend="ptx"))
