@@ -1,7 +1,7 @@
 """End-to-end prefill of a transformers model with each attention backend: wall time per
 forward (the median of --reps turns, the backends timed in turns), the GPU kernels' time in
-one forward (torch.profiler), and the KL divergence of its next-token distributions from a run whose attention is
-computed in float32.
+one forward (torch.profiler), and the KL divergence of its next-token distributions from a
+run whose attention is computed in float32.
 
     python bench/e2e_transformers.py --seqlen 16384 --out bench/results
     python bench/e2e_transformers.py --trained --train-minutes 4 --seqlen 8192

@@ -195,3 +195,23 @@ def test_error_repeat_script_records_errors_and_repeatability(tmp_path):
         (200, "realistic", "168..200")]
     assert all(0 < e["zyfa"] < 0.1 for e in doc["errors"])
     assert doc["repeatability"] == {**doc["repeatability"], "launches": 2, "differing": 0}
+
+
+def test_e2e_table_shows_kernel_times_only_for_a_profiled_run():
+    """report.e2e_markdown: the GPU-kernel column (bench/e2e_transformers.py on a GPU) only when
+    the run recorded it; a failed backend keeps the table's width."""
+    from zyfa.bench.report import e2e_markdown
+    doc = dict(model="m", seqlen=8, gpu="g", date="d", versions={}, turns=True, records=[
+        dict(attn_implementation="sdpa", status="ok", seconds_median=0.5, seconds_all=[0.5, 0.6, 0.4],
+             kernel_seconds=0.45, kl_vs_fp32_attention=1e-3, argmax_agreement=0.9),
+        dict(attn_implementation="x", status="failed", reason="no")])
+    rows = [line for line in e2e_markdown(doc, "src").splitlines() if line.startswith("|")]
+    assert "GPU kernels" in rows[0] and "| 0.500 | 0.450 |" in rows[2] and "median of 3, the backends in turns" in \
+        e2e_markdown(doc, "src")
+    assert len({line.count("|") for line in rows}) == 1
+    for r in doc["records"]:
+        r.pop("kernel_seconds", None)
+    doc.pop("turns")
+    text = e2e_markdown(doc, "src")
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert "GPU kernels" not in text and "in turns" not in text and len({line.count("|") for line in rows}) == 1

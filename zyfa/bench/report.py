@@ -142,15 +142,15 @@ def e2e_markdown(e: dict, source: str) -> str:
              f"{', the backends in turns' if e.get('turns') else ''}); "
              f"{'GPU kernels = their summed time in one profiled forward; ' if profiled else ''}"
              "KL = mean over positions of KL(fp32-attention run ‖ this run) of the next-token distributions.", "",
-             "| attn_implementation | prefill (s) | GPU kernels (s) | KL vs fp32 attention | argmax agreement |",
-             "|---|---|---|---|---|"]
+             "| attn_implementation | prefill (s) | " + ("GPU kernels (s) | " if profiled else "")
+             + "KL vs fp32 attention | argmax agreement |", "|---|---|---|---|" + ("---|" if profiled else "")]
     for r in e["records"]:
         if r["status"] == "ok":
-            kernels = f"{r['kernel_seconds']:.3f}" if "kernel_seconds" in r else ""
-            lines.append(f"| {r['attn_implementation']} | {r['seconds_median']:.3f} | {kernels} | "
+            kernels = (f"{r['kernel_seconds']:.3f} | " if "kernel_seconds" in r else " | ") if profiled else ""
+            lines.append(f"| {r['attn_implementation']} | {r['seconds_median']:.3f} | {kernels}"
                          f"{r.get('kl_vs_fp32_attention', float('nan')):.3e} | {r.get('argmax_agreement', float('nan')):.4f} |")
         else:
-            lines.append(f"| {r['attn_implementation']} | {r['status']}: {r['reason'][:80]} | | | |")
+            lines.append(f"| {r['attn_implementation']} | {r['status']}: {r['reason'][:80]} |" + " |" * (2 + profiled))
     return "\n".join(lines) + "\n"
 
 
