@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import zyfa  # noqa: E402
 import zyfa.integrations.transformers as zt  # noqa: E402
+from zyfa.bench.measure import kernel_ms  # noqa: E402
 from zyfa.bench.run import versions  # noqa: E402
 from zyfa.bench.store import results_file, run_key, save_entry  # noqa: E402
 
@@ -79,12 +80,8 @@ def kernel_seconds(model, ids) -> float:
     """The GPU kernels' summed time in one forward (torch.profiler): the backends' other
     kernels are the same, so the difference is their attention's, without the wall time's
     turn-to-turn spread (clocks, the power limit)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        model(ids)
-        torch.cuda.synchronize()
-    return sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA) / 1e6
+    with torch.no_grad():
+        return sum(kernel_ms(lambda: model(ids)).values()) / 1e3
 
 
 def kl_mean(ref_logits, logits, chunk=2048) -> float:

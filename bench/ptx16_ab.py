@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
@@ -86,22 +85,11 @@ def main(argv=None) -> int:
     from zyfa.asm.ptx.assemble import assemble
     from zyfa.asm.ptx.loader import Kernel
     from zyfa.bench.cases import attention_flops
-    from zyfa.bench.measure import median_ms, rel_err
+    from zyfa.bench.measure import host_ms, median_ms, rel_err
     from zyfa.bench.run import versions
     from zyfa.spec.reference import attention_fp64
     with open(BASELINE) as f:
         base = json.load(f)
-
-    def host_us(fn, n: int = 50) -> float:
-        """Host time of a call: n back to back without a sync (a call that syncs shows its GPU time)."""
-        fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        return (t1 - t0) / n * 1e6
 
     @functools.cache
     def current(dtype, causal, dqk, dv, arch, device, packed):
@@ -175,7 +163,7 @@ def main(argv=None) -> int:
             if calls[label][0] is not None:
                 K._attention_16 = calls[label][0]
             rows.append(dict(case=name, label=label, ms=ms, ms_rounds=times[label], tflops=flops / ms / 1e9,
-                             host_us=host_us(calls[label][1]), err_last_rows=errs[label],
+                             host_us=host_ms(calls[label][1]) * 1e3, err_last_rows=errs[label],
                              max_abs_diff_vs_baseline_dense=diffs.get(label)))
         print(f"{name:22s} " + " | ".join(f"{lb}={flops / min(times[lb]) / 1e9:.0f}" for lb in calls)
               + f" | max diffs {max(diffs.values()):.1e} | host us "

@@ -14,40 +14,19 @@ import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import zyfa  # noqa: E402
 from zyfa.activations import make  # noqa: E402
-from zyfa.bench.measure import median_ms  # noqa: E402
-
-
-def host_ms(fn, calls: int = 20) -> float:
-    torch.cuda._sleep(50_000_000)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    out = (time.perf_counter() - t0) / calls * 1e3
-    torch.cuda.synchronize()
-    return out
+from zyfa.bench.measure import host_ms, kernel_ms, median_ms  # noqa: E402
 
 
 def kernels_ms(fn, calls: int = 10) -> dict:
     """Device time a call per kernel name (first 60 characters)."""
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    out = {}
-    for e in prof.key_averages():
-        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if t > 0 and e.count > 0:
-            out[e.key[:60]] = round(t / calls / 1e3, 4)
-    return out
+    return {name[:60]: round(ms, 4) for name, ms in kernel_ms(fn, calls).items()}
 
 
 def main(argv=None) -> int:

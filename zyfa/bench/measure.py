@@ -17,6 +17,30 @@ def median_ms(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def host_ms(fn, calls: int = 20) -> float:
+    """The host's own time a call: ``calls`` calls queued behind a sleeping kernel, so that the
+    GPU never waits for them (a call that synchronizes shows the sleep instead)."""
+    torch.cuda._sleep(50_000_000)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    out = (time.perf_counter() - t0) / calls * 1e3
+    torch.cuda.synchronize()
+    return out
+
+
+def kernel_ms(fn, calls: int = 1) -> dict[str, float]:
+    """Device time a call per GPU activity (kernel or copy) name, by torch.profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return {e.key: e.self_device_time_total / calls / 1e3 for e in prof.key_averages()
+            if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0}
+
+
 class Power:
     """NVML's energy counter and SM clock for the current GPU (None fields when NVML is absent)."""
 

@@ -80,9 +80,8 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
 
 # The last TAIL_PER_SM tiles an SM of a packed launch's order are re-sorted most keys first:
 # drawn head after head to the end, the last head's heaviest tiles came among the last and
-# the other SMs idled while they ran (a list-scheduling model of equal sequences, a block of
-# keys a unit and one more a tile: 3-6% over the ideal at 1K-8K keys, about 1% with the tail
-# re-sorted, 0.3% at 16K either way).
+# the other SMs idled while they ran. H200, outputs bit-equal (bench/PTX_NOTES.md, run 53):
+# +0-6% on 11 of 12 shapes at 1K-8K keys against head after head to the end.
 TAIL_PER_SM = 4
 
 
