@@ -34,6 +34,11 @@ SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K"
           ("d256 1K", 32, 1024, 8, 8, 256, 256), ("d256 2K", 16, 2048, 8, 8, 256, 256),
           ("d256 4K", 8, 4096, 8, 8, 256, 256), ("d256 8K", 4, 8192, 8, 8, 256, 256),
           ("d192 4K", 8, 4096, 16, 16, 192, 128)]
+# consumer16's experiment knobs (PIN_P, RESCALE_ALWAYS) by variant: the P V wait pinned after
+# the row sums (main), after the rows' alpha, or after one exponential; the output rescaled
+# every block or only when a row's reference moved (main)
+VARIANTS = {"alpha-always": ("alpha", True), "p15-always": (15, True), "alpha": ("alpha", False),
+            "sums-always": (None, True)}
 _GEN = """
 import json, sys
 from zyfa.asm.ptx.attention import attention_kernel_16, layout_for
@@ -71,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternations of all calls (the fastest kept)")
     ap.add_argument("--shapes", default=None, help="comma-separated SHAPES names (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="the realistic inputs' seed")
+    ap.add_argument("--variants", default="", help=f"comma-separated VARIANTS names ({', '.join(VARIANTS)})")
     a = ap.parse_args(argv)
     if a.prepare_baseline:
         prepare_baseline(a.prepare_baseline)
@@ -81,6 +87,7 @@ def main(argv=None) -> int:
     import zyfa
     from zyfa.activations import make
     from zyfa.asm.ptx import attention as attn
+    from zyfa.asm.ptx import consumer16 as c16
     from zyfa.asm.ptx import kernels as K
     from zyfa.asm.ptx.assemble import assemble
     from zyfa.asm.ptx.loader import Kernel
@@ -92,8 +99,13 @@ def main(argv=None) -> int:
         base = json.load(f)
 
     @functools.cache
-    def current(dtype, causal, dqk, dv, arch, device, packed):
-        name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
+    def current(dtype, causal, dqk, dv, arch, device, packed, variant=""):
+        saved = c16.PIN_P, c16.RESCALE_ALWAYS
+        c16.PIN_P, c16.RESCALE_ALWAYS = VARIANTS.get(variant, saved)
+        try:
+            name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
+        finally:
+            c16.PIN_P, c16.RESCALE_ALWAYS = saved
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                       attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
 
@@ -120,6 +132,7 @@ def main(argv=None) -> int:
     except ImportError:
         fa3 = None
     names = a.shapes.split(",") if a.shapes else [s[0] for s in SHAPES]
+    variants = [v for v in a.variants.split(",") if v]
     rows = []
     for name, B, S, Hq, Hkv, D, Dv in (s for s in SHAPES if s[0] in names):
         q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, head_dim_v=Dv, seed=a.seed,
@@ -137,6 +150,9 @@ def main(argv=None) -> int:
         for label, build in ((f"baseline {base['ref']}", baseline), ("current", current)):
             for route, fn in (("dense", dense), ("routed", routed)):
                 calls[f"{label} {route}"] = (build, functools.partial(fn, q, k, v))
+        for name in variants:     # each through the public call's route, its kernels built with the knobs
+            calls[f"variant {name}"] = (functools.partial(current, variant=name),
+                                        functools.partial(K.attention_16, q, k, v, None, True))
         # the public call (validation, dispatch, the route), as zyfa bench times it
         calls["current public"] = (current, lambda: zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True,
                                                                          backend="ptx"))

@@ -9,10 +9,14 @@ from .block import emit_rescale, emit_scores
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_v_wait, free_bar, v_bar
 from .cta import Cta, Rows, emit_rows
 from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
-from .layout import HEAD_DIM, THREADS
+from .layout import HEAD_DIM, THREADS, acc_row_half
 from .loads import emit_kv_wait, stage
 from .target import f32
 from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
+
+
+RESCALE_ALWAYS = False   # experiment: the output rescaled every block (no branch)
+PIN_P = None   # experiment: the P V wait pinned after one exponential (its index) instead of the row sums
 
 
 def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
@@ -88,6 +92,14 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     def pin(sm) -> None:
         """The block's row sums stored before the P V wait, which keeps ptxas from hoisting
         that wait above the softmax (Layout.pins_softmax)."""
+        if PIN_P == "alpha":
+            both = prog.reg("f32")
+            emit("add.f32", both, sm.alpha[0], sm.alpha[1])
+            emit("st.shared.f32", scratch, both)
+            return
+        if PIN_P is not None:
+            emit("st.shared.f32", scratch, sm.p[PIN_P])
+            return
         both = prog.reg("f32")
         emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
         emit("st.shared.f32", scratch, both)
@@ -117,7 +129,11 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
-    emit_rescale(prog, total, sm.alpha, "")
+    if RESCALE_ALWAYS:
+        for i, ti in enumerate(total):
+            emit("mul.f32", ti, ti, sm.alpha[acc_row_half(i)])
+    else:
+        emit_rescale(prog, total, sm.alpha, "")
     emit_row_update16(prog, sm, l, A)
     emit("bra", "BLOCK_LOOP")
 
