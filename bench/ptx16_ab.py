@@ -34,11 +34,13 @@ SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K"
           ("d256 1K", 32, 1024, 8, 8, 256, 256), ("d256 2K", 16, 2048, 8, 8, 256, 256),
           ("d256 4K", 8, 4096, 8, 8, 256, 256), ("d256 8K", 4, 8192, 8, 8, 256, 256),
           ("d192 4K", 8, 4096, 16, 16, 192, 128)]
-# consumer16's experiment knobs (PIN_P, RESCALE_ALWAYS) by variant: the P V wait pinned after
-# the row sums (main), after the rows' alpha, or after one exponential; the output rescaled
-# every block or only when a row's reference moved (main)
-VARIANTS = {"alpha-always": ("alpha", True), "p15-always": (15, True), "alpha": ("alpha", False),
-            "sums-always": (None, True)}
+# consumer16's experiment knobs (PIN_P, RESCALE_ALWAYS, PINGPONG) by variant: the P V wait
+# pinned after the row sums (main), after the rows' alpha, or after one exponential; the output
+# rescaled every block or only when a row's reference moved (main); the consumers' GEMM phases
+# in turn (named barriers, FlashAttention-3's order) or not (main)
+VARIANTS = {"alpha-always": ("alpha", True, False), "p15-always": (15, True, False), "alpha": ("alpha", False, False),
+            "sums-always": (None, True, False), "pingpong": (None, False, True),
+            "alpha-always-pingpong": ("alpha", True, True)}
 _GEN = """
 import json, sys
 from zyfa.asm.ptx.attention import attention_kernel_16, layout_for
@@ -100,12 +102,12 @@ def main(argv=None) -> int:
 
     @functools.cache
     def current(dtype, causal, dqk, dv, arch, device, packed, variant=""):
-        saved = c16.PIN_P, c16.RESCALE_ALWAYS
-        c16.PIN_P, c16.RESCALE_ALWAYS = VARIANTS.get(variant, saved)
+        saved = c16.PIN_P, c16.RESCALE_ALWAYS, c16.PINGPONG
+        c16.PIN_P, c16.RESCALE_ALWAYS, c16.PINGPONG = VARIANTS.get(variant, saved)
         try:
             name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
         finally:
-            c16.PIN_P, c16.RESCALE_ALWAYS = saved
+            c16.PIN_P, c16.RESCALE_ALWAYS, c16.PINGPONG = saved
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                       attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
 

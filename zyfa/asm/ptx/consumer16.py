@@ -16,6 +16,8 @@ from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
 
 
 RESCALE_ALWAYS = False   # experiment: the output rescaled every block (no branch)
+PINGPONG = False   # experiment: the consumers issue their block loop's GEMM phases in turn
+PP_BARRIER = 6     # named barriers 6, 7 (, 8): consumer.Q_BARRIER uses 3-5
 PIN_P = None   # experiment: the P V wait pinned after one exponential (its index) instead of the row sums
 
 
@@ -34,6 +36,14 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     bench/PTX_NOTES.md.)"""
     emit = prog.emit
     _, _, q_descs = emit_consumer_start(prog, c)
+    if PINGPONG:       # consumer wg issues its GEMM phase after wg - 1's (named barrier PP_BARRIER + wg - 1)
+        pp_own, pp_next = prog.regs("u32", 2)
+        emit("add.u32", pp_own, c.thread.wg, PP_BARRIER - 1)
+        emit("rem.u32", pp_next, c.thread.wg, c.layout.consumers)
+        emit("add.u32", pp_next, pp_next, PP_BARRIER)
+        last_wg = prog.reg("pred")
+        emit("setp.eq.u32", last_wg, c.thread.wg, c.layout.consumers)
+        emit("bar.arrive.n", PP_BARRIER, 2 * THREADS, guard=last_wg)      # the first consumer goes first
     scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
     emit("mov.u32", scratch, "%tid.x")
     emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
@@ -118,9 +128,13 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
     emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
+    if PINGPONG:
+        emit("bar.sync.n", pp_own, 2 * THREADS)
     emit_scores(prog, c, q_descs, slot, s, "", wait=False)
     emit_v_wait(prog, c, prev_slot, "")
     issue_pv(prev_slot)
+    if PINGPONG:
+        emit("bar.arrive.n", pp_next, 2 * THREADS)
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
     emit_release(prog, c, free_bar(prog, c, slot))      # K(j) read: the producer may reload it
     release_q_after_last_s(j)
