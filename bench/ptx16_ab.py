@@ -33,7 +33,8 @@ SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K"
           ("d128 8K", 4, 8192, 16, 16, 128, 128), ("d192 1K", 32, 1024, 16, 16, 192, 128),
           ("d256 1K", 32, 1024, 8, 8, 256, 256), ("d256 2K", 16, 2048, 8, 8, 256, 256),
           ("d256 4K", 8, 4096, 8, 8, 256, 256), ("d256 8K", 4, 8192, 8, 8, 256, 256),
-          ("d192 4K", 8, 4096, 16, 16, 192, 128)]
+          ("d192 4K", 8, 4096, 16, 16, 192, 128), ("d64 4K", 8, 4096, 32, 32, 64, 64),
+          ("d64 8K", 4, 8192, 32, 32, 64, 64)]
 # consumer16's experiment knobs (PIN_P, RESCALE_ALWAYS, PINGPONG) by variant: the P V wait
 # pinned after the row sums (main), after the rows' alpha, or after one exponential; the output
 # rescaled every block or only when a row's reference moved (main); the consumers' GEMM phases
@@ -149,12 +150,13 @@ def main(argv=None) -> int:
                 return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
                                                                         enable_gqa=Hq != Hkv).transpose(1, 2)
         calls = {}
-        for label, build in ((f"baseline {base['ref']}", baseline), ("current", current)):
+        # (with variants, this tree's kernels equal the baseline's: its dense and routed are left out)
+        for label, build in ((f"baseline {base['ref']}", baseline), ("current", current))[:1 if variants else 2]:
             for route, fn in (("dense", dense), ("routed", routed)):
                 calls[f"{label} {route}"] = (build, functools.partial(fn, q, k, v))
-        for name in variants:     # each through the public call's route, its kernels built with the knobs
-            calls[f"variant {name}"] = (functools.partial(current, variant=name),
-                                        functools.partial(K.attention_16, q, k, v, None, True))
+        for variant in variants:     # each through the public call's route, its kernels built with the knobs
+            calls[f"variant {variant}"] = (functools.partial(current, variant=variant),
+                                           functools.partial(K.attention_16, q, k, v, None, True))
         # the public call (validation, dispatch, the route), as zyfa bench times it
         calls["current public"] = (current, lambda: zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True,
                                                                          backend="ptx"))
