@@ -35,13 +35,17 @@ SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K"
           ("d256 4K", 8, 4096, 8, 8, 256, 256), ("d256 8K", 4, 8192, 8, 8, 256, 256),
           ("d192 4K", 8, 4096, 16, 16, 192, 128), ("d64 4K", 8, 4096, 32, 32, 64, 64),
           ("d64 8K", 4, 8192, 32, 32, 64, 64)]
-# consumer16's experiment knobs (PIN_P, RESCALE_ALWAYS, PINGPONG) by variant: the P V wait
-# pinned after the row sums (main), after the rows' alpha, or after one exponential; the output
-# rescaled every block or only when a row's reference moved (main); the consumers' GEMM phases
-# in turn (named barriers, FlashAttention-3's order) or not (main)
-VARIANTS = {"alpha-always": ("alpha", True, False), "p15-always": (15, True, False), "alpha": ("alpha", False, False),
-            "sums-always": (None, True, False), "pingpong": (None, False, True),
-            "alpha-always-pingpong": ("alpha", True, True)}
+# consumer16's experiment knobs by variant (the rest as in main): PIN_P, the P V wait pinned after
+# the row sums (main, None), the rows' alpha or one exponential; RESCALE_ALWAYS, the output
+# rescaled every block (main: only when a row's reference moved); RESCALE_UNDER_S, rescaled after
+# the next S is issued, before P V (FA3's order at d256); PINGPONG, the consumers' GEMM phases in
+# turn (named barriers, FA3's order at d64 / d128)
+VARIANTS = {"alpha-always": dict(PIN_P="alpha", RESCALE_ALWAYS=True), "p15-always": dict(PIN_P=15, RESCALE_ALWAYS=True),
+            "alpha": dict(PIN_P="alpha"), "sums-always": dict(RESCALE_ALWAYS=True), "pingpong": dict(PINGPONG=True),
+            "alpha-always-pingpong": dict(PIN_P="alpha", RESCALE_ALWAYS=True, PINGPONG=True),
+            "alpha-under-s": dict(PIN_P="alpha", RESCALE_UNDER_S=True),
+            "alpha-under-s-pingpong": dict(PIN_P="alpha", RESCALE_UNDER_S=True, PINGPONG=True)}
+KNOBS = ("PIN_P", "RESCALE_ALWAYS", "RESCALE_UNDER_S", "PINGPONG")
 _GEN = """
 import json, sys
 from zyfa.asm.ptx.attention import attention_kernel_16, layout_for
@@ -103,12 +107,14 @@ def main(argv=None) -> int:
 
     @functools.cache
     def current(dtype, causal, dqk, dv, arch, device, packed, variant=""):
-        saved = c16.PIN_P, c16.RESCALE_ALWAYS, c16.PINGPONG
-        c16.PIN_P, c16.RESCALE_ALWAYS, c16.PINGPONG = VARIANTS.get(variant, saved)
+        saved = {k: getattr(c16, k) for k in KNOBS}
+        for k in KNOBS:
+            setattr(c16, k, VARIANTS[variant].get(k, saved[k]) if variant else saved[k])
         try:
             name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
         finally:
-            c16.PIN_P, c16.RESCALE_ALWAYS, c16.PINGPONG = saved
+            for k, value in saved.items():
+                setattr(c16, k, value)
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                       attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
 

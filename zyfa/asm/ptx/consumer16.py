@@ -16,6 +16,7 @@ from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
 
 
 RESCALE_ALWAYS = False   # experiment: the output rescaled every block (no branch)
+RESCALE_UNDER_S = False   # experiment: the output rescaled after the next S is issued, before P V (FA3 at d256)
 PINGPONG = False   # experiment: the consumers issue their block loop's GEMM phases in turn
 PP_BARRIER = 6     # named barriers 6, 7 (, 8): consumer.Q_BARRIER uses 3-5
 PIN_P = None   # experiment: the P V wait pinned after one exponential (its index) instead of the row sums
@@ -99,6 +100,17 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         emit_row_update16(prog, sm, l, A)
         return sm
 
+    alpha_prev = prog.regs("f32", 2) if RESCALE_UNDER_S else None   # the last block's alpha, for the next P V
+    if RESCALE_UNDER_S:
+        for half in (0, 1):
+            emit("mov.f32", alpha_prev[half], f32(1.0))
+
+    def rescale_under_s() -> None:
+        """total *= the last block's alpha, before P(j - 1) V is issued (while S(j) runs); at a
+        tile's first P V, which overwrites total, the product is unused."""
+        for i, ti in enumerate(total):
+            emit("mul.f32", ti, ti, alpha_prev[acc_row_half(i)])
+
     def pin(sm) -> None:
         """The block's row sums stored before the P V wait, which keeps ptxas from hoisting
         that wait above the softmax (Layout.pins_softmax)."""
@@ -131,6 +143,8 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     if PINGPONG:
         emit("bar.sync.n", pp_own, 2 * THREADS)
     emit_scores(prog, c, q_descs, slot, s, "", wait=False)
+    if RESCALE_UNDER_S:
+        rescale_under_s()
     emit_v_wait(prog, c, prev_slot, "")
     issue_pv(prev_slot)
     if PINGPONG:
@@ -143,7 +157,10 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
-    if RESCALE_ALWAYS:
+    if RESCALE_UNDER_S:
+        for half in (0, 1):
+            emit("mov.f32", alpha_prev[half], sm.alpha[half])
+    elif RESCALE_ALWAYS:
         for i, ti in enumerate(total):
             emit("mul.f32", ti, ti, sm.alpha[acc_row_half(i)])
     else:
@@ -152,6 +169,8 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("bra", "BLOCK_LOOP")
 
     prog.label("LAST_PV")
+    if RESCALE_UNDER_S:
+        rescale_under_s()
     if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM:
         _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
                               total, A, l, p_regs)
