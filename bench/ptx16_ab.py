@@ -44,7 +44,9 @@ VARIANTS = {"alpha-always": dict(PIN_P="alpha", RESCALE_ALWAYS=True), "p15-alway
             "alpha": dict(PIN_P="alpha"), "sums-always": dict(RESCALE_ALWAYS=True), "pingpong": dict(PINGPONG=True),
             "alpha-always-pingpong": dict(PIN_P="alpha", RESCALE_ALWAYS=True, PINGPONG=True),
             "alpha-under-s": dict(PIN_P="alpha", RESCALE_UNDER_S=True),
-            "alpha-under-s-pingpong": dict(PIN_P="alpha", RESCALE_UNDER_S=True, PINGPONG=True)}
+            "alpha-under-s-pingpong": dict(PIN_P="alpha", RESCALE_UNDER_S=True, PINGPONG=True),
+            "p15-under-s": dict(PIN_P=15, RESCALE_UNDER_S=True),
+            "p15-under-s-pingpong": dict(PIN_P=15, RESCALE_UNDER_S=True, PINGPONG=True)}
 KNOBS = ("PIN_P", "RESCALE_ALWAYS", "RESCALE_UNDER_S", "PINGPONG")
 _GEN = """
 import json, sys
