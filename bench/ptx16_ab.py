@@ -35,19 +35,6 @@ SHAPES = [("Mistral-7B 16K", 1, 16384, 32, 8, 128, 128), ("DeepSeek-V2-Lite 16K"
           ("d256 4K", 8, 4096, 8, 8, 256, 256), ("d256 8K", 4, 8192, 8, 8, 256, 256),
           ("d192 4K", 8, 4096, 16, 16, 192, 128), ("d64 4K", 8, 4096, 32, 32, 64, 64),
           ("d64 8K", 4, 8192, 32, 32, 64, 64)]
-# consumer16's experiment knobs by variant (the rest as in main): PIN_P, the P V wait pinned after
-# the row sums (main, None), the rows' alpha or one exponential; RESCALE_ALWAYS, the output
-# rescaled every block (main: only when a row's reference moved); RESCALE_UNDER_S, rescaled after
-# the next S is issued, before P V (FA3's order at d256); PINGPONG, the consumers' GEMM phases in
-# turn (named barriers, FA3's order at d64 / d128)
-VARIANTS = {"alpha-always": dict(PIN_P="alpha", RESCALE_ALWAYS=True), "p15-always": dict(PIN_P=15, RESCALE_ALWAYS=True),
-            "alpha": dict(PIN_P="alpha"), "sums-always": dict(RESCALE_ALWAYS=True), "pingpong": dict(PINGPONG=True),
-            "alpha-always-pingpong": dict(PIN_P="alpha", RESCALE_ALWAYS=True, PINGPONG=True),
-            "alpha-under-s": dict(PIN_P="alpha", RESCALE_UNDER_S=True),
-            "alpha-under-s-pingpong": dict(PIN_P="alpha", RESCALE_UNDER_S=True, PINGPONG=True),
-            "p15-under-s": dict(PIN_P=15, RESCALE_UNDER_S=True),
-            "p15-under-s-pingpong": dict(PIN_P=15, RESCALE_UNDER_S=True, PINGPONG=True)}
-KNOBS = ("PIN_P", "RESCALE_ALWAYS", "RESCALE_UNDER_S", "PINGPONG")
 _GEN = """
 import json, sys
 from zyfa.asm.ptx.attention import attention_kernel_16, layout_for
@@ -85,7 +72,6 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternations of all calls (the fastest kept)")
     ap.add_argument("--shapes", default=None, help="comma-separated SHAPES names (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="the realistic inputs' seed")
-    ap.add_argument("--variants", default="", help=f"comma-separated VARIANTS names ({', '.join(VARIANTS)})")
     a = ap.parse_args(argv)
     if a.prepare_baseline:
         prepare_baseline(a.prepare_baseline)
@@ -96,7 +82,6 @@ def main(argv=None) -> int:
     import zyfa
     from zyfa.activations import make
     from zyfa.asm.ptx import attention as attn
-    from zyfa.asm.ptx import consumer16 as c16
     from zyfa.asm.ptx import kernels as K
     from zyfa.asm.ptx.assemble import assemble
     from zyfa.asm.ptx.loader import Kernel
@@ -108,15 +93,8 @@ def main(argv=None) -> int:
         base = json.load(f)
 
     @functools.cache
-    def current(dtype, causal, dqk, dv, arch, device, packed, variant=""):
-        saved = {k: getattr(c16, k) for k in KNOBS}
-        for k in KNOBS:
-            setattr(c16, k, VARIANTS[variant].get(k, saved[k]) if variant else saved[k])
-        try:
-            name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
-        finally:
-            for k, value in saved.items():
-                setattr(c16, k, value)
+    def current(dtype, causal, dqk, dv, arch, device, packed):
+        name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                       attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
 
@@ -143,7 +121,6 @@ def main(argv=None) -> int:
     except ImportError:
         fa3 = None
     names = a.shapes.split(",") if a.shapes else [s[0] for s in SHAPES]
-    variants = [v for v in a.variants.split(",") if v]
     rows = []
     for name, B, S, Hq, Hkv, D, Dv in (s for s in SHAPES if s[0] in names):
         q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, head_dim_v=Dv, seed=a.seed,
@@ -158,13 +135,9 @@ def main(argv=None) -> int:
                 return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
                                                                         enable_gqa=Hq != Hkv).transpose(1, 2)
         calls = {}
-        # (with variants, this tree's kernels equal the baseline's: its dense and routed are left out)
-        for label, build in ((f"baseline {base['ref']}", baseline), ("current", current))[:1 if variants else 2]:
+        for label, build in ((f"baseline {base['ref']}", baseline), ("current", current)):
             for route, fn in (("dense", dense), ("routed", routed)):
                 calls[f"{label} {route}"] = (build, functools.partial(fn, q, k, v))
-        for variant in variants:     # each through the public call's route, its kernels built with the knobs
-            calls[f"variant {variant}"] = (functools.partial(current, variant=variant),
-                                           functools.partial(K.attention_16, q, k, v, None, True))
         # the public call (validation, dispatch, the route), as zyfa bench times it
         calls["current public"] = (current, lambda: zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True,
                                                                          backend="ptx"))

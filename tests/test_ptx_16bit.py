@@ -266,7 +266,9 @@ def test_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypa
     """kernels.PACKED_ROUTE_KEYS: a dense call with at most that many keys runs the packed
     kernel over equal sequences; same tiles, same key blocks in the same order, so out and lse
     equal the dense kernel's bit for bit (odd lengths, Sq < Sk, GQA, non-causal, FP16, one
-    query, one sequence, CTAs that run many tiles)."""
+    query, one sequence, CTAs that run many tiles). Up to Dqk 192 the dense kernel waits for
+    P V early and rescales before it (Layout.early_pv_wait), the packed one does not: the same
+    products in another order, so also those must agree bit for bit."""
     import zyfa.asm.ptx.kernels as K
     *dims, causal, dtype = shape
     q, k, v = _inputs(*dims, dtype=dtype, seed=sum(dims))

@@ -15,11 +15,9 @@ from .target import f32
 from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
 
 
-RESCALE_ALWAYS = False   # experiment: the output rescaled every block (no branch)
-RESCALE_UNDER_S = False   # experiment: the output rescaled after the next S is issued, before P V (FA3 at d256)
-PINGPONG = False   # experiment: the consumers issue their block loop's GEMM phases in turn
-PP_BARRIER = 6     # named barriers 6, 7 (, 8): consumer.Q_BARRIER uses 3-5
-PIN_P = None   # experiment: the P V wait pinned after one exponential (its index) instead of the row sums
+# Layout.early_pv_wait: the P V wait pinned after this exponential of the block (of 32 a thread
+# at 128 keys): ptxas then places it after 3-10 of them, FlashAttention-3's place (13)
+EARLY_PV_WAIT_EXP = 15
 
 
 def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
@@ -32,19 +30,12 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     the tile's last GEMM phase is the next tile's first, as in the block loop. (No branch
     while a wgmma is in flight and no read of total before its P V is waited for with
     nothing after it: else ptxas serializes every wgmma.)
-    (The two consumers taking turns to issue, FlashAttention-3's ping-pong, an unconditional
-    rescale and a rescale deferred beside the next S GEMM all measured slower here:
+    Layout.early_pv_wait moves the P V wait into the softmax and the rescale before P V.
+    (The two consumers taking turns to issue, FlashAttention-3's ping-pong, and an unconditional
+    rescale after P V measured slower here:
     bench/PTX_NOTES.md.)"""
     emit = prog.emit
     _, _, q_descs = emit_consumer_start(prog, c)
-    if PINGPONG:       # consumer wg issues its GEMM phase after wg - 1's (named barrier PP_BARRIER + wg - 1)
-        pp_own, pp_next = prog.regs("u32", 2)
-        emit("add.u32", pp_own, c.thread.wg, PP_BARRIER - 1)
-        emit("rem.u32", pp_next, c.thread.wg, c.layout.consumers)
-        emit("add.u32", pp_next, pp_next, PP_BARRIER)
-        last_wg = prog.reg("pred")
-        emit("setp.eq.u32", last_wg, c.thread.wg, c.layout.consumers)
-        emit("bar.arrive.n", PP_BARRIER, 2 * THREADS, guard=last_wg)      # the first consumer goes first
     scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
     emit("mov.u32", scratch, "%tid.x")
     emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
@@ -100,27 +91,24 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         emit_row_update16(prog, sm, l, A)
         return sm
 
-    alpha_prev = prog.regs("f32", 2) if RESCALE_UNDER_S else None   # the last block's alpha, for the next P V
-    if RESCALE_UNDER_S:
+    early = c.layout.early_pv_wait
+    alpha_prev = prog.regs("f32", 2) if early else None   # the last block's alpha, for the next P V
+    if early:
         for half in (0, 1):
             emit("mov.f32", alpha_prev[half], f32(1.0))
 
-    def rescale_under_s() -> None:
+    def rescale_before_pv() -> None:
         """total *= the last block's alpha, before P(j - 1) V is issued (while S(j) runs); at a
         tile's first P V, which overwrites total, the product is unused."""
         for i, ti in enumerate(total):
             emit("mul.f32", ti, ti, alpha_prev[acc_row_half(i)])
 
     def pin(sm) -> None:
-        """The block's row sums stored before the P V wait, which keeps ptxas from hoisting
-        that wait above the softmax (Layout.pins_softmax)."""
-        if PIN_P == "alpha":
-            both = prog.reg("f32")
-            emit("add.f32", both, sm.alpha[0], sm.alpha[1])
-            emit("st.shared.f32", scratch, both)
-            return
-        if PIN_P is not None:
-            emit("st.shared.f32", scratch, sm.p[PIN_P])
+        """A value of the block's softmax stored before the P V wait, which keeps ptxas from
+        hoisting that wait above it (Layout.pins_softmax): the row sums, or with early_pv_wait
+        one early exponential."""
+        if early:
+            emit("st.shared.f32", scratch, sm.p[EARLY_PV_WAIT_EXP])
             return
         both = prog.reg("f32")
         emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
@@ -140,15 +128,11 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
     emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
     emit_kv_wait(prog, c, slot, "")
-    if PINGPONG:
-        emit("bar.sync.n", pp_own, 2 * THREADS)
     emit_scores(prog, c, q_descs, slot, s, "", wait=False)
-    if RESCALE_UNDER_S:
-        rescale_under_s()
+    if early:
+        rescale_before_pv()
     emit_v_wait(prog, c, prev_slot, "")
     issue_pv(prev_slot)
-    if PINGPONG:
-        emit("bar.arrive.n", pp_next, 2 * THREADS)
     emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
     emit_release(prog, c, free_bar(prog, c, slot))      # K(j) read: the producer may reload it
     release_q_after_last_s(j)
@@ -157,20 +141,17 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit("wgmma.wait", 0)                                  # P(j - 1) V
     emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
-    if RESCALE_UNDER_S:
+    if early:
         for half in (0, 1):
             emit("mov.f32", alpha_prev[half], sm.alpha[half])
-    elif RESCALE_ALWAYS:
-        for i, ti in enumerate(total):
-            emit("mul.f32", ti, ti, sm.alpha[acc_row_half(i)])
     else:
         emit_rescale(prog, total, sm.alpha, "")
     emit_row_update16(prog, sm, l, A)
     emit("bra", "BLOCK_LOOP")
 
     prog.label("LAST_PV")
-    if RESCALE_UNDER_S:
-        rescale_under_s()
+    if early:
+        rescale_before_pv()
     if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM:
         _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
                               total, A, l, p_regs)

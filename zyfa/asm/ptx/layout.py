@@ -135,6 +135,16 @@ class Layout:
         return not self.is_fp8
 
     @property
+    def early_pv_wait(self) -> bool:
+        """16-bit dense kernels up to Dqk 192: P V(j - 1) is waited for after a few of block j's
+        exponentials, not after its whole softmax, and the output is rescaled by block j - 1's
+        alpha after S(j) is issued and before P(j - 1) V, so that packing P and the rescale no
+        longer run with no GEMM in flight (FlashAttention-3's order). Measured on the H200
+        (bench/PTX_NOTES.md, runs 56-57): +1.5-3% at d64 4K / 8K, d128 32K and MLA 192/128 16K;
+        -2% to +1% in the packed kernels, -4% at d256."""
+        return not self.is_fp8 and not self.packed and self.dqk <= 192
+
+    @property
     def scratch_offset(self) -> int:
         """A word per consumer thread after the mbarriers (pins_softmax)."""
         return self.bar_offset + 8 * self.barriers
