@@ -16,7 +16,7 @@ from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
 
 
 # Layout.early_pv_wait: the P V wait pinned after this exponential of the block (of 32 a thread
-# at 128 keys): ptxas then places it after 3-10 of them, FlashAttention-3's place (13)
+# at 128 keys): ptxas then places it after 3-10 of them (FlashAttention-3's: after 13)
 EARLY_PV_WAIT_EXP = 15
 
 
@@ -32,8 +32,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     nothing after it: else ptxas serializes every wgmma.)
     Layout.early_pv_wait moves the P V wait into the softmax and the rescale before P V.
     (The two consumers taking turns to issue, FlashAttention-3's ping-pong, and an unconditional
-    rescale after P V measured slower here:
-    bench/PTX_NOTES.md.)"""
+    rescale after P V measured slower here: bench/PTX_NOTES.md.)"""
     emit = prog.emit
     _, _, q_descs = emit_consumer_start(prog, c)
     scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
