@@ -140,8 +140,9 @@ class Layout:
         exponentials, not after its whole softmax, and the output is rescaled by block j - 1's
         alpha after S(j) is issued and before P(j - 1) V, so that packing P and the rescale no
         longer run with no GEMM in flight (FlashAttention-3's order). Measured on the H200
-        (bench/PTX_NOTES.md, runs 56-57): +1.5-3% at d64 4K / 8K, d128 32K and MLA 192/128 16K;
-        -2% to +1% in the packed kernels, -4% at d256."""
+        (bench/PTX_NOTES.md, runs 56-59), dense against dense: +1-5% at d64 4K / 8K, d128 4K-32K
+        and MLA 192/128 4K / 16K, near the spread of one kernel against itself (3%); the packed
+        kernels -3% to +1% with this order, d256 -4%."""
         return not self.is_fp8 and not self.packed and self.dqk <= 192
 
     @property
