@@ -210,8 +210,7 @@ def emit_reference_moves(prog: Program, sm: Softmax, total: list[Reg] | None, A:
         emit("selp.f32", sm.beta[half], f32(1.0), sm.beta[half], sm.moved[half])
         emit("mul.f32", l[half], l[half], alpha[half])
         emit("selp.f32", A[half], sm.m[half], A[half], sm.moved[half])
-    for i, ti in enumerate(total or []):
-        emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
+    emit_scale_rows(prog, total or [], alpha)
     prog.label(f"REFERENCES_KEPT{tag}")
 
 
@@ -379,9 +378,14 @@ def emit_rescale(prog: Program, total: list[Reg], alpha: list[Reg], tag: str) ->
     either = prog.reg("pred")
     emit("or.pred", either, keep[0], keep[1])
     emit("bra.div", f"RESCALED{tag}", guard=f"!{either}")
-    for i, ti in enumerate(total):
-        emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
+    emit_scale_rows(prog, total, alpha)
     prog.label(f"RESCALED{tag}")
+
+
+def emit_scale_rows(prog: Program, total: list[Reg], alpha: list[Reg]) -> None:
+    """total *= alpha, each accumulator register by its row half's factor."""
+    for i, ti in enumerate(total):
+        prog.emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
 
 
 def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg) -> list[Reg]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
-from .block import emit_rescale, emit_scores
+from .block import emit_rescale, emit_scale_rows, emit_scores
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_v_wait, free_bar, v_bar
 from .cta import Cta, Rows, emit_rows
 from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
-from .layout import HEAD_DIM, THREADS, acc_row_half
+from .layout import HEAD_DIM, THREADS
 from .loads import emit_kv_wait, stage
 from .target import f32
 from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
@@ -99,8 +99,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     def rescale_before_pv() -> None:
         """total *= the last block's alpha, before P(j - 1) V is issued (while S(j) runs); at a
         tile's first P V, which overwrites total, the product is unused."""
-        for i, ti in enumerate(total):
-            emit("mul.f32", ti, ti, alpha_prev[acc_row_half(i)])
+        emit_scale_rows(prog, total, alpha_prev)
 
     def pin(sm) -> None:
         """A value of the block's softmax stored before the P V wait, which keeps ptxas from
