@@ -66,22 +66,26 @@ def _column(prog: Program, c: Cta, col: int) -> Reg:
     return reg
 
 
-def _emit_rows_load(prog: Program, c: Cta, tile: Reg, rows: int, maps: tuple[str, str], tiles, head: Reg,
-                    row: Reg, bar: Reg, row0: Reg | None = None) -> None:
+def _emit_rows_load(prog: Program, c: Cta, tile: Reg | None, rows: int, maps: tuple[str, str], tiles, head: Reg,
+                    row: Reg, bar: Reg | None, row0: Reg | None = None) -> None:
     """TMA loads of ``rows`` rows from ``row`` of (batch, ``head``), column tile by column tile
     (``maps``: the map of 128-byte tiles, of 64-byte ones), each tile's rows contiguous at ``tile``.
-    A packed batch (its tensors are batch 1): from row ``row0`` + ``row``."""
+    A packed batch (its tensors are batch 1): from row ``row0`` + ``row``. ``tile`` None: the
+    same boxes prefetched into L2."""
     batch = c.tile.b
     if c.layout.packed:
         packed_row = prog.reg("u32")
         prog.emit("add.u32", packed_row, row0, row)
         row, batch = packed_row, c.thread.zero
     for col, width in tiles:
+        m = c.params.maps[maps[0] if width == COLUMN_TILE else maps[1]]
+        if tile is None:
+            prog.emit("tma.prefetch.4d", m, _column(prog, c, col), head, row, batch)
+            continue
         dst = tile
         if col:
             dst = prog.reg("u32")
             prog.emit("add.u32", dst, tile, rows * col)
-        m = c.params.maps[maps[0] if width == COLUMN_TILE else maps[1]]
         prog.emit("tma.load.4d", dst, m, _column(prog, c, col), head, row, batch, bar)
 
 
@@ -124,10 +128,11 @@ def emit_v_rows(prog: Program, c: Cta, v_tile: Reg, key0: Reg, bar: Reg) -> None
                         seq and seq.k_row0)
 
 
-def emit_q_load(prog: Program, c: Cta, q_tile: Reg, row: Reg) -> None:
-    """Thread 0: the Q tile(s) of 64 rows from ``row`` into ``q_tile`` (mbarrier bar_q)."""
+def emit_q_load(prog: Program, c: Cta, q_tile: Reg | None, row: Reg) -> None:
+    """Thread 0: the Q tile(s) of 64 rows from ``row`` into ``q_tile`` (mbarrier bar_q), or
+    (``q_tile`` None) into L2 only."""
     _emit_rows_load(prog, c, q_tile, BLOCK_M, ("q_map", "q_tail_map"), c.layout.qk_tiles, c.tile.h, row,
-                    c.shared.bar_q, c.tile.seq and c.tile.seq.q_row0)
+                    None if q_tile is None else c.shared.bar_q, c.tile.seq and c.tile.seq.q_row0)
 
 
 def emit_kv_wait(prog: Program, c: Cta, j: Reg, tag: str) -> None:

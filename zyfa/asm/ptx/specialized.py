@@ -108,17 +108,15 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     first_tile = prog.reg("pred")
     emit("setp.eq.u32", first_tile, it, 0)
     emit("bra.div", "LOAD_Q", guard=first_tile)         # the CTA's first tile: Q first, nothing to overlap
+    if c.layout.tile_counter:       # Q into L2 now: its load waits until the consumers finish the last tile
+        for _, row in _q_tiles(prog, c):
+            emit_q_load(prog, c, None, row)
     _emit_block_load(prog, c, j, slot, "_FIRST")         # every tile has a block 0
     prog.label("LOAD_Q")
     emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
     if tiles.word is not None:                            # the consumers' tile, released with the Q tiles
         emit("st.shared.b32", tiles.word, t)
-    q_tiles = [(shared.base, tile.tile_m)]
-    for k in range(1, c.layout.consumers):                # consumer k + 1's Q tile and rows
-        row, q_k = prog.regs("u32", 2)
-        emit("add.u32", row, tile.tile_m, k * BLOCK_M)
-        emit("add.u32", q_k, shared.base, k * c.layout.q_bytes)
-        q_tiles.append((q_k, row))
+    q_tiles = _q_tiles(prog, c)
     emit("mbarrier.expect_tx", shared.bar_q, c.layout.consumers * c.layout.q_bytes)
     for q_k, row in q_tiles:
         emit_q_load(prog, c, q_k, row)
@@ -138,6 +136,17 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
         emit("st.shared.b32", tiles.word, tiles.count)
         emit("mbarrier.arrive", shared.bar_q)
     prog.label("PRODUCER_DONE")
+
+
+def _q_tiles(prog: Program, c: Cta) -> list[tuple[Reg, Reg]]:
+    """(shared address, first row) of each consumer's Q tile of the tile in c.tile."""
+    q_tiles = [(c.shared.base, c.tile.tile_m)]
+    for k in range(1, c.layout.consumers):                # consumer k + 1's Q tile and rows
+        row, q_k = prog.regs("u32", 2)
+        prog.emit("add.u32", row, c.tile.tile_m, k * BLOCK_M)
+        prog.emit("add.u32", q_k, c.shared.base, k * c.layout.q_bytes)
+        q_tiles.append((q_k, row))
+    return q_tiles
 
 
 def _emit_block_load(prog: Program, c: Cta, j: Reg, slot: Reg, tag: str) -> None:
