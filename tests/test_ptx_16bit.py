@@ -114,6 +114,13 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     # the Q tiles' expect_tx follows the word (from a CTA's second tile, key block 0 goes first)
     assert len(handed) == 1 and at["WAIT_Q_FREE"] < handed[0] < min(i for i in q_full if i > at["LOAD_Q"])
     assert at["WAIT_FREE_FIRST"] < at["LOAD_Q"]
+    # from a CTA's second tile on, the tile's Q boxes are prefetched into L2 before its first stage is waited for
+    box = re.compile(r"\[(%u64_\d+), \{(%u32_\d+), (%u32_\d+), %u32_\d+, (%u32_\d+)\}\]")
+    prefetch = [i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.prefetch.tensor")]
+    q_loads = [i for i in range(at["LOAD_Q"], at["LOAD_LOOP"]) if lines[i].startswith("cp.async.bulk.tensor")]
+    assert prefetch and all(at["PRODUCE_TILE"] < i < at["WAIT_FREE_FIRST"] for i in prefetch)
+    assert [box.search(lines[i]).groups() for i in prefetch] == [box.search(lines[i]).groups() for i in q_loads]
+    assert "prefetch" not in make(False)[1]
     end = [i for i in word_store if i > at["PRODUCE_TILE_DONE"]]
     assert len(end) == 1 and lines[end[0] + 1].startswith("mbarrier.arrive.shared")
     word_load = [i for i, line in enumerate(lines[:at["PRODUCER"]])          # the tile, then its end test
@@ -259,8 +266,8 @@ def test_short_dense_batches_as_packed_tables():
     (2, 2048, 2048, 4, 2, 128, 128, True, torch.bfloat16), (3, 1, 77, 4, 2, 64, 64, True, torch.bfloat16),
     # tiles far past the SM count: every CTA runs many in a row (the next tile's loads go first)
     (16, 1024, 1024, 16, 4, 128, 128, True, torch.bfloat16), (32, 512, 512, 8, 8, 64, 64, True, torch.bfloat16),
-    # one sequence, long (d128 routes up to 16K keys), d64 and MLA at their limits
-    (1, 4097, 4097, 8, 2, 128, 128, True, torch.bfloat16), (2, 2048, 2048, 4, 4, 64, 64, False, torch.float16),
+    # one sequence, long (d128 routes up to 8K keys), d64 and MLA at their limits
+    (1, 8191, 8192, 8, 2, 128, 128, True, torch.bfloat16), (2, 2048, 2048, 4, 4, 64, 64, False, torch.float16),
     (2, 3000, 4096, 4, 2, 192, 128, True, torch.bfloat16)])
 def test_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypatch):
     """kernels.PACKED_ROUTE_KEYS: a dense call with at most that many keys runs the packed
