@@ -74,7 +74,8 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
         return None
     rows = layout.consumers * attn.BLOCK_M
     sms = sms or torch.cuda.get_device_properties(device).multi_processor_count
-    words = _order_words(*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, TAIL_PER_SM * sms)
+    words = _order_words(*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, TAIL_PER_SM * sms,
+                         pinned=device.type == "cuda")
     return to_device(words, device), len(words) - 1
 
 
@@ -86,13 +87,16 @@ TAIL_PER_SM = 4
 
 
 @functools.lru_cache(maxsize=16)     # a model's layers call with the same lengths
-def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, tail: int) -> torch.Tensor:
+def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, tail: int,
+                 pinned: bool = False) -> torch.Tensor:
     """_tile_order's words on the host (int32): the sequences most keys first, each
     sequence's heads in turn and each head's query tiles last first (causal: most keys
     first), then the last ``tail`` tiles re-sorted most keys first (TAIL_PER_SM). One
     head's tiles in a row keep its K and V in L2 while they run. Measured on the H200
     against (query tile, sequence) slots most keys first with heads in a row: +5% (BF16
-    d128, the bench's batch) to +61% (d64, 32 sequences of 64-2048 tokens), bench/NOTES.md."""
+    d128, the bench's batch) to +61% (d64, 32 sequences of 64-2048 tokens), bench/NOTES.md.
+    ``pinned``: in pinned memory, once (only read, so each launch copies from it). Pinning a
+    fresh copy every launch took ~60 us a call under cProfile (H200, bench/PTX_NOTES.md run 61)."""
     q_lens, k_lens = torch.tensor(q_lens), torch.tensor(k_lens)
     seqs = torch.argsort(-k_lens, stable=True)
     tiles = (q_lens[seqs] + rows - 1) // rows                  # per sequence, in order
@@ -106,7 +110,8 @@ def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: 
     keys = torch.minimum(k_lens[seq], (k_lens[seq] - q_lens[seq]).clamp(min=0) + (tile + 1) * rows)
     last = slice(max(0, len(numbers) - tail), len(numbers))
     numbers[last] = numbers[last][torch.argsort(-keys[last], stable=True)]
-    return torch.cat([torch.zeros(1, dtype=torch.int64), numbers]).to(torch.int32)
+    words = torch.cat([torch.zeros(1, dtype=torch.int64), numbers]).to(torch.int32)
+    return words.pin_memory() if pinned else words
 
 
 def _order_args(order) -> list:
