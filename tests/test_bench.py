@@ -92,6 +92,22 @@ def test_methods_take_turns_over_the_rounds_and_keep_their_fastest(tmp_path):
     assert "up to 3 such medians, the methods taking turns" in markdown(doc, "r.json")
 
 
+def test_host_time_a_call_is_recorded_and_reported_only_where_measured(tmp_path):
+    """time_one records the host's time a call beside the GPU time (a reading whose host time
+    exceeds it timed the host); the report shows that table only for records that have it."""
+    from zyfa.bench.run import case_inputs, time_one
+    m = next(m for m in all_methods() if m.label == "zyfa-bf16")
+    inp = case_inputs(TINY, "cpu")
+    calls = []
+    rec, _ = time_one(inp, m, timer=lambda fn: 1.0, host_timer=lambda fn: (calls.append(fn()), 0.25)[1])
+    assert rec["status"] == "ok" and rec["host_us"] == 250.0 and len(calls) == 1
+    assert "host_us" not in time_one(inp, m, timer=lambda fn: 1.0)[0]
+    doc = {"records": [dict(rec, group="quick")]}
+    assert "### host time a call" in markdown(doc, "r.json")
+    del doc["records"][0]["host_us"]
+    assert "host time a call" not in markdown(doc, "r.json")
+
+
 def test_bench_on_captured_activations(tmp_path):
     transformers = pytest.importorskip("transformers")
     from zyfa.activations import capture

@@ -7,7 +7,9 @@ from .store import bench_run_keys, load
 
 METRICS = (("tflops", "TFLOP/s", "{:.0f}"), ("err_kernel", "kernel-only error vs float64", "{:.2e}"),
            ("err_e2e", "end-to-end error vs float64", "{:.2e}"), ("tflop_per_j", "TFLOP/J", "{:.2f}"),
-           ("sm_clock_mhz", "SM clock during the energy run (MHz)", "{:.0f}"))
+           ("sm_clock_mhz", "SM clock during the energy run (MHz)", "{:.0f}"),
+           ("host_us", "host time a call (us; where it exceeds the GPU's, the TFLOP/s reading timed the host)",
+            "{:.0f}"))
 
 
 def _table(records, rows, labels, metric, fmt) -> list[str]:
@@ -63,6 +65,8 @@ def markdown(doc: dict, source: str, title: str = "zyfa benchmark results") -> s
         for metric, title, fmt in METRICS:
             if group == "sweep" and metric in ("err_e2e", "sm_clock_mhz"):
                 continue
+            if not any(r.get(metric) is not None for r in recs if r["group"] == group):
+                continue                                   # e.g. host_us, absent from older records
             out += [f"### {title}", ""] + _table(recs, rows, labels, metric, fmt) + [""]
     bad = _ordered((r["label"], r["status"], r["reason"]) for r in recs if r["status"] != "ok")
     if bad:

@@ -18,7 +18,7 @@ from importlib import metadata
 import torch
 
 from .cases import Case, cases_for
-from .measure import Power, median_ms, rel_err
+from .measure import Power, host_ms, median_ms, rel_err
 from .methods import Inputs, Method, all_methods
 from .store import gpu_name, load, results_file, run_key, save_entry
 
@@ -65,9 +65,11 @@ def _record(inp: Inputs, m: Method) -> dict:
                 flops=c.flops)
 
 
-def time_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
+def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None) -> tuple[dict, object]:
     """A method's record with its speed on one case, and its (call, finish) pair for
-    check_one; None where it is missing, cannot run the case or fails."""
+    check_one; None where it is missing, cannot run the case or fails. ``host_timer``: the
+    host's own time a call (host_us; where it exceeds the timed ms, the GPU waited for the
+    host and the reading times the host, not the kernels)."""
     c = inp.case
     rec = _record(inp, m)
     reason = m.missing()
@@ -84,6 +86,8 @@ def time_one(inp: Inputs, m: Method, timer=median_ms) -> tuple[dict, object]:
         fn()                                       # compiles, loads, allocates: outside the timing
         ms = timer(fn)
         rec.update(ms=ms, ms_rounds=[ms], tflops=c.flops / ms / 1e9, status="ok")
+        if host_timer is not None:
+            rec["host_us"] = host_timer(fn) * 1e3
         return rec, (fn, finish)
     except Exception as e:  # noqa: BLE001  (a failing method is recorded, never dropped)
         return dict(rec, status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
@@ -158,7 +162,7 @@ def run(cases: list[Case], methods: list[Method], path: str, key: str | None = N
         # every method is timed before any float64 reference is computed: a reference (float64 over
         # every row of a short case, the case's heaviest work) run just before one method's timing
         # would skew that one
-        timed = [(m, *time_one(inp, m, timer)) for m in methods]
+        timed = [(m, *time_one(inp, m, timer, host_ms if device == "cuda" else None)) for m in methods]
         for _ in range(rounds - 1):
             for m, rec, call in timed:
                 if call is not None and rec["status"] == "ok":
