@@ -3,10 +3,12 @@ driver API of cuda-python (``pip install 'zyfa[cuda]'``)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
 
+@functools.cache                  # asked at every launch and descriptor
 def _driver():
     try:
         from cuda.bindings import driver
@@ -60,20 +62,28 @@ class Kernel:
 def tensor_map(t: torch.Tensor, box: tuple, swizzle: int = 128):
     """A TMA descriptor over a tensor of 1-byte elements (up to 5 dims, innermost contiguous,
     other strides multiples of 16 bytes), loading boxes of shape ``box`` (same order as
-    t.shape). Reads past the tensor's bounds fill with zeros."""
+    t.shape). Reads past the tensor's bounds fill with zeros. A descriptor holds only the
+    address, shape, strides, box and swizzle, so it is encoded once for them (a model's
+    layers and a benchmark's calls reuse the same buffers)."""
+    return _encoded_map(t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.element_size(), tuple(box), swizzle)
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded_map(ptr: int, shape: tuple, strides: tuple, element_size: int, box: tuple, swizzle: int):
     drv = _driver()
-    if t.element_size() != 1 or t.stride(-1) != 1 or len(box) != t.dim() or not 1 <= t.dim() <= 5:
+    dim = len(shape)
+    if element_size != 1 or strides[-1] != 1 or len(box) != dim or not 1 <= dim <= 5:
         raise ValueError(f"need a 1-5 dim tensor of 1-byte elements, innermost contiguous, and a box of as "
-                         f"many dims; got {t.dtype} {tuple(t.shape)} strides {t.stride()} box {box}")
-    if t.data_ptr() % 16 or any(st % 16 for st in t.stride()[:-1]):
-        raise ValueError(f"TMA needs a 16-byte aligned base and strides, got strides {t.stride()}")
+                         f"many dims; got {element_size}-byte elements {shape} strides {strides} box {box}")
+    if ptr % 16 or any(st % 16 for st in strides[:-1]):
+        raise ValueError(f"TMA needs a 16-byte aligned base and strides, got strides {strides}")
     modes = {128: "CU_TENSOR_MAP_SWIZZLE_128B", 64: "CU_TENSOR_MAP_SWIZZLE_64B", 0: "CU_TENSOR_MAP_SWIZZLE_NONE"}
-    swizzle = getattr(drv.CUtensorMapSwizzle, modes[swizzle])
+    mode = getattr(drv.CUtensorMapSwizzle, modes[swizzle])
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     return _check(drv.cuTensorMapEncodeTiled(
-        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, t.dim(), t.data_ptr(),
-        [u64(n) for n in reversed(t.shape)], [u64(st) for st in reversed(t.stride()[:-1])],
-        [u32(n) for n in reversed(box)], [u32(1)] * t.dim(),
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, dim, ptr,
+        [u64(n) for n in reversed(shape)], [u64(st) for st in reversed(strides[:-1])],
+        [u32(n) for n in reversed(box)], [u32(1)] * dim,
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, mode,
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
