@@ -170,6 +170,39 @@ def layout_fits(dims, dtype) -> bool:
     return attn.layout_for(dims[0], dtype, dims[1]).shared_bytes <= 227 * 1024
 
 
+def test_tma_descriptors_are_encoded_once_per_address_shape_strides_and_box(monkeypatch):
+    """loader.tensor_map keeps each descriptor (it holds only the address, shape, strides, box
+    and swizzle): the same tensor again costs no encode, any other of these a new one, and a
+    tensor TMA cannot read still raises. The driver is a stand-in (no GPU here)."""
+    import types
+    from zyfa.asm.ptx import loader
+    encoded = []
+    drv = types.SimpleNamespace(
+        CUresult=types.SimpleNamespace(CUDA_SUCCESS=0), cuuint64_t=int, cuuint32_t=int,
+        CUtensorMapSwizzle=types.SimpleNamespace(CU_TENSOR_MAP_SWIZZLE_128B=3, CU_TENSOR_MAP_SWIZZLE_64B=2,
+                                                 CU_TENSOR_MAP_SWIZZLE_NONE=0),
+        CUtensorMapDataType=types.SimpleNamespace(CU_TENSOR_MAP_DATA_TYPE_UINT8=0),
+        CUtensorMapInterleave=types.SimpleNamespace(CU_TENSOR_MAP_INTERLEAVE_NONE=0),
+        CUtensorMapL2promotion=types.SimpleNamespace(CU_TENSOR_MAP_L2_PROMOTION_L2_128B=2),
+        CUtensorMapFloatOOBfill=types.SimpleNamespace(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE=0),
+        cuTensorMapEncodeTiled=lambda *a: (encoded.append(a), (0, object()))[1])
+    monkeypatch.setattr(loader, "_driver", lambda: drv)
+    loader._encoded_map.cache_clear()
+    try:
+        x = torch.zeros(2, 256, 4, 128, dtype=torch.uint8)
+        first = loader.tensor_map(x, (1, 64, 1, 128))
+        assert loader.tensor_map(x, (1, 64, 1, 128)) is first and len(encoded) == 1
+        y = x[:, :128]                                              # same address, other shape
+        assert loader.tensor_map(y, (1, 64, 1, 128)) is not first and len(encoded) == 2
+        assert loader.tensor_map(x, (1, 128, 1, 128)) is not first and len(encoded) == 3   # other box
+        assert loader.tensor_map(x, (1, 64, 1, 128), 64) is not first and len(encoded) == 4  # other swizzle
+        assert encoded[0][2] == x.data_ptr() and encoded[0][3] == [128, 4, 256, 2]
+        with pytest.raises(ValueError, match="innermost contiguous"):
+            loader.tensor_map(x.transpose(2, 3), (1, 64, 128, 1))
+    finally:
+        loader._encoded_map.cache_clear()
+
+
 def test_16bit_kernel_refuses_what_it_does_not_implement():
     with pytest.raises(ValueError, match="head dims"):
         attn.attention_kernel_16("bf16", True, 96, 96)
