@@ -407,7 +407,7 @@ def test_packed_batch_kernels_assemble(dqk, causal):
     name, ptx = attn.attention_kernel("exact", causal, dqk=dqk, packed=True)
     a = assemble(ptx)
     sass = a.sass()
-    assert name.endswith("_packed") and "total_q" in ptx and "ld.global.nc.u32" in ptx
+    assert name.endswith("_packed") and "lse_head_stride" in ptx and "ld.global.nc.u32" in ptx
     assert sass.count("QGMMA") == dense.count("QGMMA") and sass.count("HGMMA") == dense.count("HGMMA")
     if dqk <= 128:                                 # the serial kernels: within their register budget
         cap = attn.REGISTER_CAP_D64 if dqk == 64 else attn.REGISTER_BUDGET

@@ -15,9 +15,14 @@ def device_arch(device: torch.device) -> str:
     """"sm90"-style for NVIDIA, the gfx name for AMD, "cpu" otherwise."""
     if device.type != "cuda":
         return "cpu"
+    return _cuda_arch(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache                  # asked at every call (a few us each on the H200's host)
+def _cuda_arch(index: int) -> str:
     if torch.version.hip:
-        return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-    major, minor = torch.cuda.get_device_capability(device)
+        return torch.cuda.get_device_properties(index).gcnArchName.split(":")[0]
+    major, minor = torch.cuda.get_device_capability(index)
     return f"sm{major}{minor}"
 
 

@@ -37,7 +37,8 @@ class PackedParams:
     k_start: Reg
     k_len: Reg
     v_start: Reg
-    total_q: Reg
+    lse_head_stride: Reg
+    lse_row_scale: Reg
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,11 +164,12 @@ def emit_params(prog: Program, layout: Layout) -> Params:
         emit("ld.param.u32", r, name)
     packed = None
     if layout.packed:
-        tables, total_q = prog.regs("u64", 4), prog.reg("u32")
+        tables, lse_layout = prog.regs("u64", 4), prog.regs("u32", 2)
         for r, name in zip(tables, ("cu_q_ptr", "k_start_ptr", "k_len_ptr", "v_start_ptr")):
             emit("ld.param.u64", r, name)
-        emit("ld.param.u32", total_q, "total_q")
-        packed = PackedParams(*tables, total_q)
+        for r, name in zip(lse_layout, ("lse_head_stride", "lse_row_scale")):
+            emit("ld.param.u32", r, name)
+        packed = PackedParams(*tables, *lse_layout)
     order = draws = kfac = None
     if layout.tile_counter:
         order, draws = prog.reg("u64"), prog.reg("u32")

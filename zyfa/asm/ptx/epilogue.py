@@ -47,10 +47,10 @@ def emit_epilogue_targets(prog: Program, c: Cta, rows: Rows) -> Targets:
     emit("mad.lo.u32", idx, idx, p.heads, t.h)               # (b * Sq + row) * Hq + h
     emit("mul.lo.u32", idx, idx, dv)
     emit("mad.lo.u32", idx, q, 8, idx)                       # + 8q: the quad's transposed words (below)
-    lse = into.lse_elem                           # LSE (B, Hq, Sq); packed (1, Hq, total_q)
+    lse = into.lse_elem                           # LSE (B, Hq, Sq); packed: layout.PACKED_PARAMS
     if seq:
-        emit("mul.lo.u32", lse, t.h, p.packed.total_q)
-        emit("add.u32", lse, lse, seq.q_row0)
+        emit("mul.lo.u32", lse, t.h, p.packed.lse_head_stride)
+        emit("mad.lo.u32", lse, seq.q_row0, p.packed.lse_row_scale, lse)
     else:
         emit("mad.lo.u32", lse, t.b, p.heads, t.h)
         emit("mul.lo.u32", lse, lse, p.seqlen_q)

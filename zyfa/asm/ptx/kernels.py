@@ -45,20 +45,28 @@ def _device_index(dev: torch.device) -> int:
     return dev.index if dev.index is not None else torch.cuda.current_device()
 
 
-def _batch(q, k, packed: Packed | None) -> tuple[int, int, int, list]:
+def _batch(q, k, packed: Packed | None, dense_lse: bool = False) -> tuple[int, int, int, list]:
     """(batch, seqlen_q, seqlen_k) the grid and descales go by, and the packed kernel's extra
-    arguments (layout.PACKED_PARAMS): a packed batch's tensors are batch 1, (1, total, heads, dim)."""
+    arguments (layout.PACKED_PARAMS): a packed batch's tensors are batch 1, (1, total, heads, dim),
+    its LSE (1, heads, total); ``dense_lse``: a dense batch as equal sequences, its LSE (B, heads, Sq)."""
     if packed is None:
         return q.shape[0], q.shape[1], k.shape[1], []
     tables = [ctypes.c_uint64(t.data_ptr()) for t in (packed.cu_q, packed.k_start, packed.k_len, packed.v_start)]
-    return packed.batch, packed.max_seqlen_q, packed.max_seqlen_k, tables + [ctypes.c_uint32(q.shape[1])]
+    lse_layout = (packed.max_seqlen_q, q.shape[2]) if dense_lse else (q.shape[1], 1)
+    return (packed.batch, packed.max_seqlen_q, packed.max_seqlen_k,
+            tables + [ctypes.c_uint32(n) for n in lse_layout])
+
+
+@functools.cache                  # asked at every packed launch
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) -> tuple:
     if layout.tile_counter:                        # one CTA an SM over the tiles: a packed batch's
         # short sequences leave each tile a few blocks, and a CTA's producer loads the next
         # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
-        return (max(1, min(order[1], torch.cuda.get_device_properties(device).multi_processor_count)),)
+        return (max(1, min(order[1], _sm_count(device))),)
     if layout.specialized:                         # a line of CTAs, one a 128-row tile
         return (-(-Sq // (layout.consumers * attn.BLOCK_M)) * B * Hq,)
     return (-(-Sq // attn.BLOCK_M), B * Hq)
@@ -73,7 +81,7 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
     if not layout.tile_counter:
         return None
     rows = layout.consumers * attn.BLOCK_M
-    sms = sms or torch.cuda.get_device_properties(device).multi_processor_count
+    sms = sms or _sm_count(device)
     words = _order_words(*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, TAIL_PER_SM * sms,
                          pinned=device.type == "cuda")
     return to_device(words, device), len(words) - 1
@@ -163,28 +171,30 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     kernel; inputs validated by flash_attn_func. Returns (out in the input type, lse float32).
     ``packed``: q, k, v are a packed batch's tokens as batch 1 (k and v share k_start); out
     (1, total_q, Hq, Dv), lse (1, Hq, total_q). A dense call with at most PACKED_ROUTE_KEYS
-    keys runs as a packed batch of equal sequences."""
-    Sq_total, Hq, D = q.shape[1:]
+    keys runs as a packed batch of equal sequences (its LSE written in the dense layout)."""
+    B, Sq_total, Hq, D = q.shape
     Hkv, Dv = k.shape[2], v.shape[-1]
     if (D, Dv) not in attn.HEAD_DIMS_16 or q.dtype not in DTYPE_NAMES:
         raise ValueError(f"the generated 16-bit kernel takes head dims {attn.HEAD_DIMS_16} in bf16 / fp16, "
                          f"got ({D}, {Dv}) {q.dtype}")
-    # not while a CUDA graph is captured: the packed launch copies its tile list from the host
-    if (packed is None and k.shape[1] <= PACKED_ROUTE_KEYS.get(D, 0)
-            and not torch.cuda.is_current_stream_capturing()):
-        flat = [_flat(x) for x in (q, k, v)]
-        if all(x is not None for x in flat):
-            B, Sq = q.shape[:2]
-            out, lse = attention_16(*flat, softmax_scale, causal, _uniform_batch(B, Sq, k.shape[1], q.device))
-            return out.view(B, Sq, Hq, Dv), lse.view(Hq, B, Sq).transpose(0, 1).contiguous()
-    B, Sq, Sk, extra = _batch(q, k, packed)
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dev = q.device
+    capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    out_shape, lse_shape = (B, Sq_total, Hq, Dv), (B, Hq, Sq_total)
+    # not while a CUDA graph is captured: the packed launch copies its tile list from the host
+    routed = packed is None and k.shape[1] <= PACKED_ROUTE_KEYS.get(D, 0) and not capturing
+    if routed:
+        flat = [_flat(x) for x in (q, k, v)]
+        routed = all(x is not None for x in flat)
+        if routed:
+            packed = _uniform_batch(B, Sq_total, k.shape[1], dev)
+            q, k, v = flat
+    B, Sq, Sk, extra = _batch(q, k, packed, dense_lse=routed)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dtype = DTYPE_NAMES[q.dtype]
-    fac = torch.full((B, Hkv), scale * LOG2E, dtype=torch.float32, device=dev)
+    fac = _constant_factor(scale * LOG2E, B, Hkv, dev, capturing)
     q8, k8, v8 = (tma_ready(x).view(torch.uint8) for x in (q, k, v))
-    out = torch.empty(q.shape[0], Sq_total, Hq, Dv, dtype=q.dtype, device=dev)
-    lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
+    out = torch.empty(out_shape, dtype=q.dtype, device=dev)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=dev)
     layout = attn.layout_for(D, dtype, Dv, packed is not None)
     col, bn = attn.COLUMN_TILE, layout.block_n   # every tile is 128 bytes wide: no tail maps (passed again, unused)
     q_map, k_map = tensor_map(q8, (1, attn.BLOCK_M, 1, col)), tensor_map(k8, (1, bn, 1, col))
@@ -195,6 +205,24 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse
+
+
+@functools.lru_cache(maxsize=64)     # a model's layers call with the same scale and shape
+def _cached_factor(value: float, B: int, Hkv: int, device: torch.device) -> torch.Tensor:
+    fac = torch.full((B, Hkv), value, dtype=torch.float32, device=device)
+    if device.type == "cuda":     # filled before any stream reads it (once a shape)
+        torch.cuda.current_stream(device).synchronize()
+    return fac
+
+
+def _constant_factor(value: float, B: int, Hkv: int, device: torch.device, capturing: bool) -> torch.Tensor:
+    """The 16-bit kernel's score factor a (sequence, kv head), softmax_scale * log2(e): one
+    tensor a value and shape, only read, so each call does not pay a fill kernel (H200: ~10 us
+    of host time a call, bench/PTX_NOTES.md). A fresh one while a CUDA graph is captured (the
+    graph's own memory, filled when the graph runs)."""
+    if capturing:
+        return torch.full((B, Hkv), value, dtype=torch.float32, device=device)
+    return _cached_factor(value, B, Hkv, device)
 
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,

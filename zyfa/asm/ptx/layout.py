@@ -5,6 +5,7 @@ holds)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128     # HEAD_DIM: one 128-byte column tile (and Dv)
 # (Dqk, Dv) the FP8 kernel takes: d64 in one 64-byte column tile (64-byte swizzle); MLA's 192
@@ -186,6 +187,7 @@ def long_keys(dqk: int, dv: int, seqlen_k: int, packed: bool = False) -> bool:
     return (dqk, dv) == (HEAD_DIM, HEAD_DIM) and not packed and seqlen_k >= LONG_KEYS
 
 
+@functools.cache                  # asked at every launch; a Layout is immutable
 def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False,
                int8_qk: bool = False, long: bool = False) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
@@ -240,10 +242,12 @@ PARAMS = [(".align 64 .b8", "q_map[128]"), (".align 64 .b8", "k_map[128]"), (".a
 
 
 # a packed batch's kernel adds, per sequence (int32, batch entries; cu_q batch + 1): its first
-# query row, first key row in k (16-bit: and v), key count, first key in FP8 V^T; and the
-# total query rows (the LSE's row length). seqlen_q / seqlen_k are then the longest lengths.
+# query row, first key row in k (16-bit: and v), key count, first key in FP8 V^T; and where
+# the LSE of query row r of sequence s, head h lies: h * lse_head_stride + cu_q[s] *
+# lse_row_scale + r (a packed batch's (1, Hq, total_q): total_q, 1; a dense batch run as
+# equal sequences, (B, Hq, Sq): Sq, Hq). seqlen_q / seqlen_k are then the longest lengths.
 PACKED_PARAMS = [(".u64", "cu_q_ptr"), (".u64", "k_start_ptr"), (".u64", "k_len_ptr"), (".u64", "v_start_ptr"),
-                 (".u32", "total_q")]
+                 (".u32", "lse_head_stride"), (".u32", "lse_row_scale")]
 
 
 # tile_counter: int32s in global memory, the counter (zero at launch) and then the tile order
