@@ -326,6 +326,25 @@ def test_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypa
 
 
 @hopper
+def test_routed_calls_on_several_streams_keep_their_own_tile_counters():
+    """A packed launch counts its drawn tiles in a device word that a stream's launches share
+    (kernels._order_on_device, zeroed before each launch): calls racing on two streams and
+    calls back to back on one must each draw every tile once, so all equal the first bit for bit."""
+    q, k, v = _inputs(8, 1000, 1000, 8, 2, 128, 128, seed=5)
+    first = zyfa.flash_attn_func(q, k, v, backend="ptx").clone()
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outs = []
+    torch.cuda.synchronize()
+    for _ in range(4):
+        for s in streams:
+            with torch.cuda.stream(s):
+                outs.append(zyfa.flash_attn_func(q, k, v, backend="ptx"))
+    torch.cuda.synchronize()
+    for out in outs:
+        assert torch.equal(out.view(torch.int16), first.view(torch.int16)), describe_mismatch(out, first)
+
+
+@hopper
 def test_dispatch_selects_ptx_for_16bit_head_dims_it_takes():
     for D, Dv in attn.HEAD_DIMS_16:
         q, k, v = _inputs(1, 64, 64, 4, 2, D, Dv)

@@ -75,16 +75,22 @@ def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) ->
 def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device, sms: int | None = None):
     """Layout.tile_counter: (int32s on the device: the counter, zero, then the packed batch's
     non-empty tiles in the order the CTAs draw them, each as its number in
-    tile_loop.TileLoop's numbering; the number of tiles). One a launch, since the kernel
-    counts in it: launches on different streams never share a counter. None for other
-    launches. ``sms``: the SMs that draw (default: the device's)."""
+    tile_loop.TileLoop's numbering; the number of tiles). The kernel counts in it, so
+    launches on different streams never share one; launches on one stream run one after
+    another and share one copy a stream (_order_on_device), its counter zeroed before each.
+    While a CUDA graph is captured, a fresh copy. None for other launches. ``sms``: the SMs
+    that draw (default: the device's)."""
     if not layout.tile_counter:
         return None
     rows = layout.consumers * attn.BLOCK_M
     sms = sms or _sm_count(device)
-    words = _order_words(*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, TAIL_PER_SM * sms,
-                         pinned=device.type == "cuda")
-    return to_device(words, device), len(words) - 1
+    key = (*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, TAIL_PER_SM * sms)
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        words = to_device(_order_words(*key), device)
+    else:
+        words = _order_on_device(*key, device, torch.cuda.current_stream(device).cuda_stream)
+        words[:1].zero_()
+    return words, len(words) - 1
 
 
 # The last TAIL_PER_SM tiles an SM of a packed launch's order are re-sorted most keys first:
@@ -95,16 +101,22 @@ TAIL_PER_SM = 4
 
 
 @functools.lru_cache(maxsize=16)     # a model's layers call with the same lengths
-def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, tail: int,
-                 pinned: bool = False) -> torch.Tensor:
+def _order_on_device(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, tail: int,
+                     device: torch.device, stream: int) -> torch.Tensor:
+    """_order_words on the device, one copy a stream (allocated on it, so the memory of an
+    evicted copy is reused only after that stream's launches). A copy a launch cost the
+    host 15-36 us and the GPU a host-to-device copy between kernels (H200, bench/PTX_NOTES.md)."""
+    return to_device(_order_words(q_lens, k_lens, rows, per_head, heads, tail), device)
+
+
+@functools.lru_cache(maxsize=16)
+def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, tail: int) -> torch.Tensor:
     """_tile_order's words on the host (int32): the sequences most keys first, each
     sequence's heads in turn and each head's query tiles last first (causal: most keys
     first), then the last ``tail`` tiles re-sorted most keys first (TAIL_PER_SM). One
     head's tiles in a row keep its K and V in L2 while they run. Measured on the H200
     against (query tile, sequence) slots most keys first with heads in a row: +5% (BF16
-    d128, the bench's batch) to +61% (d64, 32 sequences of 64-2048 tokens), bench/NOTES.md.
-    ``pinned``: in pinned memory, once (only read, so each launch copies from it). Pinning a
-    fresh copy every launch took ~60 us a call under cProfile (H200, bench/PTX_NOTES.md run 61)."""
+    d128, the bench's batch) to +61% (d64, 32 sequences of 64-2048 tokens), bench/NOTES.md."""
     q_lens, k_lens = torch.tensor(q_lens), torch.tensor(k_lens)
     seqs = torch.argsort(-k_lens, stable=True)
     tiles = (q_lens[seqs] + rows - 1) // rows                  # per sequence, in order
@@ -118,8 +130,7 @@ def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: 
     keys = torch.minimum(k_lens[seq], (k_lens[seq] - q_lens[seq]).clamp(min=0) + (tile + 1) * rows)
     last = slice(max(0, len(numbers) - tail), len(numbers))
     numbers[last] = numbers[last][torch.argsort(-keys[last], stable=True)]
-    words = torch.cat([torch.zeros(1, dtype=torch.int64), numbers]).to(torch.int32)
-    return words.pin_memory() if pinned else words
+    return torch.cat([torch.zeros(1, dtype=torch.int64), numbers]).to(torch.int32)
 
 
 def _order_args(order) -> list:
