@@ -69,7 +69,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prepare-baseline", metavar="REF")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--rounds", type=int, default=2, help="alternations of all calls after an untimed one (the fastest kept)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="alternations of all calls after an untimed one (the fastest kept)")
     ap.add_argument("--shapes", default=None, help="comma-separated SHAPES names (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="the realistic inputs' seed")
     a = ap.parse_args(argv)
