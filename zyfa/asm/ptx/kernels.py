@@ -78,15 +78,18 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
     tile_loop.TileLoop's numbering; the number of tiles). The kernel counts in it, so
     launches on different streams never share one; launches on one stream run one after
     another and share one copy a stream (_order_on_device), its counter zeroed before each.
-    While a CUDA graph is captured, a fresh copy. None for other launches. ``sms``: the SMs
-    that draw (default: the device's)."""
+    While a CUDA graph is captured, a copy of the graph's own, which each replay refills from
+    pinned host words kept for it. None for other launches. ``sms``: the SMs that draw
+    (default: the device's)."""
     if not layout.tile_counter:
         return None
     rows = layout.consumers * attn.BLOCK_M
     sms = sms or _sm_count(device)
     key = (*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, TAIL_PER_SM * sms)
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+    if device.type != "cuda":
         words = to_device(_order_words(*key), device)
+    elif torch.cuda.is_current_stream_capturing():
+        words = to_device(_pinned_words(*key), device)
     else:
         words = _order_on_device(*key, device, torch.cuda.current_stream(device).cuda_stream)
         words[:1].zero_()
@@ -107,6 +110,11 @@ def _order_on_device(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, hea
     evicted copy is reused only after that stream's launches). A copy a launch cost the
     host 15-36 us and the GPU a host-to-device copy between kernels (H200, bench/PTX_NOTES.md)."""
     return to_device(_order_words(q_lens, k_lens, rows, per_head, heads, tail), device)
+
+
+@functools.lru_cache(maxsize=16)     # a captured graph's copy reads them at every replay
+def _pinned_words(*key) -> torch.Tensor:
+    return _order_words(*key).pin_memory()
 
 
 @functools.lru_cache(maxsize=16)
@@ -191,7 +199,7 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     dev = q.device
     capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
     out_shape, lse_shape = (B, Sq_total, Hq, Dv), (B, Hq, Sq_total)
-    # not while a CUDA graph is captured: the packed launch copies its tile list from the host
+    # not while a CUDA graph is captured: a captured packed launch copies its tile list from the host
     routed = packed is None and k.shape[1] <= PACKED_ROUTE_KEYS.get(D, 0) and not capturing
     if routed:
         flat = [_flat(x) for x in (q, k, v)]
