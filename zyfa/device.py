@@ -11,11 +11,21 @@ import os
 import torch
 
 
+def device_index(device: torch.device) -> int:
+    """A CUDA device's index ("cuda" alone: the current device)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@functools.cache                  # asked at every packed launch
+def sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def device_arch(device: torch.device) -> str:
     """"sm90"-style for NVIDIA, the gfx name for AMD, "cpu" otherwise."""
     if device.type != "cuda":
         return "cpu"
-    return _cuda_arch(device.index if device.index is not None else torch.cuda.current_device())
+    return _cuda_arch(device_index(device))
 
 
 @functools.cache                  # asked at every call (a few us each on the H200's host)
@@ -61,7 +71,7 @@ def hardware_rounding(device: torch.device) -> bool:
     for two values instead of ~8 for each."""
     if device.type != "cuda" or is_rocm() or interpreter_active():
         return False
-    return _has_e4m3_conversion(device.index if device.index is not None else torch.cuda.current_device())
+    return _has_e4m3_conversion(device_index(device))
 
 
 @functools.cache

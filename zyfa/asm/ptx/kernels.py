@@ -14,7 +14,7 @@ from ...spec.descales import (coarse_descale, head_factor, is_per_key_block, is_
                               normalize_descales, per_channel_v_descale, row_factor)
 from ...hopper_vt import hopper_vt
 from ...tma import tma_ready
-from ...device import to_device
+from ...device import device_index, sm_count, to_device
 from . import attention as attn
 from .assemble import assemble
 from .loader import Kernel, tensor_map
@@ -41,10 +41,6 @@ def _attention_16(dtype: str, causal: bool, dqk: int, dv: int, arch: str, device
                   attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
 
 
-def _device_index(dev: torch.device) -> int:
-    return dev.index if dev.index is not None else torch.cuda.current_device()
-
-
 def _batch(q, k, packed: Packed | None, dense_lse: bool = False) -> tuple[int, int, int, list]:
     """(batch, seqlen_q, seqlen_k) the grid and descales go by, and the packed kernel's extra
     arguments (layout.PACKED_PARAMS): a packed batch's tensors are batch 1, (1, total, heads, dim),
@@ -57,16 +53,11 @@ def _batch(q, k, packed: Packed | None, dense_lse: bool = False) -> tuple[int, i
             tables + [ctypes.c_uint32(n) for n in lse_layout])
 
 
-@functools.cache                  # asked at every packed launch
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) -> tuple:
     if layout.tile_counter:                        # one CTA an SM over the tiles: a packed batch's
         # short sequences leave each tile a few blocks, and a CTA's producer loads the next
         # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
-        return (max(1, min(order[1], _sm_count(device))),)
+        return (max(1, min(order[1], sm_count(device))),)
     if layout.specialized:                         # a line of CTAs, one a 128-row tile
         return (-(-Sq // (layout.consumers * attn.BLOCK_M)) * B * Hq,)
     return (-(-Sq // attn.BLOCK_M), B * Hq)
@@ -84,7 +75,7 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
     if not layout.tile_counter:
         return None
     rows = layout.consumers * attn.BLOCK_M
-    sms = sms or _sm_count(device)
+    sms = sms or sm_count(device)
     key = (*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, TAIL_PER_SM * sms)
     if device.type != "cuda":
         words = to_device(_order_words(*key), device)
@@ -117,7 +108,6 @@ def _pinned_words(*key) -> torch.Tensor:
     return _order_words(*key).pin_memory()
 
 
-@functools.lru_cache(maxsize=16)
 def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, tail: int) -> torch.Tensor:
     """_tile_order's words on the host (int32): the sequences most keys first, each
     sequence's heads in turn and each head's query tiles last first (causal: most keys
@@ -220,7 +210,7 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     maps = [q_map, k_map, tensor_map(v8, (1, bn, 1, col)), q_map, k_map]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
-    kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", _device_index(dev), packed is not None)
+    kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", device_index(dev), packed is not None)
     order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse
@@ -274,7 +264,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     long = attn.long_keys(D, Dv, Sk, packed is not None)
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long)
-    kernel = _attention(p_rule, bool(causal), D, "sm_90a", _device_index(dev), packed is not None, long)
+    kernel = _attention(p_rule, bool(causal), D, "sm_90a", device_index(dev), packed is not None, long)
     order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse
@@ -316,6 +306,6 @@ def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, dv=Dv, int8_qk=True)
-    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", _device_index(dev))
+    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev))
     kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + [ctypes.c_uint64(kfac.data_ptr())])
     return out, lse

@@ -7,6 +7,8 @@ import functools
 
 import torch
 
+from ...device import device_index
+
 
 @functools.cache                  # asked at every launch and descriptor
 def _driver():
@@ -31,7 +33,7 @@ class Kernel:
     def __init__(self, cubin: bytes, name: str, device: torch.device, shared_bytes: int = 0):
         drv = _driver()
         torch.cuda.init()
-        idx = device.index if device.index is not None else torch.cuda.current_device()
+        idx = device_index(device)
         with torch.cuda.device(idx):
             torch.cuda.current_stream().synchronize()        # makes the primary context current
             _check(drv.cuInit(0), "cuInit")
