@@ -25,7 +25,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
     P(j - 1) V is done, the output is rescaled for block j. K(j) is released as soon as S(j)
     is done, V(j - 1) once P(j - 1) V is (Layout.split_kv), Q once the tile's last S is.
-    Across tiles (LAST_PV): the next tile's Q and K(0) are waited for, its S(0) issued with
+    Across a packed launch's tiles (LAST_PV, at Dqk and Dv 64 or 128): the next tile's Q and K(0) are waited for, its S(0) issued with
     the tile's last P V, its first softmax runs under that P V, then the tile's epilogue:
     the tile's last GEMM phase is the next tile's first, as in the block loop. (No branch
     while a wgmma is in flight and no read of total before its P V is waited for with
@@ -150,7 +150,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.label("LAST_PV")
     if early:
         rescale_before_pv()
-    if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM:
+    if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM or not c.layout.packed:
         _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
                               total, A, l, p_regs)
         return
@@ -194,8 +194,10 @@ def _emit_tile_after_tile(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Re
                           first_softmax, issue_pv, prev_slot: Reg, total: list[Reg], A: list[Reg], l: list[Reg],
                           p_regs: list[list[Reg]]) -> None:
     """LAST_PV at Dv 256, whose 128 output registers leave no room for the next tile's S(0)
-    and softmax beside the last P V (spills), and at Dqk 192 (the overlap measured 5% slower
-    at 1K, H200 run 48): the last P V, the epilogue, then the next tile's head and block 0 alone."""
+    and softmax beside the last P V (spills), at Dqk 192 (the overlap measured 5% slower
+    at 1K, H200 run 48), and in dense launches, whose CTA runs one tile (the overlap's code,
+    never run there, spilled d64's 128 registers beside the staged epilogue): the last P V,
+    the epilogue, then the next tile's head and block 0 alone."""
     emit = prog.emit
     emit_v_wait(prog, c, prev_slot, "_LAST")
     issue_pv(prev_slot)

@@ -168,9 +168,38 @@ class Layout:
         return self.scratch_offset + (4 * THREADS * self.consumers if self.pins_softmax else 0)
 
     @property
+    def _o_region(self) -> int:
+        """Byte offset of a packed 16-bit kernel's own output staging (o_staging), 1024-aligned
+        after the tile word."""
+        return -(-(self.tile_word_offset + (16 if self.tile_counter else 0)) // 1024) * 1024
+
+    @property
+    def o_staging(self) -> tuple[int, int] | None:
+        """16-bit warp-specialized kernels: where each consumer's 64 output rows pass through
+        shared memory on their way out (stmatrix, then each row's 16-byte pieces side by side,
+        instead of a transpose in registers by 16 shuffles and 48 selects a 32 columns), as
+        (offset of the first consumer's rows, bytes from one consumer's to the next): a dense
+        launch's own Q tiles (a CTA's one tile is done with Q after its last S), a packed
+        launch's own region where it fits (its producer loads the next tile's Q while the
+        consumers finish the last). None: the shuffle epilogue (FP8, and packed d128 / d192 /
+        d256, whose stages leave no room)."""
+        if self.is_fp8 or not self.specialized:
+            return None
+        if not self.packed:
+            return 0, self.q_bytes
+        rows = BLOCK_M * self.dv * self.elem_bytes
+        if self._o_region + self.consumers * rows + 1024 > SHARED_LIMIT:
+            return None
+        return self._o_region, rows
+
+    @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the kernel (+ slack to align the base to 1024)."""
-        return self.tile_word_offset + (16 if self.tile_counter else 0) + 1024
+        end = self.tile_word_offset + (16 if self.tile_counter else 0)
+        staging = self.o_staging
+        if staging is not None and self.packed:
+            end = staging[0] + self.consumers * staging[1]
+        return end + 1024
 
     @property
     def threads(self) -> int:

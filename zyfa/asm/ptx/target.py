@@ -124,6 +124,11 @@ OPS = {
     "ld.global.v2.f32": "ld.global.nc.v2.f32 {{{0}, {1}}}, [{2}];",
     "st.global.f32": "st.global.f32 [{0}], {1};",
     "ld.shared.b32": "ld.shared.b32 {0}, [{1}];",
+    "ld.shared.v4.b32": "ld.shared.v4.b32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+    # four 8 x 8 tiles of 16-bit pairs from the wgmma fragment; lanes 8i..8i+7 give tile i's row addresses
+    "stmatrix.x4": "stmatrix.sync.aligned.m8n8.x4.shared.b16 [{0}], {{{1}, {2}, {3}, {4}}};",
+    "bar.warp.sync": "bar.warp.sync -1;",
+    "setp.gt.s32": "setp.gt.s32 {0}, {1}, {2};",
     "st.shared.b32": "st.shared.b32 [{0}], {1};",
     "st.shared.f32": "st.shared.f32 [{0}], {1};",
     "setp.lt.f32": "setp.lt.f32 {0}, {1}, {2};",
