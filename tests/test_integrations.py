@@ -110,6 +110,23 @@ def test_cuda_graph_capture_of_a_short_dense_batch():
     assert not torch.equal(out, eager)
 
 
+@gpu
+def test_cuda_graph_capture_loads_a_kernel_first_needed_there():
+    """Eagerly a short dense call runs on the packed kernel; captured, on the dense kernel, which
+    is then loaded inside the capture (the loader must not synchronize the capturing stream)."""
+    from zyfa.asm.ptx import kernels
+    kernels._attention_16.cache_clear()                            # no kernel loaded by earlier tests
+    q, k, v = make("realistic", 2, 200, 4, 4, 128, seed=7, device=DEVICE)
+    static = [t.clone() for t in (q, k, v)]
+    eager = zyfa.flash_attn_func(*static)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = zyfa.flash_attn_func(*static)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
 # ------------------------------------------------------------------ transformers
 transformers = pytest.importorskip("transformers")
 from zyfa.integrations import transformers as zt  # noqa: E402

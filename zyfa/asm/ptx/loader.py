@@ -35,7 +35,11 @@ class Kernel:
         torch.cuda.init()
         idx = device_index(device)
         with torch.cuda.device(idx):
-            torch.cuda.current_stream().synchronize()        # makes the primary context current
+            # makes the primary context current; not while the stream is captured into a CUDA
+            # graph (not permitted there: a kernel first needed inside a capture, such as the
+            # dense kernel of a short call that ran on the packed kernel eagerly)
+            if not torch.cuda.is_current_stream_capturing():
+                torch.cuda.current_stream().synchronize()
             _check(drv.cuInit(0), "cuInit")
             ctx = _check(drv.cuDevicePrimaryCtxRetain(_check(drv.cuDeviceGet(idx), "cuDeviceGet")),
                          "cuDevicePrimaryCtxRetain")
