@@ -25,8 +25,9 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     P(j - 1) V accumulating into the output, then the softmax of S(j) while it runs; once
     P(j - 1) V is done, the output is rescaled for block j. K(j) is released as soon as S(j)
     is done, V(j - 1) once P(j - 1) V is (Layout.split_kv), Q once the tile's last S is.
-    Across a packed launch's tiles (LAST_PV, at Dqk and Dv 64 or 128): the next tile's Q and K(0) are waited for, its S(0) issued with
-    the tile's last P V, its first softmax runs under that P V, then the tile's epilogue:
+    Across a packed launch's tiles (LAST_PV, at Dqk and Dv 64 or 128): the next tile's Q and
+    K(0) are waited for, its S(0) issued with the tile's last P V, its first softmax runs under
+    that P V, then the tile's epilogue:
     the tile's last GEMM phase is the next tile's first, as in the block loop. (No branch
     while a wgmma is in flight and no read of total before its P V is waited for with
     nothing after it: else ptxas serializes every wgmma.)
