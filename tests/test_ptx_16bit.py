@@ -16,6 +16,7 @@ import zyfa
 from zyfa.asm.ptx import attention as attn, consumer, specialized
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.fragments import accumulator_position
+from zyfa.asm.ptx.layout import SHARED_LIMIT
 from zyfa.spec.reference import attention_fp64
 
 
@@ -62,6 +63,29 @@ def test_generated_packing_puts_each_p_where_the_a_operand_reads_it(dtype):
             for thread in (0, 37, 101):
                 assert accumulator_position(thread, index[src]) == \
                     (_a16_position(thread, r, half)[0], 16 * t + _a16_position(thread, r, half)[1])
+
+
+@pytest.mark.parametrize("dims", attn.HEAD_DIMS_16)
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
+def test_output_staging_overlaps_nothing_in_use(dims, packed):
+    """Layout.o_staging: a consumer's 64 output rows go through shared memory no other use
+    reads or writes at the epilogue: a dense launch's own Q tile (the CTA's one tile has done
+    its last S), else a region of the packed kernel's own past the tile word, inside the
+    kernel's shared memory (the producer loads the next tile's Q meanwhile)."""
+    layout = attn.layout_for(*dims[:1], "bf16", dims[1], packed)
+    rows = attn.BLOCK_M * layout.dv * layout.elem_bytes
+    staging = layout.o_staging
+    _, ptx = attn.attention_kernel_16("bf16", True, *dims, packed=packed)
+    assert ("stmatrix" in ptx) == (staging is not None)
+    if staging is None:
+        assert packed and layout.shared_bytes + layout.consumers * rows > SHARED_LIMIT - 1024   # no room
+        return
+    first, stride = staging
+    if not packed:
+        assert (first, stride) == (0, layout.q_bytes) and rows <= layout.q_bytes
+    else:
+        assert first >= layout.tile_word_offset + 16 and first % 1024 == 0 and stride == rows
+        assert first + layout.consumers * stride + 1024 == layout.shared_bytes <= SHARED_LIMIT
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
