@@ -90,17 +90,23 @@ def test_cuda_graph_capture_replays_eager():
     assert torch.equal(out8, zyfa.flash_attn_func(**x.kwargs()))
 
 
-@gpu
-def test_cuda_graph_capture_of_a_short_dense_batch():
-    """A dense 16-bit batch with few keys runs eagerly on the packed kernel, whose tile list is copied
-    from the host each launch (kernels.PACKED_ROUTE_KEYS); captured, it takes the dense kernel
-    (same bits), so the graph holds no copy from a host buffer freed after the capture."""
-    q, k, v = make("realistic", 3, 300, 4, 2, 64, seed=5, device=DEVICE)
-    static = [t.clone() for t in (q, k, v)]
+def _eager_then_captured(B, S, Hq, Hkv, D, seed):
+    """Static inputs, flash_attn_func's eager output on them, and a CUDA graph of the same call
+    with its output tensor."""
+    static = [t.clone() for t in make("realistic", B, S, Hq, Hkv, D, seed=seed, device=DEVICE)]
     eager = zyfa.flash_attn_func(*static)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = zyfa.flash_attn_func(*static)
+    return static, eager, g, out
+
+
+@gpu
+def test_cuda_graph_capture_of_a_short_dense_batch():
+    """A dense 16-bit batch with few keys runs eagerly on the packed kernel (kernels.PACKED_ROUTE_KEYS),
+    whose tile list a capture would copy from pinned host words; captured, it takes the dense kernel
+    (same bits), so the graph holds no copy from a host buffer."""
+    static, eager, g, out = _eager_then_captured(3, 300, 4, 2, 64, seed=5)
     q2, k2, v2 = make("realistic", 3, 300, 4, 2, 64, seed=6, device=DEVICE)
     for s, t in zip(static, (q2, k2, v2)):
         s.copy_(t)
@@ -116,12 +122,7 @@ def test_cuda_graph_capture_loads_a_kernel_first_needed_there():
     is then loaded inside the capture (the loader must not synchronize the capturing stream)."""
     from zyfa.asm.ptx import kernels
     kernels._attention_16.cache_clear()                            # no kernel loaded by earlier tests
-    q, k, v = make("realistic", 2, 200, 4, 4, 128, seed=7, device=DEVICE)
-    static = [t.clone() for t in (q, k, v)]
-    eager = zyfa.flash_attn_func(*static)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = zyfa.flash_attn_func(*static)
+    _, eager, g, out = _eager_then_captured(2, 200, 4, 4, 128, seed=7)
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)

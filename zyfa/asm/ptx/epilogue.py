@@ -154,7 +154,7 @@ def _emit_out_through_shared(prog: Program, c: Cta, to: Targets, words: tuple[li
     row_bytes, lanes_a_row = 2 * dv, dv // 8
     rows_at_once = 32 // lanes_a_row
     first, stride = c.layout.o_staging
-    lane, rows_base = prog.regs("u32", 2)
+    lane, rows_base = prog.regs("u32", 2)          # (the targets' lane again: not held past a next tile's start)
     emit("mad.lo.u32", lane, th.g, 4, th.q)
     emit("mad.lo.u32", rows_base, th.wg, stride, c.shared.base)     # consumer wg's rows: wg - 1 = 0, 1, ...
     emit("add.u32", rows_base, rows_base, (first - stride) & 0xFFFFFFFF)
