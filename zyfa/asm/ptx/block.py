@@ -63,11 +63,15 @@ def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg]
     return total, A, l
 
 
+Q_DESCRIPTORS_HELD = 8
+
+
 def emit_q_descriptors(prog: Program, c: Cta, q_tile: Reg, dq: Reg) -> list[list[Reg]]:
     """Q's wgmma descriptor for every K step of S = Q K^T, by column tile, from the Q tile at
     ``q_tile`` (descriptor ``dq``). Built once before the block loop, which then only reads
     them: rebuilt a block, each step cost a 64-bit add and moves into uniform registers."""
     out = []
+    held = sum(width // 32 for _, width in c.layout.qk_tiles) <= Q_DESCRIPTORS_HELD
     for col, width in c.layout.qk_tiles:                     # column tile col: BLOCK_M x col on
         d = dq
         if col:
@@ -75,7 +79,7 @@ def emit_q_descriptors(prog: Program, c: Cta, q_tile: Reg, dq: Reg) -> list[list
             prog.emit("add.u32", q_col, q_tile, BLOCK_M * col)
             d = emit_descriptor(prog, q_col, width)
         steps = [d]
-        for step in range(1, width // 32):                    # 32 bytes of K: 2 descriptor units
+        for step in range(1, width // 32 if held else 1):     # 32 bytes of K: 2 descriptor units
             a = prog.reg("u64")
             prog.emit("add.u64", a, d, 2 * step)
             steps.append(a)
@@ -98,15 +102,18 @@ def emit_scores(prog: Program, c: Cta, q_descs: list[list[Reg]], j: Reg, s: list
         if col:
             k_col = prog.reg("u32")
             emit("add.u32", k_col, k_tile, layout.block_n * col)
-        tiles.append((q_steps, emit_descriptor(prog, k_col, width)))
+        tiles.append((q_steps, width // 32, emit_descriptor(prog, k_col, width)))
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
     op = ("wgmma.m64n128k32.s8.ss" if layout.int8_qk else "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8
           else f"wgmma.m64n{layout.block_n}k16.{layout.dtype}.ss")
     emit("wgmma.fence")
     first = True
-    for q_steps, dk_t in tiles:
-        for step, ak in enumerate(q_steps):
+    for q_steps, n_steps, dk_t in tiles:
+        for step in range(n_steps):
+            ak = q_steps[step] if step < len(q_steps) else prog.reg("u64")
+            if step >= len(q_steps):                      # not held: built here from the tile's first
+                emit("add.u64", ak, q_steps[0], 2 * step)
             bk = prog.reg("u64")
             emit("add.u64", bk, dk_t, 2 * step)
             emit(op, s_list, ak, bk, 0 if first else c.accumulate)

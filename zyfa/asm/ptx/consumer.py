@@ -15,9 +15,9 @@ Q_BARRIER = 3                          # named barriers 3, 4 (, 5): each consume
 
 
 def emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg,
-                          label: str = "BLOCK_LOOP", last_label: str = "LAST_PV") -> None:
+                          label: str = "BLOCK_LOOP") -> None:
     """``label``: on to block j + 1 (its load number, first key); past the tile's last block,
-    on to ``last_label``."""
+    on to LAST_PV."""
     last = prog.reg("pred")
     prog.label(label)
     prog.emit("mov.u32", prev_slot, slot)
@@ -25,7 +25,7 @@ def emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg,
     prog.emit("add.u32", j, j, 1)
     prog.emit("add.u32", start_n, start_n, c.layout.block_n)
     prog.emit("setp.ge.u32", last, j, c.tile.n_blocks)
-    prog.emit("bra", last_label, guard=last)
+    prog.emit("bra", "LAST_PV", guard=last)
 
 
 def emit_release(prog: Program, c: Cta, bar: Reg) -> None:

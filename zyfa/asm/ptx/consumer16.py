@@ -9,7 +9,7 @@ from .block import emit_rescale, emit_scale_rows, emit_scores
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_v_wait, free_bar, v_bar
 from .cta import Cta, Rows, emit_rows
 from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
-from .layout import THREADS
+from .layout import HEAD_DIM, THREADS
 from .loads import emit_kv_wait, stage
 from .target import f32
 from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
@@ -151,7 +151,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.label("LAST_PV")
     if early:
         rescale_before_pv()
-    if c.layout.dqk == 192 or not c.layout.packed:
+    if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM or not c.layout.packed:
         _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
                               total, A, l, p_regs)
         return
@@ -178,29 +178,9 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     pin(sm)
     emit("wgmma.wait", 0)                                  # the last P V
     emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
-    emit_pack16(prog, c, sm.p, p_regs)
-    prog.comment("block 1 of the next tile: its S issued, then the finished tile's epilogue under it")
-    emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, "BLOCK_ONE", last_label="ONE_BLOCK")
-    emit_kv_wait(prog, c, slot, "_ONE")
-    emit_scores(prog, c, q_descs, slot, s, "_ONE", wait=False)
     emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
-    emit_v_wait(prog, c, prev_slot, "_ONE")
-    issue_pv(prev_slot)                                    # P(0) V: overwrites total
-    emit("wgmma.wait", 1)
-    emit_release(prog, c, free_bar(prog, c, slot))
-    release_q_after_last_s(j)
-    sm = emit_softmax16(prog, c, rows, start_n, s, A, "_ONE")
-    pin(sm)
-    emit("wgmma.wait", 0)
-    emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_pack16(prog, c, sm.p, p_regs)
-    emit_rescale(prog, total, sm.alpha, "_ONE")
-    emit_row_update16(prog, sm, l, A)
     emit("bra", "BLOCK_LOOP")
-
-    prog.label("ONE_BLOCK")                               # a one-block tile: its P V is its last
-    emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
-    emit("bra", "LAST_PV")
 
     prog.label("TILE_DONE")
     emit("mov.u32", j, n_last)
