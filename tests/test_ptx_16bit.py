@@ -112,6 +112,26 @@ def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, pac
     assert a.registers == specialized.LAUNCH_REGISTERS[layout.consumers]
     assert layout.threads == 128 * (1 + layout.consumers) and layout.threads * a.registers <= 64 * 1024
     assert layout_fits(dims, dtype)
+    # the block loop's wgmma descriptors stay in uniform registers: moved there from vector
+    # registers a block (R2UR), they cost 5-8% (bench/PTX_NOTES.md, runs 75-77); packed d64
+    # moves one Q descriptor
+    loop = _steady_loop(sass, dqk // 16 + bn // 16)
+    assert sum(op.startswith("R2UR") for op in loop) <= 1, "\n".join(loop)
+
+
+def _steady_loop(sass: str, hgmmas: int) -> list[str]:
+    """The instructions of the smallest loop of ``sass`` (a backward branch and its target)
+    that issues at least ``hgmmas`` HGMMAs: a consumer's block loop."""
+    ops = [(int(a, 16), op.strip()) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    best = None
+    for addr, op in ops:
+        back = re.fullmatch(r"(?:@!?U?P\d )?BRA (0x[0-9a-f]+)", op)
+        if back and int(back.group(1), 16) < addr:
+            body = [o for a, o in ops if int(back.group(1), 16) <= a <= addr]
+            if sum("HGMMA" in o for o in body) >= hgmmas and (best is None or len(body) < len(best)):
+                best = body
+    assert best is not None, "no block loop found"
+    return best
 
 
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
