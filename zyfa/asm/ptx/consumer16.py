@@ -9,7 +9,7 @@ from .block import emit_rescale, emit_scale_rows, emit_scores
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_v_wait, free_bar, v_bar
 from .cta import Cta, Rows, emit_rows
 from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
-from .layout import HEAD_DIM, THREADS
+from .layout import THREADS
 from .loads import emit_kv_wait, stage
 from .target import f32
 from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
