@@ -9,7 +9,7 @@ from .block import emit_rescale, emit_scale_rows, emit_scores
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_v_wait, free_bar, v_bar
 from .cta import Cta, Rows, emit_rows
 from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
-from .layout import THREADS
+from .layout import HEAD_DIM, THREADS
 from .loads import emit_kv_wait, stage
 from .target import f32
 from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
@@ -151,7 +151,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.label("LAST_PV")
     if early:
         rescale_before_pv()
-    if c.layout.dqk == 192 or not c.layout.packed:
+    if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM or not c.layout.packed:
         _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
                               total, A, l, p_regs)
         return
