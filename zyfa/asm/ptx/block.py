@@ -63,13 +63,17 @@ def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg]
     return total, A, l
 
 
+# Q steps whose descriptors are held across the block loop; more (16-bit Dqk 192 / 256: 12, 16)
+# did not fit the uniform registers beside K's and V's, and the loop moved them back from vector
+# registers before its HGMMAs (bench/PTX_NOTES.md, run 77: d256 +2-4% without)
 Q_DESCRIPTORS_HELD = 8
 
 
 def emit_q_descriptors(prog: Program, c: Cta, q_tile: Reg, dq: Reg) -> list[list[Reg]]:
     """Q's wgmma descriptor for every K step of S = Q K^T, by column tile, from the Q tile at
-    ``q_tile`` (descriptor ``dq``). Built once before the block loop, which then only reads
-    them: rebuilt a block, each step cost a 64-bit add and moves into uniform registers."""
+    ``q_tile`` (descriptor ``dq``). Up to Q_DESCRIPTORS_HELD steps: built once before the block
+    loop, which then only reads them (rebuilt a block, each step cost a 64-bit add and moves
+    into uniform registers). More: only each column tile's first, emit_scores adds the rest."""
     out = []
     held = sum(width // 32 for _, width in c.layout.qk_tiles) <= Q_DESCRIPTORS_HELD
     for col, width in c.layout.qk_tiles:                     # column tile col: BLOCK_M x col on
