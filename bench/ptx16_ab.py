@@ -180,10 +180,13 @@ def main(argv=None) -> int:
                     baseline=base["commit"], **versions(None))
         with open(a.out, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    # the summary by the mean of the timed rounds, the statistic the notes compare (the fastest
+    # round swung 5-20% in run 74, bench/PTX_NOTES.md)
     labels = list(dict.fromkeys(r["label"] for r in rows))
-    print("\n| case | " + " | ".join(labels) + " |")
+    print("\nTFLOP/s, mean of the timed rounds\n| case | " + " | ".join(labels) + " |")
     for case in dict.fromkeys(r["case"] for r in rows):
-        tf = {r["label"]: r["tflops"] for r in rows if r["case"] == case}
+        tf = {r["label"]: r["tflops"] * r["ms"] * len(r["ms_rounds"]) / sum(r["ms_rounds"])
+              for r in rows if r["case"] == case}
         print(f"| {case} | " + " | ".join(f"{tf.get(lb, float('nan')):.0f}" for lb in labels) + " |")
     return 0
 
