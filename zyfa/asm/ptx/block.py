@@ -115,8 +115,10 @@ def emit_scores(prog: Program, c: Cta, q_descs: list[list[Reg]], j: Reg, s: list
     first = True
     for q_steps, n_steps, dk_t in tiles:
         for step in range(n_steps):
-            ak = q_steps[step] if step < len(q_steps) else prog.reg("u64")
-            if step >= len(q_steps):                      # not held: built here from the tile's first
+            if step < len(q_steps):
+                ak = q_steps[step]
+            else:                                         # not held: built here from the tile's first
+                ak = prog.reg("u64")
                 emit("add.u64", ak, q_steps[0], 2 * step)
             bk = prog.reg("u64")
             emit("add.u64", bk, dk_t, 2 * step)
