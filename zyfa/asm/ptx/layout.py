@@ -144,7 +144,7 @@ class Layout:
         (bench/PTX_NOTES.md, runs 56-59), dense against dense: +1-5% at d64 4K / 8K, d128 4K-32K
         and MLA 192/128 4K / 16K, near the spread of one kernel against itself (3%); the packed
         kernels -3% to +1% with this order, d256 -4%."""
-        return not self.is_fp8 and not self.packed and self.dqk <= 192
+        return not self.is_fp8 and self.dqk <= 192
 
     @property
     def scratch_offset(self) -> int:
