@@ -137,13 +137,14 @@ class Layout:
 
     @property
     def early_pv_wait(self) -> bool:
-        """16-bit dense kernels up to Dqk 192: P V(j - 1) is waited for after a few of block j's
+        """16-bit kernels up to Dqk 192: P V(j - 1) is waited for after a few of block j's
         exponentials, not after its whole softmax, and the output is rescaled by block j - 1's
         alpha after S(j) is issued and before P(j - 1) V, so that packing P and the rescale no
         longer run with no GEMM in flight (FlashAttention-3's order). Measured on the H200
         (bench/PTX_NOTES.md, runs 56-59), dense against dense: +1-5% at d64 4K / 8K, d128 4K-32K
         and MLA 192/128 4K / 16K, near the spread of one kernel against itself (3%); the packed
-        kernels -3% to +1% with this order, d256 -4%."""
+        kernels, once their block loop kept its descriptors in uniform registers, +1-3% over the
+        same kernel without it at 1K-8K (run 79); d256 -4%."""
         return not self.is_fp8 and self.dqk <= 192
 
     @property
