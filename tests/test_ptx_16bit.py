@@ -13,7 +13,7 @@ import torch
 
 from conftest import describe_mismatch, hopper, rel_err
 import zyfa
-from zyfa.asm.ptx import attention as attn, consumer, specialized
+from zyfa.asm.ptx import attention as attn, consumer, sass as sass_code, specialized
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.fragments import accumulator_position
 from zyfa.asm.ptx.layout import SHARED_LIMIT
@@ -115,23 +115,31 @@ def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, pac
     # the block loop's wgmma descriptors stay in uniform registers: moved there from vector
     # registers a block (R2UR), they cost 2-8% (bench/PTX_NOTES.md, runs 75-77); packed d64
     # moves one Q descriptor
-    loop = _steady_loop(sass, dqk // 16 + bn // 16)
-    assert sum(op.startswith("R2UR") for op in loop) <= 1, "\n".join(loop)
+    loop = sass_code.block_loop(sass_code.instructions(sass), dqk // 16 + bn // 16)
+    assert sum(i.mnemonic == "R2UR" for i in loop) <= 1, "\n".join(i.text for i in loop)
 
 
-def _steady_loop(sass: str, hgmmas: int) -> list[str]:
-    """The instructions of the smallest loop of ``sass`` (a backward branch and its target)
-    that issues at least ``hgmmas`` HGMMAs: a consumer's block loop."""
-    ops = [(int(a, 16), op.strip()) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    best = None
-    for addr, op in ops:
-        back = re.fullmatch(r"(?:@!?U?P\d )?BRA (0x[0-9a-f]+)", op)
-        if back and int(back.group(1), 16) < addr:
-            body = [o for a, o in ops if int(back.group(1), 16) <= a <= addr]
-            if sum("HGMMA" in o for o in body) >= hgmmas and (best is None or len(body) < len(best)):
-                best = body
-    assert best is not None, "no block loop found"
-    return best
+def test_sass_reader_takes_the_schedule_from_the_control_bits():
+    """Each instruction's stall count, scoreboards and wait mask come from its high word's bits
+    41-62 (the words below were built with known fields), the block loop is the smallest
+    backward branch over enough MMAs, and its static cycles are the stalls summed."""
+    def word(stall, write, read, wait):
+        return f"{(stall | write << 5 | read << 8 | wait << 11) << 41 | 0xfe0:#018x}"
+    lines = [("0000", "MOV R1, c[0x0][0x28]", word(1, 7, 7, 0)),
+             ("0010", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24", word(4, 7, 7, 0b000001)),
+             ("0020", "MUFU.EX2 R5, R4", word(2, 1, 7, 0)),
+             ("0030", "@!P0 BRA 0x10", word(5, 7, 2, 0b000010)),
+             ("0040", "BRA 0x0", word(3, 7, 7, 0))]
+    sass = "\n".join(f"        /*{a}*/                   {t} ;    /* 0x0000000000000000 */\n"
+                     f"                                       /* {w} */" for a, t, w in lines)
+    code = sass_code.instructions(sass)
+    assert [(i.addr, i.stall, i.write_scoreboard, i.read_scoreboard, i.wait_mask) for i in code] == [
+        (0, 1, 7, 7, 0), (0x10, 4, 7, 7, 1), (0x20, 2, 1, 7, 0), (0x30, 5, 7, 2, 2), (0x40, 3, 7, 7, 0)]
+    assert [i.mnemonic for i in code] == ["MOV", "HGMMA.64x128x16.F32.BF16", "MUFU.EX2", "BRA", "BRA"]
+    loop = sass_code.block_loop(code, 1)
+    assert [i.addr for i in loop] == [0x10, 0x20, 0x30] and sass_code.static_cycles(loop) == 11
+    with pytest.raises(ValueError):
+        sass_code.block_loop(code, 2)
 
 
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
