@@ -197,6 +197,18 @@ def _emit_int8_scores(prog: Program, c: Cta, s: list[Reg], facs: list[Reg] | Non
         emit_int8_scores(prog, s, facs, tag)
 
 
+def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot: Reg, s: list[Reg],
+                       tag: str) -> list[Reg] | None:
+    """S(j) = Q K_j^T in a GEMM phase of its own, waited for (int8_qk: as floats); returns the
+    block's int8 row factors (else None)."""
+    emit_kv_wait(prog, c, slot, tag)
+    emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
+    facs = _emit_block_factors(prog, c, rows, j)
+    prog.emit("wgmma.wait", 0)
+    _emit_int8_scores(prog, c, s, facs, tag)
+    return facs
+
+
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
     emit = prog.emit
     _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
@@ -230,11 +242,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
         return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile))
 
     prog.comment("block 0: its GEMM phase has Q K^T alone")
-    emit_kv_wait(prog, c, slot, "_FIRST")
-    emit_scores(prog, c, q_descs, slot, s, "_FIRST", wait=False)
-    facs = _emit_block_factors(prog, c, rows, j)
-    emit("wgmma.wait", 0)
-    _emit_int8_scores(prog, c, s, facs, "_FIRST")
+    facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "_FIRST")
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs)
     emit_row_update(prog, sm, l, A)
     keep(sm)
@@ -295,11 +303,7 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
     s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)      # int8_qk: int32 scores, then float
     more = prog.reg("pred")
     prog.label("BLOCK_LOOP")
-    emit_kv_wait(prog, c, slot, "")
-    emit_scores(prog, c, q_descs, slot, s, "", wait=False)
-    facs = _emit_block_factors(prog, c, rows, j)
-    emit("wgmma.wait", 0)
-    _emit_int8_scores(prog, c, s, facs, "")
+    facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "")
     emit_block(prog, c, rows, rule, slot, start_n, s, d_ones, total, A, l, facs=facs)
     emit_release(prog, c, free_bar(prog, c, slot))
     emit("add.u32", j, j, 1)
