@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--packed", action="store_true")
     ap.add_argument("--not-causal", action="store_true")
     ap.add_argument("--sass", help="read this cuobjdump -sass output instead of generating a kernel")
-    ap.add_argument("--gmmas", type=int, help="the loop's MMA count (with --sass)")
+    ap.add_argument("--gmmas", type=int, help="with --sass: the fewest MMAs the loop issues (one S's)")
     ap.add_argument("--skip", nargs="*", default=[], help="address ranges LO-HI (hex) left out")
     ap.add_argument("--timeline", action="store_true")
     a = ap.parse_args(argv)
