@@ -1,14 +1,15 @@
 """A/B of the generated 16-bit kernel in one process, beside FA3 BF16 and SDPA cuDNN: this tree's
-kernel against a baseline commit's, whose PTX is generated on the CPU beforehand (its generator
-is not importable beside this one), each as a dense launch (one CTA a tile) and through the
+kernel against one or more baseline commits', whose PTX is generated on the CPU beforehand (their
+generators are not importable beside this one), each as a dense launch (one CTA a tile) and through the
 packed kernel over equal sequences (one CTA an SM over a tile list: the route of a short dense
 call, kernels.PACKED_ROUTE_KEYS), and this tree's through zyfa.flash_attn_func ("current
 public", as zyfa bench times it); each call's host time beside. Every output is compared bit for
-bit with the baseline's dense one (the variants only reorder loads and waits). For a change to
-the generator: add the variant as an option, measure, keep the winner and delete the option.
+bit with the first baseline's dense one (the variants only reorder loads and waits). Each timed
+round starts one call later in the list, so that no call keeps its place in a round (the first
+place read 1-3% slower than the same PTX in the second in runs 79-83, bench/PTX_NOTES.md).
 
-    python bench/ptx16_ab.py --prepare-baseline main         # CPU, writes _exp/ptx16_baseline.json
-    python bench/ptx16_ab.py --out results.json              # GPU (carry _exp)
+    python bench/ptx16_ab.py --prepare-baseline main 4c43bdc   # CPU, writes _exp/ptx16_baseline.json
+    python bench/ptx16_ab.py --out results.json                # GPU (carry _exp)
 """
 from __future__ import annotations
 
@@ -48,26 +49,29 @@ json.dump(out, sys.stdout)
 """
 
 
-def prepare_baseline(ref: str) -> None:
-    """The baseline commit's PTX for SHAPES' head dims, dense and packed, from its own tree (git archive)."""
+def prepare_baseline(refs: list[str]) -> None:
+    """Each baseline commit's PTX for SHAPES' head dims, dense and packed, from its own tree (git archive)."""
     dims = sorted({(s[5], s[6]) for s in SHAPES})
-    with tempfile.TemporaryDirectory() as tree:
-        archive = subprocess.run(["git", "archive", ref, "zyfa"], cwd=ROOT, check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-        env = dict(os.environ, PYTHONPATH=tree)
-        r = subprocess.run([sys.executable, "-c", _GEN.format(dims=dims)], cwd=tree, env=env, check=True,
-                           capture_output=True, text=True)
-    doc = dict(ref=ref, commit=subprocess.run(["git", "rev-parse", ref], cwd=ROOT, capture_output=True,
-                                              text=True).stdout.strip(), kernels=json.loads(r.stdout))
+    docs = []
+    for ref in refs:
+        with tempfile.TemporaryDirectory() as tree:
+            archive = subprocess.run(["git", "archive", ref, "zyfa"], cwd=ROOT, check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+            env = dict(os.environ, PYTHONPATH=tree)
+            r = subprocess.run([sys.executable, "-c", _GEN.format(dims=dims)], cwd=tree, env=env, check=True,
+                               capture_output=True, text=True)
+        commit = subprocess.run(["git", "rev-parse", ref], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        docs.append(dict(ref=ref, commit=commit, kernels=json.loads(r.stdout)))
+        print(f"{ref} {commit[:10]}: head dims {dims}")
     os.makedirs(os.path.dirname(BASELINE), exist_ok=True)
     with open(BASELINE, "w") as f:
-        json.dump(doc, f)
-    print(f"wrote {BASELINE}: {doc['ref']} {doc['commit'][:10]}, head dims {dims}")
+        json.dump(dict(baselines=docs), f)
+    print(f"wrote {BASELINE}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prepare-baseline", metavar="REF")
+    ap.add_argument("--prepare-baseline", metavar="REF", nargs="+")
     ap.add_argument("--out", default=None)
     ap.add_argument("--rounds", type=int, default=2,
                     help="alternations of all calls after an untimed one (the fastest kept)")
@@ -91,7 +95,7 @@ def main(argv=None) -> int:
     from zyfa.bench.run import versions
     from zyfa.spec.reference import attention_fp64
     with open(BASELINE) as f:
-        base = json.load(f)
+        bases = json.load(f)["baselines"]
 
     @functools.cache
     def current(dtype, causal, dqk, dv, arch, device, packed):
@@ -99,10 +103,12 @@ def main(argv=None) -> int:
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                       attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
 
-    @functools.cache
-    def baseline(dtype, causal, dqk, dv, arch, device, packed):
-        k = base["kernels"][f"{dqk},{dv},{packed}"]
-        return Kernel(assemble(k["ptx"], arch).cubin, k["name"], torch.device("cuda", device), k["shared_bytes"])
+    def baseline(base):
+        @functools.cache
+        def build(dtype, causal, dqk, dv, arch, device, packed):
+            k = base["kernels"][f"{dqk},{dv},{packed}"]
+            return Kernel(assemble(k["ptx"], arch).cubin, k["name"], torch.device("cuda", device), k["shared_bytes"])
+        return build
 
     def dense(q, k, v):
         saved, K.PACKED_ROUTE_KEYS = K.PACKED_ROUTE_KEYS, {}
@@ -117,6 +123,7 @@ def main(argv=None) -> int:
                                 K._uniform_batch(B, S, k.shape[1], q.device))
         return out.view(B, S, *out.shape[2:])
 
+    builds = [(f"baseline {b['ref']}", baseline(b)) for b in bases] + [("current", current)]
     try:
         import fa3_fwd_interface as fa3
     except ImportError:
@@ -136,7 +143,7 @@ def main(argv=None) -> int:
                 return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
                                                                         enable_gqa=Hq != Hkv).transpose(1, 2)
         calls = {}
-        for label, build in ((f"baseline {base['ref']}", baseline), ("current", current)):
+        for label, build in builds:
             for route, fn in (("dense", dense), ("routed", routed)):
                 calls[f"{label} {route}"] = (build, functools.partial(fn, q, k, v))
         # the public call (validation, dispatch, the route), as zyfa bench times it
@@ -157,8 +164,9 @@ def main(argv=None) -> int:
                 diffs[label] = float((out.float() - first.float()).abs().max())
         # round 0 is not kept: the GPU idled while cuDNN built its plans, and the first call timed
         # after an idle GPU ran 5-10% faster than in later rounds (bench/PTX_NOTES.md, run 68)
+        order = list(calls.items())
         for r in range(a.rounds + 1):
-            for label, (build, fn) in calls.items():
+            for label, (build, fn) in order[r % len(order):] + order[:r % len(order)]:
                 if build is not None:
                     K._attention_16 = build
                 ms = median_ms(fn)
@@ -177,7 +185,7 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     if a.out:
         meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), gpu=torch.cuda.get_device_name(),
-                    baseline=base["commit"], **versions(None))
+                    baselines=[b["commit"] for b in bases], **versions(None))
         with open(a.out, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
     # the summary by the mean of the timed rounds, the statistic the notes compare (the fastest
