@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from zyfa.asm.ptx import attention as attn  # noqa: E402
-from zyfa.asm.ptx import sass as S  # noqa: E402
+from zyfa.verify.ptx import sass as S  # noqa: E402
 from zyfa.asm.ptx.assemble import assemble  # noqa: E402
 
 

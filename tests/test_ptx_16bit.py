@@ -13,10 +13,11 @@ import torch
 
 from conftest import describe_mismatch, hopper, rel_err
 import zyfa
-from zyfa.asm.ptx import attention as attn, consumer, sass as sass_code, specialized
+from zyfa.asm.ptx import attention as attn, consumer, specialized
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.fragments import accumulator_position
 from zyfa.asm.ptx.layout import SHARED_LIMIT
+from zyfa.verify.ptx import sass as sass_code
 from zyfa.spec.reference import attention_fp64
 
 
