@@ -26,11 +26,13 @@ class Softmax16:
 
 
 def emit_softmax16(prog: Program, c: Cta, rows: Rows, start_n: Reg, s: list[Reg], A: list[Reg],
-                   tag: str = "") -> Softmax16:
-    """Mask (in the blocks that need it), row max, reference, P in float32 and its row sums."""
+                   tag: str = "", masked: bool = True) -> Softmax16:
+    """Mask (in the blocks that need it; ``masked`` False: a block below the band, no test),
+    row max, reference, P in float32 and its row sums."""
     emit = prog.emit
     fac = rows.fac
-    emit_band_mask(prog, c, rows, s, start_n, tag)
+    if masked:
+        emit_band_mask(prog, c, rows, s, start_n, tag)
 
     prog.comment("row max of S c, taken on S (c > 0), the running reference A")
     m, neg, A_new, alpha, diff = (prog.regs("f32", 2) for _ in range(5))

@@ -15,17 +15,17 @@ Q_BARRIER = 3                          # named barriers 3, 4 (, 5): each consume
 
 
 def emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg,
-                          label: str = "BLOCK_LOOP") -> None:
-    """``label``: on to block j + 1 (its load number, first key); past the tile's last block,
-    on to LAST_PV."""
+                          label: str = "BLOCK_LOOP", end: Reg | None = None, past_end: str = "LAST_PV") -> None:
+    """``label``: on to block j + 1 (its load number, first key); from block ``end`` (default:
+    past the tile's last block) on to ``past_end``."""
     last = prog.reg("pred")
     prog.label(label)
     prog.emit("mov.u32", prev_slot, slot)
     prog.emit("add.u32", slot, slot, 1)
     prog.emit("add.u32", j, j, 1)
     prog.emit("add.u32", start_n, start_n, c.layout.block_n)
-    prog.emit("setp.ge.u32", last, j, c.tile.n_blocks)
-    prog.emit("bra", "LAST_PV", guard=last)
+    prog.emit("setp.ge.u32", last, j, c.tile.n_blocks if end is None else end)
+    prog.emit("bra", past_end, guard=last)
 
 
 def emit_release(prog: Program, c: Cta, bar: Reg) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
-from .block import emit_rescale, emit_scale_rows, emit_scores
+from .block import BLOCK_LOOPS, emit_rescale, emit_scale_rows, emit_scores
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_v_wait, free_bar, v_bar
 from .cta import Cta, Rows, emit_rows
 from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
@@ -18,6 +18,7 @@ from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
 # Layout.early_pv_wait: the P V wait pinned after this exponential of the block (of 32 a thread
 # at 128 keys): ptxas then places it after 3-10 of them (FlashAttention-3's: after 13)
 EARLY_PV_WAIT_EXP = 15
+FIRST_LOOP = "BLOCK_LOOP" + BLOCK_LOOPS[0][0]   # a tile's blocks after its first: the copy below the band
 
 
 def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
@@ -52,6 +53,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     s = prog.regs("f32", c.layout.block_n // 2)
     p_regs = [prog.regs("b32", 4) for _ in range(c.layout.block_n // 16)]   # P(j - 1): A of the P V in flight
     onto, q_done = prog.regs("pred", 2)                    # a P V adds to total; the tile's last S is done
+    below_end = prog.reg("u32")                            # the tile's first block in the masked band, or n_blocks
 
     def head(tag: str, done_label: str) -> Rows:
         """Tile t's Q (on to ``done_label`` past the last tile), registers and K(0); S(0) issued."""
@@ -63,6 +65,8 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         emit("bra.div", done_label, guard=done)
         emit_tile_work(prog, c, tiles, t)
         rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
+        emit("shr.u32", below_end, rows.band_start, c.layout.block_n.bit_length() - 1)   # band_start: a block's
+        emit("min.u32", below_end, below_end, c.tile.n_blocks)
         if not handed:
             emit_q_wait(prog, c, it, tag)
         emit("mov.u32", slot, base)
@@ -124,29 +128,40 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     sm = first_softmax(rows, "_FIRST")
     emit_pack16(prog, c, sm.p, p_regs)
 
-    prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output")
-    emit_block_loop_head(prog, c, j, start_n, slot, prev_slot)
-    emit_kv_wait(prog, c, slot, "")
-    emit_scores(prog, c, q_descs, slot, s, "", wait=False)
-    if early:
-        rescale_before_pv()
-    emit_v_wait(prog, c, prev_slot, "")
-    issue_pv(prev_slot)
-    emit("wgmma.wait", 1)                                  # S(j); P(j - 1) V may still run
-    emit_release(prog, c, free_bar(prog, c, slot))      # K(j) read: the producer may reload it
-    release_q_after_last_s(j)
-    sm = emit_softmax16(prog, c, rows, start_n, s, A, "")
-    pin(sm)
-    emit("wgmma.wait", 0)                                  # P(j - 1) V
-    emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
-    emit_pack16(prog, c, sm.p, p_regs)                    # P(j - 1)'s registers are free
-    if early:
-        for half in (0, 1):
-            emit("mov.f32", alpha_prev[half], sm.alpha[half])
-    else:
-        emit_rescale(prog, total, sm.alpha, "")
-    emit_row_update16(prog, sm, l, A)
-    emit("bra", "BLOCK_LOOP")
+    prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output. Two copies")
+    prog.comment("of the loop: the blocks below the masked band (no mask test), the band's")
+    for tag, masked in BLOCK_LOOPS:
+        if masked:
+            prog.label("BELOW_DONE")                       # j: the band's first block, or past the last
+            last = prog.reg("pred")
+            emit("setp.ge.u32", last, j, c.tile.n_blocks)
+            emit("bra", "LAST_PV", guard=last)
+            emit("bra", "BAND")
+            emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
+            prog.label("BAND")
+        else:
+            emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}", below_end, "BELOW_DONE")
+        emit_kv_wait(prog, c, slot, tag)
+        emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
+        if early:
+            rescale_before_pv()
+        emit_v_wait(prog, c, prev_slot, tag)
+        issue_pv(prev_slot)
+        emit("wgmma.wait", 1)                              # S(j); P(j - 1) V may still run
+        emit_release(prog, c, free_bar(prog, c, slot))  # K(j) read: the producer may reload it
+        release_q_after_last_s(j)
+        sm = emit_softmax16(prog, c, rows, start_n, s, A, tag, masked=masked)
+        pin(sm)
+        emit("wgmma.wait", 0)                              # P(j - 1) V
+        emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
+        emit_pack16(prog, c, sm.p, p_regs)                # P(j - 1)'s registers are free
+        if early:
+            for half in (0, 1):
+                emit("mov.f32", alpha_prev[half], sm.alpha[half])
+        else:
+            emit_rescale(prog, total, sm.alpha, tag)
+        emit_row_update16(prog, sm, l, A)
+        emit("bra", f"BLOCK_LOOP{tag}")
 
     prog.label("LAST_PV")
     if early:
@@ -180,7 +195,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
     emit_pack16(prog, c, sm.p, p_regs)
-    emit("bra", "BLOCK_LOOP")
+    emit("bra", FIRST_LOOP)
 
     prog.label("TILE_DONE")
     emit("mov.u32", j, n_last)
@@ -215,7 +230,7 @@ def _emit_tile_after_tile(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Re
     emit("wgmma.wait", 0)
     sm = first_softmax(rows, "_NEXT")
     emit_pack16(prog, c, sm.p, p_regs)
-    emit("bra", "BLOCK_LOOP")
+    emit("bra", FIRST_LOOP)
     prog.label("CONSUMER_DONE")
 
 
