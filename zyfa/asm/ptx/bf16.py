@@ -37,7 +37,7 @@ def emit_softmax16(prog: Program, c: Cta, rows: Rows, start_n: Reg, s: list[Reg]
     prog.comment("row max of S c, taken on S (c > 0), the running reference A")
     m, neg, A_new, alpha, diff = (prog.regs("f32", 2) for _ in range(5))
     for half in (0, 1):
-        emit_row_max(prog, s, fac, half, m[half])
+        emit_row_max(prog, s, fac, half, m[half], floor=False)      # A >= NEG_FLOOR: A_new is floored
         emit("max.nan.f32", A_new[half], A[half], m[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])

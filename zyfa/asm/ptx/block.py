@@ -158,9 +158,11 @@ def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg
     prog.label(f"SCORES_READY{tag}")
 
 
-def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, masked: bool = True) -> None:
+def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, masked: bool = True,
+                 floor: bool = True) -> None:
     """m = max(S) c over the thread's row ``half`` and its quad (c > 0: rounding is monotone,
-    so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR. Unmasked
+    so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR (``floor`` False:
+    not floored, for a caller that takes max(A, m) with A >= NEG_FLOOR next). Unmasked
     blocks (``masked`` False) have no -inf score (E4M3 has no infinity), so no guard there."""
     emit = prog.emit
     regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
@@ -174,7 +176,8 @@ def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, maske
     emit("mul.f32", m, m, fac)
     if masked:
         emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
-    emit("max.nan.f32", m, m, f32(NEG_FLOOR))
+    if floor:
+        emit("max.nan.f32", m, m, f32(NEG_FLOOR))
 
 
 def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
