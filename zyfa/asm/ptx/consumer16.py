@@ -128,6 +128,17 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     sm = first_softmax(rows, "_FIRST")
     emit_pack16(prog, c, sm.p, p_regs)
 
+    def advance(end: Reg, body: str) -> None:
+        """The loop's bottom: on to block j + 1 (its load number, first key), back to ``body``
+        while j < ``end`` (the test sits under the block's last FADDs instead of before S)."""
+        go = prog.reg("pred")
+        emit("mov.u32", prev_slot, slot)
+        emit("add.u32", slot, slot, 1)
+        emit("add.u32", j, j, 1)
+        emit("add.u32", start_n, start_n, c.layout.block_n)
+        emit("setp.lt.u32", go, j, end)
+        emit("bra", body, guard=go)
+
     prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output. Two copies")
     prog.comment("of the loop: the blocks below the masked band (no mask test), the band's")
     for tag, masked in BLOCK_LOOPS:
@@ -136,11 +147,9 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
             last = prog.reg("pred")
             emit("setp.ge.u32", last, j, c.tile.n_blocks)
             emit("bra", "LAST_PV", guard=last)
-            emit("bra", "BAND")
-            emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
-            prog.label("BAND")
-        else:
+        else:                                              # a tile's blocks after its first enter here
             emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}", below_end, "BELOW_DONE")
+        prog.label(f"BLOCK_BODY{tag}")
         emit_kv_wait(prog, c, slot, tag)
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
         if early:
@@ -161,7 +170,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         else:
             emit_rescale(prog, total, sm.alpha, tag)
         emit_row_update16(prog, sm, l, A)
-        emit("bra", f"BLOCK_LOOP{tag}")
+        advance(c.tile.n_blocks if masked else below_end, f"BLOCK_BODY{tag}")   # then BELOW_DONE, LAST_PV
 
     prog.label("LAST_PV")
     if early:
