@@ -148,6 +148,13 @@ class Layout:
         return not self.is_fp8 and self.dqk <= 192
 
     @property
+    def turns(self) -> bool:
+        """16-bit dense kernels with two consumers and the early P V wait (d128, MLA): the
+        consumers take turns to issue their GEMM phases (named barriers, FlashAttention-3's
+        scheduler barrier), so that one's softmax runs under the other's GEMMs."""
+        return self.early_pv_wait and not self.packed and self.consumers == 2
+
+    @property
     def scratch_offset(self) -> int:
         """A word per consumer thread after the mbarriers (pins_softmax)."""
         return self.bar_offset + 8 * self.barriers
