@@ -20,12 +20,17 @@ def emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg,
     past the tile's last block) on to ``past_end``."""
     last = prog.reg("pred")
     prog.label(label)
+    emit_next_block(prog, c, j, start_n, slot, prev_slot)
+    prog.emit("setp.ge.u32", last, j, c.tile.n_blocks if end is None else end)
+    prog.emit("bra", past_end, guard=last)
+
+
+def emit_next_block(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg) -> None:
+    """On to block j + 1: its load number (``slot``; ``prev_slot`` the last), its first key."""
     prog.emit("mov.u32", prev_slot, slot)
     prog.emit("add.u32", slot, slot, 1)
     prog.emit("add.u32", j, j, 1)
     prog.emit("add.u32", start_n, start_n, c.layout.block_n)
-    prog.emit("setp.ge.u32", last, j, c.tile.n_blocks if end is None else end)
-    prog.emit("bra", past_end, guard=last)
 
 
 def emit_release(prog: Program, c: Cta, bar: Reg) -> None:

@@ -6,7 +6,8 @@ from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
 from .block import BLOCK_LOOPS, emit_rescale, emit_scale_rows, emit_scores
-from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_v_wait, free_bar, v_bar
+from .consumer import (emit_block_loop_head, emit_consumer_start, emit_next_block, emit_release, emit_v_wait,
+                       free_bar, v_bar)
 from .cta import Cta, Rows, emit_rows
 from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
 from .layout import HEAD_DIM, THREADS
@@ -135,13 +136,10 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit_pack16(prog, c, sm.p, p_regs)
 
     def advance(end: Reg, body: str) -> None:
-        """The loop's bottom: on to block j + 1 (its load number, first key), back to ``body``
-        while j < ``end`` (the test sits under the block's last FADDs instead of before S)."""
+        """The loop's bottom: on to block j + 1, back to ``body`` while j < ``end`` (the test
+        sits under the block's last FADDs instead of before S: -25 static cycles a block)."""
         go = prog.reg("pred")
-        emit("mov.u32", prev_slot, slot)
-        emit("add.u32", slot, slot, 1)
-        emit("add.u32", j, j, 1)
-        emit("add.u32", start_n, start_n, c.layout.block_n)
+        emit_next_block(prog, c, j, start_n, slot, prev_slot)
         emit("setp.lt.u32", go, j, end)
         emit("bra", body, guard=go)
 
