@@ -123,7 +123,10 @@ def main(argv=None) -> int:
                                 K._uniform_batch(B, S, k.shape[1], q.device))
         return out.view(B, S, *out.shape[2:])
 
-    builds = [(f"baseline {b['ref']}", baseline(b)) for b in bases] + [("current", current)]
+    # labelled by commit (a ref such as HEAD~2 means nothing in the log a week later)
+    builds = [(f"baseline {b['commit'][:7]}", baseline(b)) for b in bases] + [("current", current)]
+    for b in bases:
+        print(f"baseline {b['commit'][:7]}: {b['ref']}")
     try:
         import fa3_fwd_interface as fa3
     except ImportError:
