@@ -1,8 +1,7 @@
 """The block step of the generated Hopper kernel for 16-bit inputs (BF16 and FP16): the
 online softmax of FlashAttention, not the FP8 spec's. Per key block: S = Q K^T (wgmma k16,
 both operands K-major, in emit_scores), mask, row max m on S (c > 0), the running reference
-A (lazy: it moves to m c only where m c passed it by RESCALE_THRESHOLD, so that most blocks
-leave it and skip the output's rescale), P = 2^(S c - A) <= 2^8 by MUFU in float32, the thread's part of the row sums of
+A = max(A, m c), P = 2^(S c - A) by MUFU in float32, the thread's part of the row sums of
 that float P (summed over the quad once, in the epilogue), P rounded to the input type in
 pairs, which are the A operand of P V as they stand (a 16-bit A fragment holds the columns
 of the accumulator fragment), and P V accumulated in place into the output after it is
@@ -11,13 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...spec.constants import RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .block import emit_band_mask, emit_row_max
 from .cta import Cta, Rows
 from .layout import COLUMN_TILE, acc_row_half
 from .smem import emit_descriptor
-from .target import f32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,14 +34,11 @@ def emit_softmax16(prog: Program, c: Cta, rows: Rows, start_n: Reg, s: list[Reg]
     if masked:
         emit_band_mask(prog, c, rows, s, start_n, tag)
 
-    prog.comment("row max of S c, taken on S (c > 0), the lazy reference A")
-    m, neg, A_new, alpha, diff, thr = (prog.regs("f32", 2) for _ in range(6))
-    moved = prog.regs("pred", 2)
+    prog.comment("row max of S c, taken on S (c > 0), the running reference A")
+    m, neg, A_new, alpha, diff = (prog.regs("f32", 2) for _ in range(5))
     for half in (0, 1):
         emit_row_max(prog, s, fac, half, m[half], floor=False)      # A >= NEG_FLOOR: A_new is floored
-        emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
-        emit("setp.gt.f32", moved[half], m[half], thr[half])
-        emit("selp.f32", A_new[half], m[half], A[half], moved[half])
+        emit("max.nan.f32", A_new[half], A[half], m[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
         emit("neg.f32", neg[half], A_new[half])

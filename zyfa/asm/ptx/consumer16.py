@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
-from .block import BLOCK_LOOPS, emit_rescale, emit_scores
+from .block import BLOCK_LOOPS, emit_rescale, emit_scale_rows, emit_scores
 from .consumer import (emit_block_loop_head, emit_consumer_start, emit_next_block, emit_release, emit_v_wait,
                        free_bar, v_bar)
 from .cta import Cta, Rows, emit_rows
@@ -108,10 +108,10 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         for half in (0, 1):
             emit("mov.f32", alpha_prev[half], f32(1.0))
 
-    def rescale_before_pv(tag: str) -> None:
-        """total *= the last block's alpha where a reference moved, before P(j - 1) V is issued
-        (while S(j) runs); at a tile's first P V, which overwrites total, the product is unused."""
-        emit_rescale(prog, total, alpha_prev, "_BEFORE_PV" + tag)
+    def rescale_before_pv() -> None:
+        """total *= the last block's alpha, before P(j - 1) V is issued (while S(j) runs); at a
+        tile's first P V, which overwrites total, the product is unused."""
+        emit_scale_rows(prog, total, alpha_prev)
 
     def pin(sm) -> None:
         """A value of the block's softmax stored before the P V wait, which keeps ptxas from
@@ -159,7 +159,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
             turn[0]()
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
         if early:
-            rescale_before_pv(tag)
+            rescale_before_pv()
         emit_v_wait(prog, c, prev_slot, tag)
         issue_pv(prev_slot)
         if turn:
@@ -182,7 +182,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
 
     prog.label("LAST_PV")
     if early:
-        rescale_before_pv("_LAST")
+        rescale_before_pv()
     if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM or not c.layout.packed:
         _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
                               total, A, l, p_regs)

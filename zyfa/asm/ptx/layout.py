@@ -144,9 +144,8 @@ class Layout:
         (bench/PTX_NOTES.md, runs 56-59), dense against dense: +1-5% at d64 4K / 8K, d128 4K-32K
         and MLA 192/128 4K / 16K, near the spread of one kernel against itself (3%); the packed
         kernels -3% to +1% then, +1-3% over the same kernel without it at 1K-8K net of an
-        unchanged-kernel control in run 79; d256 -4% then, with the output's rescale taken in
-        most blocks (d256 with the lazy reference: prepared, not measured)."""
-        return not self.is_fp8
+        unchanged-kernel control in run 79; d256 -4%."""
+        return not self.is_fp8 and self.dqk <= 192
 
     @property
     def turns(self) -> bool:
