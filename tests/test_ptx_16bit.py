@@ -355,7 +355,11 @@ def test_short_dense_batches_as_packed_tables():
     # one sequence, long (d128 routes up to 8K keys), d64, MLA and d256 at their limits
     (1, 8191, 8192, 8, 2, 128, 128, True, torch.bfloat16), (2, 2048, 2048, 4, 4, 64, 64, False, torch.float16),
     (2, 3000, 4096, 4, 2, 192, 128, True, torch.bfloat16), (2, 4096, 4096, 4, 2, 256, 256, True, torch.bfloat16),
-    (3, 333, 500, 4, 4, 256, 256, False, torch.float16)])
+    (3, 333, 500, 4, 4, 256, 256, False, torch.float16),
+    # Sk - Sq = 100: a tile's two consumers reach the masked band one block apart, so the dense
+    # d128 kernel's consumers leave the loop's copy below the band at different blocks while
+    # they take turns (Layout.turns)
+    (2, 700, 800, 4, 2, 128, 128, True, torch.bfloat16)])
 def test_dense_calls_on_the_packed_kernel_equal_the_dense_kernel(shape, monkeypatch):
     """kernels.PACKED_ROUTE_KEYS: a dense call with at most that many keys runs the packed
     kernel over equal sequences; same tiles, same key blocks in the same order, so out and lse
