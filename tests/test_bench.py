@@ -231,3 +231,35 @@ def test_e2e_table_shows_kernel_times_only_for_a_profiled_run():
     text = e2e_markdown(doc, "src")
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert "GPU kernels" not in text and "in turns" not in text and len({line.count("|") for line in rows}) == 1
+
+
+def test_trace_probes_stamp_each_wait_once_and_cut_stamps_into_tiles():
+    """bench/trace_ptx.py: the instrumented d256 packed kernel assembles without spills, each
+    mbarrier wait gets one stamp on entry (before its spin loop, not inside it) and one on exit;
+    a consumer's stamps become per-tile Q waits, block times by index, K / V waits and tails."""
+    import sys
+    sys.path.insert(0, "bench")
+    from trace_ptx import instrument, summarize, tiles_of
+
+    from zyfa.asm.ptx import attention as attn
+    from zyfa.asm.ptx.assemble import assemble
+    _, ptx = attn.attention_kernel_16("bf16", True, 256, 256, "sm_90a", True)
+    traced, names = instrument(ptx, 1 << 40, 64)
+    assert assemble(traced).spill_bytes == 0
+    waits = {line.strip()[:-1] for line in ptx.splitlines() if line.strip().startswith("WAIT_") and line.endswith(":")}
+    assert waits and sorted(n for n in names if n.split()[-1] in waits) == sorted(
+        f"{side} {w}" for w in waits for side in ("enter", "exit"))
+    lines = traced.splitlines()
+    for w in waits:                                       # nothing stamped between a spin loop's head and its branch
+        head = lines.index(f"{w}:")
+        assert "%clock" not in lines[head + 1] and lines[head + 2].strip().endswith(f"bra {w};")
+    stamps = [(0, "enter WAIT_Q"), (50, "exit WAIT_Q"), (90, "BLOCK_BODY_BELOW"), (95, "enter WAIT_KV_BELOW"),
+              (105, "exit WAIT_KV_BELOW"), (190, "BLOCK_BODY"), (300, "LAST_PV"), (320, "enter WAIT_V_LAST"),
+              (330, "exit WAIT_V_LAST"), (400, "enter WAIT_Q_NEXT"), (420, "exit WAIT_Q_NEXT"),
+              (500, "LAST_PV"), (600, "enter WAIT_Q_NEXT")]
+    first, second = tiles_of(stamps)
+    assert (first["q_wait"], first["k_wait"], first["v_wait"], first["tail"]) == (50, 10, 10, 100)
+    assert [c for c, _ in first["blocks"]] == [90, 190] and second["blocks"] == [] and second["tail"] == 100
+    s = summarize({4: stamps, 8: [(c + 7, n) for c, n in stamps]}, 12, 2)
+    assert s["tiles"] == 4 and s["block_cycles_by_index"] == {"1": 100.0, "2": 110.0}
+    assert s["per_tile"]["q_wait"] == 35.0 and s["consumer_offset"] == 7.0
