@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import re
@@ -88,15 +89,16 @@ def decode(words, names: list[str]) -> dict[int, list[tuple[int, str]]]:
 
 
 def tiles_of(stamps: list[tuple[int, str]]) -> list[dict]:
-    """A consumer warp's stamps cut into tiles at each Q wait: the wait, the blocks (start
-    times at BLOCK_BODY* / LAST_PV), K / V wait cycles, and the tail up to the next Q wait."""
+    """A consumer warp's stamps cut into tiles at each Q wait: the wait, its blocks (block 0
+    from Q's arrival, then one a BLOCK_BODY* stamp) with the K and V waits in each, the last
+    P V's V wait, and the tail from LAST_PV to the next Q wait (last P V, epilogue, next head)."""
     tiles, cur, open_waits = [], None, {}
     for clk, name in stamps:
         if name.startswith("enter WAIT_Q"):
-            if cur is not None:
-                cur["tail"] = clk - cur["last_pv"] if cur.get("last_pv") is not None else None
+            if cur is not None and cur["last_pv"] is not None:
+                cur["tail"] = clk - cur["last_pv"]
                 tiles.append(cur)
-            cur = dict(q_enter=clk, blocks=[], k_wait=0, v_wait=0, last_pv=None)
+            cur = dict(q_enter=clk, q_wait=None, blocks=[], last_pv=None, last_v_wait=0, tail=None)
         if cur is None:
             continue
         if name.startswith("enter "):
@@ -105,33 +107,38 @@ def tiles_of(stamps: list[tuple[int, str]]) -> list[dict]:
             wait = name[5:]
             spent = clk - open_waits.pop(wait, clk)
             if wait.startswith("WAIT_Q"):
-                cur["q_wait"], cur["q_exit"] = spent, clk
-            elif wait.startswith("WAIT_KV"):
-                cur["k_wait"] += spent
-            elif wait.startswith("WAIT_V"):
-                cur["v_wait"] += spent
+                cur["q_wait"] = spent
+                cur["blocks"].append(dict(start=clk, below=False, k_wait=0, v_wait=0))
+            elif cur["last_pv"] is not None:
+                cur["last_v_wait"] += spent
+            elif cur["blocks"]:
+                cur["blocks"][-1]["k_wait" if wait.startswith("WAIT_KV") else "v_wait"] += spent
         elif name.startswith("BLOCK_BODY"):
-            cur["blocks"].append((clk, name.endswith("_BELOW")))
+            cur["blocks"].append(dict(start=clk, below=name.endswith("_BELOW"), k_wait=0, v_wait=0))
         elif name == "LAST_PV":
             cur["last_pv"] = clk
     return tiles            # the last tile's tail is the run-out, left out
 
 
 def summarize(warps: dict, warps_per_cta: int, consumers: int) -> dict:
-    """Means over the consumer warps' tiles (each consumer's first warp)."""
+    """Means over the consumer warps' tiles (each consumer's first warp): per tile, and per
+    block by its index in the tile (8 and later together)."""
     firsts = [4 * (k + 1) for k in range(consumers)]        # warpgroup 0 is the producer
-    by_index, tiles_all, offsets = collections.defaultdict(list), [], []
+    per_index, tiles_all, offsets = collections.defaultdict(lambda: collections.defaultdict(list)), [], []
     for g, stamps in warps.items():
         if g % warps_per_cta not in firsts:
             continue
         for t in tiles_of(stamps):
-            starts = [c for c, _ in t["blocks"]] + ([t["last_pv"]] if t["last_pv"] is not None else [])
-            for i in range(len(starts) - 1):                 # block 0 runs in the head: these are 1, 2, ..
-                by_index[min(i + 1, 8)].append(starts[i + 1] - starts[i])
-            head = (starts[0] - t["q_exit"]) if starts and "q_exit" in t else None
-            tiles_all.append(dict(blocks=len(t["blocks"]) + 1, q_wait=t.get("q_wait"), head=head, tail=t.get("tail"),
-                                  k_wait=t["k_wait"], v_wait=t["v_wait"],
-                                  body=(t["last_pv"] - starts[0]) if starts and t["last_pv"] else None))
+            blocks = t["blocks"]
+            ends = [b["start"] for b in blocks[1:]] + [t["last_pv"]]
+            for i, (b, end) in enumerate(zip(blocks, ends)):
+                slot = per_index[min(i, 8)]
+                slot["cycles"].append(end - b["start"])
+                slot["k_wait"].append(b["k_wait"])
+                slot["v_wait"].append(b["v_wait"])
+            body = t["last_pv"] - blocks[0]["start"] if blocks else None
+            tiles_all.append(dict(blocks=len(blocks), q_wait=t["q_wait"], tail=t["tail"],
+                                  last_v_wait=t["last_v_wait"], body=body))
     for cta in {g // warps_per_cta for g in warps}:         # the consumers' lag, block by block
         seqs = [[c for c, n in warps.get(cta * warps_per_cta + f, []) if n.startswith("BLOCK_BODY")] for f in firsts]
         if len(seqs) == 2 and seqs[0] and seqs[1]:
@@ -140,9 +147,10 @@ def summarize(warps: dict, warps_per_cta: int, consumers: int) -> dict:
     def mean(xs):
         xs = [x for x in xs if x is not None]
         return sum(xs) / len(xs) if xs else None
-    keys = ("q_wait", "head", "body", "tail", "k_wait", "v_wait", "blocks")
+    keys = ("q_wait", "body", "tail", "last_v_wait", "blocks")
     return dict(tiles=len(tiles_all), per_tile={k: mean([t[k] for t in tiles_all]) for k in keys},
-                block_cycles_by_index={("8+" if i == 8 else str(i)): mean(v) for i, v in sorted(by_index.items())},
+                by_block_index={("8+" if i == 8 else str(i)): {k: mean(v) for k, v in slot.items()}
+                                | dict(n=len(slot["cycles"])) for i, slot in sorted(per_index.items())},
                 consumer_offset=mean(offsets))
 
 
@@ -172,6 +180,7 @@ def main(argv=None) -> int:
     buf = torch.full((ctas * warps_per_cta, a.slots, 2), -1, dtype=torch.int32, device="cuda")
     names: list[str] = []
 
+    @functools.cache
     def traced(dtype, causal, dqk, dv, arch, device, packed_):
         name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed_)
         ptx, found = instrument(ptx, buf.data_ptr(), a.slots)
@@ -206,8 +215,9 @@ def main(argv=None) -> int:
     print(f"{a.case} {s['route']}: {ms_plain:.3f} ms, traced {ms_traced:.3f} ms "
           f"({ms_traced / ms_plain - 1:+.1%}); {s['tiles']} tiles of consumers' first warps")
     print("per tile (cycles): " + ", ".join(f"{k} {v:.0f}" for k, v in s["per_tile"].items() if v is not None))
-    print("block cycles by index in the tile: " + ", ".join(f"{i}: {v:.0f}" for i, v in
-                                                            s["block_cycles_by_index"].items()))
+    print("block index in the tile | cycles | K wait | V wait | blocks")
+    for i, b in s["by_block_index"].items():
+        print(f"{i:>5} | {b['cycles']:.0f} | {b['k_wait']:.0f} | {b['v_wait']:.0f} | {b['n']}")
     if s["consumer_offset"] is not None:
         print(f"the two consumers' block starts apart: {s['consumer_offset']:.0f} cycles on average")
     if a.out:

@@ -258,8 +258,10 @@ def test_trace_probes_stamp_each_wait_once_and_cut_stamps_into_tiles():
               (330, "exit WAIT_V_LAST"), (400, "enter WAIT_Q_NEXT"), (420, "exit WAIT_Q_NEXT"),
               (500, "LAST_PV"), (600, "enter WAIT_Q_NEXT")]
     first, second = tiles_of(stamps)
-    assert (first["q_wait"], first["k_wait"], first["v_wait"], first["tail"]) == (50, 10, 10, 100)
-    assert [c for c, _ in first["blocks"]] == [90, 190] and second["blocks"] == [] and second["tail"] == 100
+    assert (first["q_wait"], first["last_v_wait"], first["tail"], second["tail"]) == (50, 10, 100, 100)
+    assert [(b["start"], b["below"], b["k_wait"]) for b in first["blocks"]] == [(50, False, 0), (90, True, 10),
+                                                                              (190, False, 0)]
     s = summarize({4: stamps, 8: [(c + 7, n) for c, n in stamps]}, 12, 2)
-    assert s["tiles"] == 4 and s["block_cycles_by_index"] == {"1": 100.0, "2": 110.0}
-    assert s["per_tile"]["q_wait"] == 35.0 and s["consumer_offset"] == 7.0
+    assert s["tiles"] == 4 and s["per_tile"]["q_wait"] == 35.0 and s["consumer_offset"] == 7.0
+    assert {i: (b["cycles"], b["k_wait"], b["n"]) for i, b in s["by_block_index"].items()} == {
+        "0": (60.0, 0.0, 4), "1": (100.0, 10.0, 2), "2": (110.0, 0.0, 2)}
