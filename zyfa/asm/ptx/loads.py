@@ -67,18 +67,12 @@ def _column(prog: Program, c: Cta, col: int) -> Reg:
 
 
 def _emit_rows_load(prog: Program, c: Cta, tile: Reg | None, rows: int, maps: tuple[str, str], tiles, head: Reg,
-                    row: Reg, bar: Reg | None, row0: Reg | None = None, evict: str | None = None) -> None:
+                    row: Reg, bar: Reg | None, row0: Reg | None = None) -> None:
     """TMA loads of ``rows`` rows from ``row`` of (batch, ``head``), column tile by column tile
     (``maps``: the map of 128-byte tiles, of 64-byte ones), each tile's rows contiguous at ``tile``.
     A packed batch (its tensors are batch 1): from row ``row0`` + ``row``. ``tile`` None: the
-    same boxes prefetched into L2. ``evict`` ("first" / "last", 16-bit kernels): the loads' L2
-    eviction policy, FlashAttention-3's: Q read once a tile goes first, K and V, which the
-    head's other tiles read again, last."""
+    same boxes prefetched into L2."""
     batch = c.tile.b
-    policy = None
-    if evict is not None and c.layout.split_kv and tile is not None:
-        policy = prog.reg("u64")
-        prog.emit(f"policy.evict_{evict}", policy)
     if c.layout.packed:
         packed_row = prog.reg("u32")
         prog.emit("add.u32", packed_row, row0, row)
@@ -92,10 +86,7 @@ def _emit_rows_load(prog: Program, c: Cta, tile: Reg | None, rows: int, maps: tu
         if col:
             dst = prog.reg("u32")
             prog.emit("add.u32", dst, tile, rows * col)
-        if policy is None:
-            prog.emit("tma.load.4d", dst, m, _column(prog, c, col), head, row, batch, bar)
-        else:
-            prog.emit("tma.load.4d.hint", dst, m, _column(prog, c, col), head, row, batch, bar, policy)
+        prog.emit("tma.load.4d", dst, m, _column(prog, c, col), head, row, batch, bar)
 
 
 def emit_kv_load(prog: Program, c: Cta, block: Reg, slot: Reg | None = None) -> None:
@@ -117,7 +108,7 @@ def emit_first_key(prog: Program, c: Cta, block: Reg) -> Reg:
 def emit_k_rows(prog: Program, c: Cta, k_tile: Reg, key0: Reg, bar: Reg) -> None:
     """The TMA loads of a K block from key ``key0`` into ``k_tile``, completing on ``bar``."""
     _emit_rows_load(prog, c, k_tile, c.layout.block_n, ("k_map", "k_tail_map"), c.layout.qk_tiles, c.tile.kvh, key0,
-                    bar, c.tile.seq and c.tile.seq.k_row0, evict="last")
+                    bar, c.tile.seq and c.tile.seq.k_row0)
 
 
 def emit_v_rows(prog: Program, c: Cta, v_tile: Reg, key0: Reg, bar: Reg) -> None:
@@ -134,14 +125,14 @@ def emit_v_rows(prog: Program, c: Cta, v_tile: Reg, key0: Reg, bar: Reg) -> None
             emit("tma.load.3d", v_tile, c.params.maps["v_map"], key0, c.thread.zero, t.bkv, bar)
     else:
         _emit_rows_load(prog, c, v_tile, layout.block_n, ("v_map", None), layout.v_tiles, t.kvh, key0, bar,
-                        seq and seq.k_row0, evict="last")
+                        seq and seq.k_row0)
 
 
 def emit_q_load(prog: Program, c: Cta, q_tile: Reg | None, row: Reg) -> None:
     """Thread 0: the Q tile(s) of 64 rows from ``row`` into ``q_tile`` (mbarrier bar_q), or
     (``q_tile`` None) into L2 only."""
     _emit_rows_load(prog, c, q_tile, BLOCK_M, ("q_map", "q_tail_map"), c.layout.qk_tiles, c.tile.h, row,
-                    None if q_tile is None else c.shared.bar_q, c.tile.seq and c.tile.seq.q_row0, evict="first")
+                    None if q_tile is None else c.shared.bar_q, c.tile.seq and c.tile.seq.q_row0)
 
 
 def emit_kv_wait(prog: Program, c: Cta, j: Reg, tag: str) -> None:
