@@ -77,6 +77,8 @@ def main(argv=None) -> int:
                     help="alternations of all calls after an untimed one (the fastest kept)")
     ap.add_argument("--shapes", default=None, help="comma-separated SHAPES names (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="the realistic inputs' seed")
+    ap.add_argument("--tails", default="", help="comma-separated TAIL_PER_SM values: the public call once with each "
+                    "(the packed route's tile order; kernels.py)")
     a = ap.parse_args(argv)
     if a.prepare_baseline:
         prepare_baseline(a.prepare_baseline)
@@ -123,6 +125,14 @@ def main(argv=None) -> int:
                                 K._uniform_batch(B, S, k.shape[1], q.device))
         return out.view(B, S, *out.shape[2:])
 
+    def with_tail(tail, fn):
+        """fn with kernels.TAIL_PER_SM = tail (the order's cache key holds it)."""
+        saved, K.TAIL_PER_SM = K.TAIL_PER_SM, tail
+        try:
+            return fn()
+        finally:
+            K.TAIL_PER_SM = saved
+
     # labelled by commit (a ref such as HEAD~2 means nothing in the log a week later)
     builds = [(f"baseline {b['commit'][:7]}", baseline(b)) for b in bases] + [("current", current)]
     for b in bases:
@@ -152,6 +162,9 @@ def main(argv=None) -> int:
         # the public call (validation, dispatch, the route), as zyfa bench times it
         calls["current public"] = (current, lambda: zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True,
                                                                          backend="ptx"))
+        for tail in (int(x) for x in a.tails.split(",") if x):
+            public = calls["current public"][1]
+            calls[f"current public tail {tail}"] = (current, functools.partial(with_tail, tail, public))
         if fa3 is not None:
             calls["fa3"] = (None, lambda: fa3.flash_attn_func(q, k, v, causal=True))
         calls["sdpa-cudnn"] = (None, sdpa)
