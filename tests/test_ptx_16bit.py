@@ -167,10 +167,14 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     # the Q tiles' expect_tx follows the word (from a CTA's second tile, key block 0 goes first)
     assert len(handed) == 1 and at["WAIT_Q_FREE"] < handed[0] < min(i for i in q_full if i > at["LOAD_Q"])
     assert at["WAIT_FREE_FIRST"] < at["LOAD_Q"]
+    if dtype == "bf16":       # split K / V: K(j) goes out before V(j - 1), V(n - 1) after the loop
+        assert at["LOAD_LOOP"] < at["WAIT_FREE"] < at["WAIT_V_FREE"] < at["LAST_V"] < at["WAIT_V_FREE_LAST"] \
+            < at["TILE_LOADED"]
     # from a CTA's second tile on, the tile's Q boxes are prefetched into L2 before its first stage is waited for
     box = re.compile(r"\[(%u64_\d+), \{(%u32_\d+), (%u32_\d+), %u32_\d+, (%u32_\d+)\}\]")
     prefetch = [i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.prefetch.tensor")]
-    q_loads = [i for i in range(at["LOAD_Q"], at["LOAD_LOOP"]) if lines[i].startswith("cp.async.bulk.tensor")]
+    q_end = at.get("WAIT_FREE_FIRST_TILE", at["LOAD_LOOP"])     # 16-bit: a CTA's first tile loads K(0) after Q
+    q_loads = [i for i in range(at["LOAD_Q"], q_end) if lines[i].startswith("cp.async.bulk.tensor")]
     assert prefetch and all(at["PRODUCE_TILE"] < i < at["WAIT_FREE_FIRST"] for i in prefetch)
     assert [box.search(lines[i]).groups() for i in prefetch] == [box.search(lines[i]).groups() for i in q_loads]
     assert "prefetch" not in make(False)[1]

@@ -112,6 +112,9 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     if c.layout.tile_counter:       # Q into L2 now: its load waits until the consumers finish the last tile
         for _, row in _q_tiles(prog, c):
             emit_q_load(prog, c, None, row)
+    if c.layout.split_kv:
+        _emit_split_producer(prog, c, tiles, t, it, j, slot, first_tile)
+        return
     _emit_block_load(prog, c, j, slot, "_FIRST")         # every tile has a block 0
     prog.label("LOAD_Q")
     emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
@@ -131,12 +134,79 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit_next_t(prog, tiles, t)
     emit("add.u32", it, it, 1)
     emit("bra.div", "PRODUCE_TILE")
+    _emit_producer_end(prog, c, tiles, it)
+
+
+def _emit_producer_end(prog: Program, c: Cta, tiles: TileLoop, it: Reg) -> None:
     prog.label("PRODUCE_TILE_DONE")
     if tiles.word is not None:                            # the end, handed over as a tile past the last
         emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE_END")
-        emit("st.shared.b32", tiles.word, tiles.count)
-        emit("mbarrier.arrive", shared.bar_q)
+        prog.emit("st.shared.b32", tiles.word, tiles.count)
+        prog.emit("mbarrier.arrive", c.shared.bar_q)
     prog.label("PRODUCER_DONE")
+
+
+def _emit_split_producer(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg, j: Reg, slot: Reg,
+                         first_tile: Reg) -> None:
+    """The rest of _emit_producer with split_kv, FlashAttention-3's order: K(0), Q, then K(j)
+    before V(j - 1), V(n - 1) last (a CTA's first tile: Q, then K(0)). K(j) waits only for
+    S(j - 2) to be done: behind V(j) it waited for P V(j - 2), a softmax later, and reached
+    the consumers late at d256's two stages. ``slot`` counts K's loads; V's count runs a block
+    behind it (v_slot)."""
+    emit, shared, tile = prog.emit, c.shared, c.tile
+    v_block, v_slot = prog.regs("u32", 2)
+    _emit_k_load(prog, c, j, slot, "_FIRST")                # every tile has a block 0
+    prog.label("LOAD_Q")
+    emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
+    if tiles.word is not None:                            # the consumers' tile, released with the Q tiles
+        emit("st.shared.b32", tiles.word, t)
+    q_tiles = _q_tiles(prog, c)
+    emit("mbarrier.expect_tx", shared.bar_q, c.layout.consumers * c.layout.q_bytes)
+    for q_k, row in q_tiles:
+        emit_q_load(prog, c, q_k, row)
+    k0_loaded = prog.reg("pred")
+    emit("setp.gt.u32", k0_loaded, j, 0)
+    emit("bra.div", "LOAD_LOOP", guard=k0_loaded)
+    _emit_k_load(prog, c, j, slot, "_FIRST_TILE")          # the CTA's first tile: K(0) after Q
+    done = prog.reg("pred")
+    prog.label("LOAD_LOOP")
+    emit("sub.u32", v_block, j, 1)                        # V(j - 1): K(j - 1)'s stage and load number
+    emit("sub.u32", v_slot, slot, 1)
+    emit("setp.ge.u32", done, j, tile.n_blocks)
+    emit("bra.div", "LAST_V", guard=done)
+    _emit_k_load(prog, c, j, slot, "")
+    _emit_v_load(prog, c, v_block, v_slot, "")
+    emit("bra.div", "LOAD_LOOP")
+    prog.label("LAST_V")
+    _emit_v_load(prog, c, v_block, v_slot, "_LAST")
+    prog.label("TILE_LOADED")
+    emit_next_t(prog, tiles, t)
+    emit("add.u32", it, it, 1)
+    emit("bra.div", "PRODUCE_TILE")
+    _emit_producer_end(prog, c, tiles, it)
+
+
+def _emit_k_load(prog: Program, c: Cta, j: Reg, slot: Reg, tag: str) -> None:
+    """split_kv: K(j) into load number ``slot``'s stage once its K is free; j and slot advanced."""
+    k_tile, _, bar, _ = stage(prog, c, slot)
+    _, rounds = emit_ring_position(prog, c.layout.stages, slot)
+    emit_wait(prog, free_bar(prog, c, slot), phase_of(prog, rounds, flip=True), f"WAIT_FREE{tag}")
+    key0 = emit_first_key(prog, c, j)
+    prog.emit("mbarrier.expect_tx", bar, c.layout.k_bytes)
+    emit_k_rows(prog, c, k_tile, key0, bar)
+    prog.emit("add.u32", j, j, 1)
+    prog.emit("add.u32", slot, slot, 1)
+
+
+def _emit_v_load(prog: Program, c: Cta, block: Reg, v_slot: Reg, tag: str) -> None:
+    """split_kv: V(block) (load number ``v_slot``, K(block)'s) once its stage's V is free."""
+    _, v_tile, _, _ = stage(prog, c, v_slot)
+    _, rounds = emit_ring_position(prog, c.layout.stages, v_slot)
+    emit_wait(prog, v_bar(prog, c, v_slot, c.shared.v_free0), phase_of(prog, rounds, flip=True), f"WAIT_V_FREE{tag}")
+    key0 = emit_first_key(prog, c, block)
+    v_full = v_bar(prog, c, v_slot, c.shared.v_full0)
+    prog.emit("mbarrier.expect_tx", v_full, c.layout.stage_bytes - c.layout.k_bytes)
+    emit_v_rows(prog, c, v_tile, key0, v_full)
 
 
 def _q_tiles(prog: Program, c: Cta) -> list[tuple[Reg, Reg]]:
