@@ -91,7 +91,7 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
 # drawn head after head to the end, the last head's heaviest tiles came among the last and
 # the other SMs idled while they ran. H200, outputs bit-equal (bench/PTX_NOTES.md, run 53):
 # +0-6% on 11 of 12 shapes at 1K-8K keys against head after head to the end.
-TAIL_PER_SM = 4
+TAIL_PER_SM = 2
 
 
 @functools.lru_cache(maxsize=16)     # a model's layers call with the same lengths
