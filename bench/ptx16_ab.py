@@ -77,8 +77,8 @@ def main(argv=None) -> int:
                     help="alternations of all calls after an untimed one (the fastest kept)")
     ap.add_argument("--shapes", default=None, help="comma-separated SHAPES names (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="the realistic inputs' seed")
-    ap.add_argument("--tails", default="", help="comma-separated TAIL_PER_SM values: the public call once with each "
-                    "(the packed route's tile order; kernels.py)")
+    ap.add_argument("--tails", default="", help="comma-separated TAIL_PER_SM_EQUAL values: the public call once "
+                    "with each (the packed route's tile order; kernels.py)")
     a = ap.parse_args(argv)
     if a.prepare_baseline:
         prepare_baseline(a.prepare_baseline)
@@ -126,12 +126,13 @@ def main(argv=None) -> int:
         return out.view(B, S, *out.shape[2:])
 
     def with_tail(tail, fn):
-        """fn with kernels.TAIL_PER_SM = tail (the order's cache key holds it)."""
-        saved, K.TAIL_PER_SM = K.TAIL_PER_SM, tail
+        """fn with kernels.TAIL_PER_SM_EQUAL = tail (a dense call's equal sequences; the
+        order's cache key holds it)."""
+        saved, K.TAIL_PER_SM_EQUAL = K.TAIL_PER_SM_EQUAL, tail
         try:
             return fn()
         finally:
-            K.TAIL_PER_SM = saved
+            K.TAIL_PER_SM_EQUAL = saved
 
     # labelled by commit (a ref such as HEAD~2 means nothing in the log a week later)
     builds = [(f"baseline {b['commit'][:7]}", baseline(b)) for b in bases] + [("current", current)]

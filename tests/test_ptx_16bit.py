@@ -186,13 +186,15 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     assert word_load and all(any(0 < i - w < 8 for w in waits) for i in word_load)    # each right after a Q wait
 
 
+@pytest.mark.parametrize("lengths", ["mixed", "equal"])
 @pytest.mark.parametrize("kernel", ["bf16 d128", "bf16 d64", "fp8 d256"])
-def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel):
+def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel, lengths):
     """The host's order for a packed launch (kernels._tile_order), decoded the way the
     producer and tile_loop.TileLoop do, names every (sequence, query tile, head) that has
     queries exactly once and none past a sequence's queries: the sequences most keys first,
     in each one head after head, each head's query tiles last first; the last
-    kernels.TAIL_PER_SM tiles an SM re-sorted most keys first."""
+    kernels.TAIL_PER_SM tiles an SM re-sorted most keys first (TAIL_PER_SM_EQUAL when every
+    sequence has the same lengths: a dense call's route)."""
     import zyfa.asm.ptx.kernels as K
     from zyfa.asm.ptx.kernels import _tile_order
     from zyfa.spec.shapes import Packed
@@ -200,6 +202,8 @@ def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel):
     layout = attn.layout_for(int(d[1:]), "e4m3" if dtype == "fp8" else dtype, int(d[1:]), True)
     rows, heads = layout.consumers * attn.BLOCK_M, 3
     q_lens, k_lens = [1, 700, 0, 129, 2 * rows, 50], [1, 900, 5, 129, 2 * rows, 40]
+    if lengths == "equal":
+        q_lens, k_lens = [3 * rows + 5] * 4, [4 * rows] * 4
     max_q = max(q_lens) + rows                               # max_seqlen_q may exceed every length
     none = torch.zeros(len(q_lens), dtype=torch.int32)
     packed = Packed(none, none, none, none, max_q, max(k_lens), lengths=(tuple(q_lens), tuple(k_lens)))
@@ -214,7 +218,7 @@ def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel):
         seen.append((seq, head, tile))
     expected = [(s, h, m) for s in sorted(range(len(q_lens)), key=lambda s: -k_lens[s])
                 for h in range(heads) for m in reversed(range(-(-q_lens[s] // rows)))]
-    tail = K.TAIL_PER_SM * sms
+    tail = (K.TAIL_PER_SM_EQUAL if lengths == "equal" else K.TAIL_PER_SM) * sms
     assert 0 < tail < len(expected)
     keys = {t: min(k_lens[t[0]], max(0, k_lens[t[0]] - q_lens[t[0]]) + (t[2] + 1) * rows) for t in expected}
     expected[-tail:] = sorted(expected[-tail:], key=lambda t: -keys[t])      # stable: ties keep their order

@@ -76,7 +76,10 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
         return None
     rows = layout.consumers * attn.BLOCK_M
     sms = sms or sm_count(device)
-    key = (*packed.host_lengths(), rows, -(-packed.max_seqlen_q // rows), heads, TAIL_PER_SM * sms)
+    q_lens, k_lens = packed.host_lengths()
+    equal = len(set(q_lens)) == 1 and len(set(k_lens)) == 1
+    tail = (TAIL_PER_SM_EQUAL if equal else TAIL_PER_SM) * sms
+    key = (q_lens, k_lens, rows, -(-packed.max_seqlen_q // rows), heads, tail)
     if device.type != "cuda":
         words = to_device(_order_words(*key), device)
     elif torch.cuda.is_current_stream_capturing():
@@ -90,8 +93,13 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
 # The last TAIL_PER_SM tiles an SM of a packed launch's order are re-sorted most keys first:
 # drawn head after head to the end, the last head's heaviest tiles came among the last and
 # the other SMs idled while they ran. H200, outputs bit-equal (bench/PTX_NOTES.md, run 53):
-# +0-6% on 11 of 12 shapes at 1K-8K keys against head after head to the end.
-TAIL_PER_SM = 2
+# +0-6% on 11 of 12 shapes at 1K-8K keys against head after head to the end. A batch of equal
+# sequences (a short dense call takes this route) re-sorts fewer, TAIL_PER_SM_EQUAL: its tiles
+# are ordered nearly so already, and a re-sorted tile reads a head's K and V out of order
+# (L2). Runs 95-97: 2 against 4, +1.1% and +1.4% on the routed dense shapes; on 128 mixed
+# sequences of 16-512 tokens -15% (BF16) and -7% (FP8).
+TAIL_PER_SM = 4
+TAIL_PER_SM_EQUAL = 2
 
 
 @functools.lru_cache(maxsize=16)     # a model's layers call with the same lengths
@@ -111,7 +119,7 @@ def _pinned_words(*key) -> torch.Tensor:
 def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: int, tail: int) -> torch.Tensor:
     """_tile_order's words on the host (int32): the sequences most keys first, each
     sequence's heads in turn and each head's query tiles last first (causal: most keys
-    first), then the last ``tail`` tiles re-sorted most keys first (TAIL_PER_SM). One
+    first), then the last ``tail`` tiles re-sorted most keys first (TAIL_PER_SM[_EQUAL]). One
     head's tiles in a row keep its K and V in L2 while they run. Measured on the H200
     against (query tile, sequence) slots most keys first with heads in a row: +5% (BF16
     d128, the bench's batch) to +61% (d64, 32 sequences of 64-2048 tokens), bench/NOTES.md."""
