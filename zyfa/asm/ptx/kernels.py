@@ -164,11 +164,12 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # an SM over a tile list, heaviest first, each CTA's producer loading the next tile while its
 # consumers finish the last (and at d64 / d128 run a tile's last P V beside the next tile's
 # first S), where one CTA a tile pays a launch and a first load per tile. H200, outputs
-# bit-equal (bench/PTX_NOTES.md, runs 48-49, 53 and 60): packed / dense d64 1K +30%, 2K +7-10%,
-# 16K -9%; d128 1K +8-16%, 2K +7-10%, 4K +4%, 8K 0-1%, 16K / 32K +2% / 0 with both waiting for P V
-# early (Layout.early_pv_wait; run 79); d192 1K +8%, 4K +3-5%, 16K -1%; d256 1K-4K
-# +1.5-3.9% in runs 69, 73 and 74 (8K +0.8-1.6% there, 0 / -5% in run 53: 8K stays dense).
-PACKED_ROUTE_KEYS = {64: 2048, 128: 8192, 192: 4096, 256: 4096}
+# bit-equal (bench/PTX_NOTES.md, runs 48-49, 53, 60 and 98): packed / dense d64 1K +30%, 2K
+# +7-10%, 4K +3.4% (run 98, with TAIL_PER_SM_EQUAL), 8K -4%, 16K -9%; d128 1K +8-16%, 2K
+# +7-10%, 4K +4%, 8K 0-1%, 16K / 32K +2% / 0 with both waiting for P V early
+# (Layout.early_pv_wait; run 79); d192 1K +8%, 4K +3-5%, 16K -1%; d256 1K-4K +1.5-3.9% in
+# runs 69, 73 and 74 (8K +0.8-1.6% there, 0 / -5% in run 53: 8K stays dense).
+PACKED_ROUTE_KEYS = {64: 4096, 128: 8192, 192: 4096, 256: 4096}
 
 
 @functools.lru_cache(maxsize=16)     # a model's layers call with the same shape
