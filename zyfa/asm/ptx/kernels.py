@@ -77,7 +77,7 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
     rows = layout.consumers * attn.BLOCK_M
     sms = sms or sm_count(device)
     q_lens, k_lens = packed.host_lengths()
-    equal = len(set(q_lens)) == 1 and len(set(k_lens)) == 1
+    equal = layout.dtype != "e4m3" and len(set(q_lens)) == 1 and len(set(k_lens)) == 1
     tail = (TAIL_PER_SM_EQUAL if equal else TAIL_PER_SM) * sms
     key = (q_lens, k_lens, rows, -(-packed.max_seqlen_q // rows), heads, tail)
     if device.type != "cuda":
@@ -94,10 +94,11 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
 # drawn head after head to the end, the last head's heaviest tiles came among the last and
 # the other SMs idled while they ran. H200, outputs bit-equal (bench/PTX_NOTES.md, run 53):
 # +0-6% on 11 of 12 shapes at 1K-8K keys against head after head to the end. A batch of equal
-# sequences (a short dense call takes this route) re-sorts fewer, TAIL_PER_SM_EQUAL: its tiles
-# are ordered nearly so already, and a re-sorted tile reads a head's K and V out of order
-# (L2). Runs 95-97: 2 against 4, +1.1% and +1.4% on the routed dense shapes; on 128 mixed
-# sequences of 16-512 tokens -15% (BF16) and -7% (FP8).
+# sequences (a short dense call takes this route) in the 16-bit kernels re-sorts fewer,
+# TAIL_PER_SM_EQUAL: its tiles are ordered nearly so already, and a re-sorted tile reads a
+# head's K and V out of order (L2). Runs 95-97: 2 against 4, +1.1% and +1.4% on the routed
+# dense shapes; on 128 mixed sequences of 16-512 tokens -15% (BF16) and -7% (FP8). FP8 has
+# no dense route, and its equal varlen batches were not timed: they keep 4.
 TAIL_PER_SM = 4
 TAIL_PER_SM_EQUAL = 2
 
