@@ -1,6 +1,7 @@
-"""Where a generated 16-bit kernel's time goes, tile by tile and block by block. Each warp's
-lane 0 stamps the SM's clock at the kernel's PTX labels and at the entry and exit of each
-mbarrier wait (WAIT_* loops), into a buffer of its own; the stamps become the time a tile
+"""Where a generated 16-bit kernel's time goes, tile by tile and block by block. Each consumer
+warp's lane 0 stamps the SM's clock at the consumers' PTX labels and at the entry and exit of
+each of their mbarrier waits (WAIT_* loops), into a buffer of its own (the producer is left
+alone: its few registers would spill); the stamps become the time a tile
 waits for Q, each block's time by its index in the tile, the K and V waits, the tile's tail
 (last P V, epilogue) and how far apart the two consumers run. Nsight Compute's samples say
 where warps stall over the whole launch; these say when, within a tile.
@@ -40,9 +41,11 @@ def _probe(event: int) -> list[str]:
 
 
 def instrument(ptx: str, base: int, slots: int) -> tuple[str, list[str]]:
-    """``ptx`` with the probes: warp w of CTA c writes (clock, event) pairs from
-    base + (c * warps + w) * slots * 8, at most ``slots``. Returns it and the events' names:
-    a label's name (stamped as it is entered), "enter WAIT_X" / "exit WAIT_X" around a wait."""
+    """``ptx`` with the probes in the consumers' code (before the PRODUCER label): warp w of CTA
+    c writes (clock, event) pairs from base + (c * warps + w) * slots * 8, at most ``slots``.
+    Returns it and the events' names: a label's name (stamped as it is entered), "enter
+    WAIT_X" / "exit WAIT_X" around a wait. The producer runs under setmaxnreg's lower count,
+    where the probes' registers spilled (12 bytes at d256 with K loaded ahead of V)."""
     lines = ptx.splitlines()
     last_reg = max(i for i, line in enumerate(lines) if line.startswith("\t.reg "))
     init = ["\tmov.u32 %tr_a, %tid.x;", "\tand.b32 %tr_b, %tr_a, 31;", "\tsetp.eq.u32 %tr_lane0, %tr_b, 0;",
@@ -60,10 +63,14 @@ def instrument(ptx: str, base: int, slots: int) -> tuple[str, list[str]]:
         return _probe(len(names) - 1)
 
     out = lines[:last_reg + 1] + [_REGS] + init
+    producer = False
     for line in lines[last_reg + 1:]:
         text = line.strip()
         label = _LABEL.match(text)
-        if label and label.group(1).startswith("WAIT_"):       # a spin loop's head: stamp it once, before
+        producer = producer or text == "PRODUCER:"
+        if producer:
+            out.append(line)
+        elif label and label.group(1).startswith("WAIT_"):       # a spin loop's head: stamp it once, before
             out += event(f"enter {label.group(1)}") + [line]
         elif label:
             out += [line] + event(label.group(1))

@@ -235,8 +235,9 @@ def test_e2e_table_shows_kernel_times_only_for_a_profiled_run():
 
 def test_trace_probes_stamp_each_wait_once_and_cut_stamps_into_tiles():
     """bench/trace_ptx.py: the instrumented d256 packed kernel assembles without spills, each
-    mbarrier wait gets one stamp on entry (before its spin loop, not inside it) and one on exit;
-    a consumer's stamps become per-tile Q waits, block times by index, K / V waits and tails."""
+    of the consumers' mbarrier waits gets one stamp on entry (before its spin loop, not inside
+    it) and one on exit, the producer's none; a consumer's stamps become per-tile Q waits,
+    block times by index, K / V waits and tails."""
     import sys
     sys.path.insert(0, "bench")
     from trace_ptx import instrument, summarize, tiles_of
@@ -246,9 +247,14 @@ def test_trace_probes_stamp_each_wait_once_and_cut_stamps_into_tiles():
     _, ptx = attn.attention_kernel_16("bf16", True, 256, 256, "sm_90a", True)
     traced, names = instrument(ptx, 1 << 40, 64)
     assert assemble(traced).spill_bytes == 0
-    waits = {line.strip()[:-1] for line in ptx.splitlines() if line.strip().startswith("WAIT_") and line.endswith(":")}
+    consumers = ptx[:ptx.index("\nPRODUCER:")]
+    waits = {line.strip()[:-1] for line in consumers.splitlines()
+             if line.strip().startswith("WAIT_") and line.endswith(":")}
     assert waits and sorted(n for n in names if n.split()[-1] in waits) == sorted(
         f"{side} {w}" for w in waits for side in ("enter", "exit"))
+    assert "PRODUCER" not in names and not {n.split()[-1] for n in names} & {"WAIT_FREE", "WAIT_V_FREE", "LOAD_LOOP"}
+    producer = traced[traced.index("\nPRODUCER:"):]
+    assert "%clock" not in producer
     lines = traced.splitlines()
     for w in waits:                                       # nothing stamped between a spin loop's head and its branch
         head = lines.index(f"{w}:")
