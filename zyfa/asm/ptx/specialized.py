@@ -97,7 +97,7 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     final blocks free its stage), while a CTA's first Q goes ahead of its first K and V. A
     packed launch also prefetches the tile's Q into L2 before key block 0 (run 60: +0-2%)."""
     emit = prog.emit
-    shared, tile = c.shared, c.tile
+    tile = c.tile
     emit("setmaxnreg.dec", PRODUCER_REGISTERS)
     emit("bra.div", "PRODUCER_DONE", guard=f"!{c.thread.leader}")
     t, it, slot, j = prog.regs("u32", 4)
@@ -116,28 +116,35 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
         _emit_split_producer(prog, c, tiles, t, it, j, slot, first_tile)
         return
     _emit_block_load(prog, c, j, slot, "_FIRST")         # every tile has a block 0
-    prog.label("LOAD_Q")
-    emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
-    if tiles.word is not None:                            # the consumers' tile, released with the Q tiles
-        emit("st.shared.b32", tiles.word, t)
-    q_tiles = _q_tiles(prog, c)
-    emit("mbarrier.expect_tx", shared.bar_q, c.layout.consumers * c.layout.q_bytes)
-    for q_k, row in q_tiles:
-        emit_q_load(prog, c, q_k, row)
+    _emit_q_tile_load(prog, c, tiles, t, it)
     done = prog.reg("pred")
     prog.label("LOAD_LOOP")
     emit("setp.ge.u32", done, j, tile.n_blocks)
     emit("bra.div", "TILE_LOADED", guard=done)
     _emit_block_load(prog, c, j, slot, "")
     emit("bra.div", "LOAD_LOOP")
+    _emit_producer_end(prog, c, tiles, t, it)
+
+
+def _emit_q_tile_load(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg) -> None:
+    """Label LOAD_Q: the tile's Q tiles once the consumers have freed the last ones, the
+    consumers' tile word (tile_counter) released with them."""
+    prog.label("LOAD_Q")
+    emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
+    if tiles.word is not None:                            # the consumers' tile, released with the Q tiles
+        prog.emit("st.shared.b32", tiles.word, t)
+    q_tiles = _q_tiles(prog, c)
+    prog.emit("mbarrier.expect_tx", c.shared.bar_q, c.layout.consumers * c.layout.q_bytes)
+    for q_k, row in q_tiles:
+        emit_q_load(prog, c, q_k, row)
+
+
+def _emit_producer_end(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg) -> None:
+    """Label TILE_LOADED: on to the next tile; then the producer's end."""
     prog.label("TILE_LOADED")
     emit_next_t(prog, tiles, t)
-    emit("add.u32", it, it, 1)
-    emit("bra.div", "PRODUCE_TILE")
-    _emit_producer_end(prog, c, tiles, it)
-
-
-def _emit_producer_end(prog: Program, c: Cta, tiles: TileLoop, it: Reg) -> None:
+    prog.emit("add.u32", it, it, 1)
+    prog.emit("bra.div", "PRODUCE_TILE")
     prog.label("PRODUCE_TILE_DONE")
     if tiles.word is not None:                            # the end, handed over as a tile past the last
         emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE_END")
@@ -153,17 +160,10 @@ def _emit_split_producer(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg
     S(j - 2) to be done: behind V(j) it waited for P V(j - 2), a softmax later, and reached
     the consumers late at d256's two stages. ``slot`` counts K's loads; V's count runs a block
     behind it (v_slot)."""
-    emit, shared, tile = prog.emit, c.shared, c.tile
+    emit, tile = prog.emit, c.tile
     v_block, v_slot = prog.regs("u32", 2)
     _emit_k_load(prog, c, j, slot, "_FIRST")                # every tile has a block 0
-    prog.label("LOAD_Q")
-    emit_wait(prog, tiles.q_free, phase_of(prog, it, flip=True), "WAIT_Q_FREE")
-    if tiles.word is not None:                            # the consumers' tile, released with the Q tiles
-        emit("st.shared.b32", tiles.word, t)
-    q_tiles = _q_tiles(prog, c)
-    emit("mbarrier.expect_tx", shared.bar_q, c.layout.consumers * c.layout.q_bytes)
-    for q_k, row in q_tiles:
-        emit_q_load(prog, c, q_k, row)
+    _emit_q_tile_load(prog, c, tiles, t, it)
     k0_loaded = prog.reg("pred")
     emit("setp.gt.u32", k0_loaded, j, 0)
     emit("bra.div", "LOAD_LOOP", guard=k0_loaded)
@@ -179,11 +179,7 @@ def _emit_split_producer(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg
     emit("bra.div", "LOAD_LOOP")
     prog.label("LAST_V")
     _emit_v_load(prog, c, v_block, v_slot, "_LAST")
-    prog.label("TILE_LOADED")
-    emit_next_t(prog, tiles, t)
-    emit("add.u32", it, it, 1)
-    emit("bra.div", "PRODUCE_TILE")
-    _emit_producer_end(prog, c, tiles, it)
+    _emit_producer_end(prog, c, tiles, t, it)
 
 
 def _emit_k_load(prog: Program, c: Cta, j: Reg, slot: Reg, tag: str) -> None:
@@ -221,27 +217,13 @@ def _q_tiles(prog: Program, c: Cta) -> list[tuple[Reg, Reg]]:
 
 
 def _emit_block_load(prog: Program, c: Cta, j: Reg, slot: Reg, tag: str) -> None:
-    """Key block j into load number ``slot``'s stage once it is free; j and slot advanced."""
+    """Key block j into load number ``slot``'s stage once it is free (K and V as one, not
+    split_kv); j and slot advanced."""
     _, rounds = emit_ring_position(prog, c.layout.stages, slot)
     emit_wait(prog, free_bar(prog, c, slot), phase_of(prog, rounds, flip=True), f"WAIT_FREE{tag}")
-    if c.layout.split_kv:
-        _emit_split_load(prog, c, j, slot, rounds, tag)
-    else:
-        emit_kv_load(prog, c, j, slot)
+    emit_kv_load(prog, c, j, slot)
     prog.emit("add.u32", j, j, 1)
     prog.emit("add.u32", slot, slot, 1)
-
-
-def _emit_split_load(prog: Program, c: Cta, block: Reg, slot: Reg, rounds: Reg, tag: str) -> None:
-    """split_kv: K into the stage now (its K is free), V once the stage's V is free too."""
-    k_tile, v_tile, bar, _ = stage(prog, c, slot)
-    key0 = emit_first_key(prog, c, block)
-    prog.emit("mbarrier.expect_tx", bar, c.layout.k_bytes)
-    emit_k_rows(prog, c, k_tile, key0, bar)
-    emit_wait(prog, v_bar(prog, c, slot, c.shared.v_free0), phase_of(prog, rounds, flip=True), f"WAIT_V_FREE{tag}")
-    v_full = v_bar(prog, c, slot, c.shared.v_full0)
-    prog.emit("mbarrier.expect_tx", v_full, c.layout.stage_bytes - c.layout.k_bytes)
-    emit_v_rows(prog, c, v_tile, key0, v_full)
 
 
 def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
