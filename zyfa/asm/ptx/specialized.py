@@ -95,7 +95,8 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     then its key blocks, each once its stage is free again; from a CTA's second tile on,
     key block 0 before Q, so that it lands while the consumers finish the last tile (whose
     final blocks free its stage), while a CTA's first Q goes ahead of its first K and V. A
-    packed launch also prefetches the tile's Q into L2 before key block 0 (run 60: +0-2%)."""
+    packed launch also prefetches the tile's Q into L2 before key block 0 (run 60: +0-2%).
+    With split_kv (the 16-bit kernels) K goes a block ahead of V (_emit_split_producer)."""
     emit = prog.emit
     tile = c.tile
     emit("setmaxnreg.dec", PRODUCER_REGISTERS)
