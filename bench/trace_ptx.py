@@ -98,7 +98,8 @@ def decode(words, names: list[str]) -> dict[int, list[tuple[int, str]]]:
 def tiles_of(stamps: list[tuple[int, str]]) -> list[dict]:
     """A consumer warp's stamps cut into tiles at each Q wait: the wait, its blocks (block 0
     from Q's arrival, then one a BLOCK_BODY* stamp) with the K and V waits in each, the last
-    P V's V wait, and the tail from LAST_PV to the next Q wait (last P V, epilogue, next head)."""
+    P V's V wait, and the tail from LAST_PV to the next Q wait (last P V, epilogue, next head;
+    None for the warp's last tile)."""
     tiles, cur, open_waits = [], None, {}
     for clk, name in stamps:
         if name.startswith("enter WAIT_Q"):
@@ -124,7 +125,9 @@ def tiles_of(stamps: list[tuple[int, str]]) -> list[dict]:
             cur["blocks"].append(dict(start=clk, below=name.endswith("_BELOW"), k_wait=0, v_wait=0))
         elif name == "LAST_PV":
             cur["last_pv"] = clk
-    return tiles            # the last tile's tail is the run-out, left out
+    if cur is not None and cur["last_pv"] is not None:     # the warp's last tile (a dense CTA's only one):
+        tiles.append(cur)                                   # its tail runs out with no Q wait to end it
+    return tiles
 
 
 def summarize(warps: dict, warps_per_cta: int, consumers: int) -> dict:

@@ -265,6 +265,8 @@ def test_trace_probes_stamp_each_wait_once_and_cut_stamps_into_tiles():
               (500, "LAST_PV"), (600, "enter WAIT_Q_NEXT")]
     first, second = tiles_of(stamps)
     assert (first["q_wait"], first["last_v_wait"], first["tail"], second["tail"]) == (50, 10, 100, 100)
+    (only,) = tiles_of(stamps[:9])                        # a dense CTA's one tile: no Q wait after it
+    assert only["tail"] is None and len(only["blocks"]) == 3 and only["last_v_wait"] == 10
     assert [(b["start"], b["below"], b["k_wait"]) for b in first["blocks"]] == [(50, False, 0), (90, True, 10),
                                                                               (190, False, 0)]
     s = summarize({4: stamps, 8: [(c + 7, n) for c, n in stamps]}, 12, 2)
