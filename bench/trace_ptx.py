@@ -99,7 +99,8 @@ def tiles_of(stamps: list[tuple[int, str]]) -> list[dict]:
     """A consumer warp's stamps cut into tiles at each Q wait: the wait, its blocks (block 0
     from Q's arrival, then one a BLOCK_BODY* stamp) with the K and V waits in each, the last
     P V's V wait, and the tail from LAST_PV to the next Q wait (last P V, epilogue, next head;
-    None for the warp's last tile)."""
+    a packed CTA's end is handed over as a Q wait too; None where no Q wait follows, as after
+    a dense CTA's one tile)."""
     tiles, cur, open_waits = [], None, {}
     for clk, name in stamps:
         if name.startswith("enter WAIT_Q"):
@@ -125,8 +126,8 @@ def tiles_of(stamps: list[tuple[int, str]]) -> list[dict]:
             cur["blocks"].append(dict(start=clk, below=name.endswith("_BELOW"), k_wait=0, v_wait=0))
         elif name == "LAST_PV":
             cur["last_pv"] = clk
-    if cur is not None and cur["last_pv"] is not None:     # the warp's last tile (a dense CTA's only one):
-        tiles.append(cur)                                   # its tail runs out with no Q wait to end it
+    if cur is not None and cur["last_pv"] is not None:     # no Q wait after it (a dense CTA's one tile):
+        tiles.append(cur)                                   # its tail unknown
     return tiles
 
 

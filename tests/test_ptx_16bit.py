@@ -170,6 +170,21 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     if dtype == "bf16":       # split K / V: K(j) goes out before V(j - 1), V(n - 1) after the loop
         assert at["LOAD_LOOP"] < at["WAIT_FREE"] < at["WAIT_V_FREE"] < at["LAST_V"] < at["WAIT_V_FREE_LAST"] \
             < at["TILE_LOADED"]
+        # V's key block and load number are K's less one (registers v_block, v_slot), K's are j and slot
+        sub = re.compile(r"sub\.u32 (%u32_\d+), (%u32_\d+), 1;")
+        (v_block, j), (v_slot, slot) = (sub.fullmatch(lines[at["LOAD_LOOP"] + k]).groups() for k in (1, 2))
+        to_last_v = next(i for i in range(at["LOAD_LOOP"], at["LAST_V"]) if lines[i].endswith("bra LAST_V;"))
+        k_part = lines[to_last_v + 1:lines.index(f"add.u32 {j}, {j}, 1;", to_last_v)]
+        v_part = lines[lines.index(f"add.u32 {slot}, {slot}, 1;", to_last_v) + 1:lines.index("bra LOAD_LOOP;")]
+        last_v = lines[at["LAST_V"]:at["TILE_LOADED"]]
+
+        def regs(part):
+            return set(re.findall(r"%u32_\d+", "\n".join(part)))
+        assert {j, slot} <= regs(k_part) and not {v_block, v_slot} & regs(k_part)
+        for part in (v_part, last_v):
+            assert {v_block, v_slot} <= regs(part) and not {j, slot} & regs(part)
+        tma = [sum(line.startswith("cp.async.bulk.tensor") for line in part) for part in (k_part, v_part, last_v)]
+        assert tma[0] == tma[1] == tma[2] > 0
     # from a CTA's second tile on, the tile's Q boxes are prefetched into L2 before its first stage is waited for
     box = re.compile(r"\[(%u64_\d+), \{(%u32_\d+), (%u32_\d+), %u32_\d+, (%u32_\d+)\}\]")
     prefetch = [i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.prefetch.tensor")]
@@ -362,6 +377,7 @@ def test_short_dense_batches_as_packed_tables():
     (16, 1024, 1024, 16, 4, 128, 128, True, torch.bfloat16), (32, 512, 512, 8, 8, 64, 64, True, torch.bfloat16),
     # one sequence, long (d128 routes up to 8K keys), d64, MLA and d256 at their limits
     (1, 8191, 8192, 8, 2, 128, 128, True, torch.bfloat16), (2, 2048, 2048, 4, 4, 64, 64, False, torch.float16),
+    (1, 4096, 4096, 4, 2, 64, 64, True, torch.bfloat16),
     (2, 3000, 4096, 4, 2, 192, 128, True, torch.bfloat16), (2, 4096, 4096, 4, 2, 256, 256, True, torch.bfloat16),
     (3, 333, 500, 4, 4, 256, 256, False, torch.float16),
     # Sk - Sq = 100: a tile's two consumers reach the masked band one block apart, so the dense

@@ -77,7 +77,7 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
     rows = layout.consumers * attn.BLOCK_M
     sms = sms or sm_count(device)
     q_lens, k_lens = packed.host_lengths()
-    equal = layout.dtype != "e4m3" and len(set(q_lens)) == 1 and len(set(k_lens)) == 1
+    equal = not layout.is_fp8 and len(set(q_lens)) == 1 and len(set(k_lens)) == 1
     tail = (TAIL_PER_SM_EQUAL if equal else TAIL_PER_SM) * sms
     key = (q_lens, k_lens, rows, -(-packed.max_seqlen_q // rows), heads, tail)
     if device.type != "cuda":

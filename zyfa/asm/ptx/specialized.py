@@ -114,7 +114,7 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
         for _, row in _q_tiles(prog, c):
             emit_q_load(prog, c, None, row)
     if c.layout.split_kv:
-        _emit_split_producer(prog, c, tiles, t, it, j, slot, first_tile)
+        _emit_split_producer(prog, c, tiles, t, it, j, slot)
         return
     _emit_block_load(prog, c, j, slot, "_FIRST")         # every tile has a block 0
     _emit_q_tile_load(prog, c, tiles, t, it)
@@ -154,13 +154,12 @@ def _emit_producer_end(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg) 
     prog.label("PRODUCER_DONE")
 
 
-def _emit_split_producer(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg, j: Reg, slot: Reg,
-                         first_tile: Reg) -> None:
+def _emit_split_producer(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg, j: Reg, slot: Reg) -> None:
     """The rest of _emit_producer with split_kv, FlashAttention-3's order: K(0), Q, then K(j)
     before V(j - 1), V(n - 1) last (a CTA's first tile: Q, then K(0)). K(j) waits only for
-    S(j - 2) to be done: behind V(j) it waited for P V(j - 2), a softmax later, and reached
-    the consumers late at d256's two stages. ``slot`` counts K's loads; V's count runs a block
-    behind it (v_slot)."""
+    S(j - stages) to be done; loaded after V(j - 1) it also waited for P V(j - 1 - stages), a
+    softmax later, and reached the consumers late at d256's two stages. ``slot`` counts K's
+    loads; V's count runs a block behind it (v_slot)."""
     emit, tile = prog.emit, c.tile
     v_block, v_slot = prog.regs("u32", 2)
     _emit_k_load(prog, c, j, slot, "_FIRST")                # every tile has a block 0
