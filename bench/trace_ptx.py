@@ -186,8 +186,9 @@ def main(argv=None) -> int:
     packed = a.route == "packed" or (a.route == "public" and S <= K.PACKED_ROUTE_KEYS.get(D, 0))
     layout = attn.layout_for(D, "bf16", v.shape[-1], packed)
     warps_per_cta = 4 * (layout.consumers + 1)
-    # a packed launch: a CTA an SM; a dense one at most a CTA per 64 query rows (a consumer's)
-    ctas = torch.cuda.get_device_properties(0).multi_processor_count if packed else B * Hq * -(-S // 64)
+    # a packed launch: a CTA an SM; a dense one a CTA per tile of its consumers' rows (kernels._grid)
+    rows = layout.consumers * attn.BLOCK_M
+    ctas = torch.cuda.get_device_properties(0).multi_processor_count if packed else B * Hq * -(-S // rows)
     buf = torch.full((ctas * warps_per_cta, a.slots, 2), -1, dtype=torch.int32, device="cuda")
     names: list[str] = []
 
