@@ -149,12 +149,14 @@ class Layout:
 
     @property
     def turns(self) -> bool:
-        """16-bit dense kernels with two consumers and the early P V wait (d128, MLA): the
-        consumers take turns to issue their GEMM phases (named barriers, FlashAttention-3's
-        scheduler barrier), so that one's softmax runs under the other's GEMMs. With the
-        block loop in two copies (consumer16): +1.4% mean at Mistral-7B 16K, MLA 16K and d128
-        32K over neither (H200 run 88, bench/PTX_NOTES.md); the turns alone -0.1% (run 83, 88)."""
-        return self.early_pv_wait and not self.packed and self.consumers == 2
+        """16-bit kernels with two consumers, the early P V wait and Dqk >= 128 (d128, MLA,
+        dense and packed): the consumers take turns to issue their GEMM phases (named barriers,
+        FlashAttention-3's scheduler barrier), so that one's softmax runs under the other's
+        GEMMs. With the block loop in two copies (consumer16): +1.4% mean at Mistral-7B 16K,
+        MLA 16K and d128 32K over neither (H200 run 88, bench/PTX_NOTES.md); the turns alone
+        -0.1% (run 83, 88). Packed d128 / MLA: +1.5% mean over their routed calls (run 100);
+        packed d64 (two consumers) lost 2.3% at 2K (run 90)."""
+        return self.early_pv_wait and self.consumers == 2 and self.dqk >= 128
 
     @property
     def scratch_offset(self) -> int:
