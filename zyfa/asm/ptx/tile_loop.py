@@ -81,18 +81,9 @@ def emit_tile_work(prog: Program, c: Cta, tiles: TileLoop, t: Reg) -> None:
     if tiles.heads_batch is not None:                     # query tile slowest: across the batch
         prog.emit("div.u32", ty, t, tiles.heads_batch)
         prog.emit("rem.u32", bh, t, tiles.heads_batch)
-    elif c.layout.is_fp8:
+    else:
         prog.emit("rem.u32", ty, t, tiles.per_head)
         prog.emit("div.u32", bh, t, tiles.per_head)
-    else:                                                 # a GQA group's heads: query tile, then head
-        group = c.tile.group
-        per_group, r, h = prog.regs("u32", 3)
-        prog.emit("mul.lo.u32", per_group, tiles.per_head, group)
-        prog.emit("div.u32", bh, t, per_group)            # the group: (batch, kv head)
-        prog.emit("rem.u32", r, t, per_group)
-        prog.emit("div.u32", ty, r, group)
-        prog.emit("rem.u32", h, r, group)
-        prog.emit("mad.lo.u32", bh, bh, group, h)
     prog.emit("sub.u32", ty, tiles.per_head, ty)
     prog.emit("sub.u32", ty, ty, 1)                       # heaviest query tile first
     emit_work(prog, c.params, c.thread, c.tile, c.layout, ty, bh)
