@@ -62,7 +62,10 @@ def instrument(ptx: str, base: int, slots: int) -> tuple[str, list[str]]:
         names.append(name)
         return _probe(len(names) - 1)
 
-    out = lines[:last_reg + 1] + [_REGS] + init
+    # every warp's first two stamps: its SM (in the clock's place), then its start
+    smid = event("smid")
+    smid[0] = "\tmov.u32 %tr_clk, %smid;"
+    out = lines[:last_reg + 1] + [_REGS] + init + smid + event("start")
     producer = False
     for line in lines[last_reg + 1:]:
         text = line.strip()
@@ -82,17 +85,47 @@ def instrument(ptx: str, base: int, slots: int) -> tuple[str, list[str]]:
     return "\n".join(out) + "\n", names
 
 
-def decode(words, names: list[str]) -> dict[int, list[tuple[int, str]]]:
-    """Each warp's stamps (warp index -> [(cycles since its first stamp, event)])."""
+def decode(words, names: list[str]) -> tuple[dict[int, list[tuple[int, str]]], dict[int, tuple[int, int, int]]]:
+    """Each warp's stamps (warp index -> [(cycles since its start, event)]), and where and when
+    it ran (warp index -> (SM, its start's and last stamp's raw 32-bit clock))."""
     import numpy as np
     w = words.cpu().numpy().astype(np.int64)
-    warps = {}
+    warps, spans = {}, {}
     for g in range(w.shape[0]):
         n = int((w[g, :, 1] >= 0).sum())
-        if n:
-            clk = (w[g, :n, 0] - w[g, 0, 0]) & 0xFFFFFFFF              # the 32-bit clock, unwrapped
-            warps[g] = [(int(c), names[int(e)]) for c, e in zip(clk, w[g, :n, 1])]
-    return warps
+        if n < 2:
+            continue
+        spans[g] = (int(w[g, 0, 0]), int(w[g, 1, 0]), int(w[g, n - 1, 0]))
+        clk = (w[g, 1:n, 0] - w[g, 1, 0]) & 0xFFFFFFFF             # the 32-bit clock, unwrapped
+        warps[g] = [(int(c), names[int(e)]) for c, e in zip(clk, w[g, 1:n, 1])]
+    return warps, spans
+
+
+def sm_gaps(spans: dict, warps_per_cta: int) -> dict | None:
+    """Between one CTA's end and the next one's start on the same SM (a dense launch, a CTA a
+    tile): the cycles no consumer runs, from each CTA's first consumer warp (start: the
+    kernel's first instruction; end: its last stamp, after the epilogue's stores are issued)."""
+    by_sm = collections.defaultdict(list)
+    for g, (sm, start, end) in spans.items():
+        if g % warps_per_cta == 4:
+            by_sm[sm].append((start, end))
+    gaps, busy, span, ctas = [], 0, 0, 0
+    for runs in by_sm.values():
+        ref = runs[0][0]
+
+        def rel(c):                                        # signed cycles from ref, mod 2^32
+            d = (c - ref) & 0xFFFFFFFF
+            return d - (1 << 32) if d >= 1 << 31 else d
+        runs = sorted((rel(a), rel(b)) for a, b in runs)
+        gaps += [b[0] - a[1] for a, b in zip(runs, runs[1:])]
+        busy += sum(b - a for a, b in runs)
+        span += runs[-1][1] - runs[0][0]
+        ctas += len(runs)
+    if not gaps:
+        return None
+    gaps.sort()
+    return dict(sms=len(by_sm), ctas_per_sm=ctas / len(by_sm), gap_mean=sum(gaps) / len(gaps),
+                gap_median=gaps[len(gaps) // 2], gap_share=sum(gaps) / span, busy_share=busy / span)
 
 
 def tiles_of(stamps: list[tuple[int, str]]) -> list[dict]:
@@ -221,7 +254,9 @@ def main(argv=None) -> int:
     call()
     torch.cuda.synchronize()
     K._attention_16 = plain
-    s = summarize(decode(buf, names), warps_per_cta, layout.consumers)
+    warps, spans = decode(buf, names)
+    s = summarize(warps, warps_per_cta, layout.consumers)
+    s["sm_gaps"] = None if packed else sm_gaps(spans, warps_per_cta)
     s.update(case=a.case, route="packed" if packed else "dense", ms=ms_plain, ms_traced=ms_traced,
              gpu=torch.cuda.get_device_name(), torch=torch.__version__)
     print(f"{a.case} {s['route']}: {ms_plain:.3f} ms, traced {ms_traced:.3f} ms "
@@ -232,6 +267,10 @@ def main(argv=None) -> int:
         print(f"{i:>5} | {b['cycles']:.0f} | {b['k_wait']:.0f} | {b['v_wait']:.0f} | {b['n']}")
     if s["consumer_offset"] is not None:
         print(f"the two consumers' block starts apart: {s['consumer_offset']:.0f} cycles on average")
+    if s["sm_gaps"]:
+        g = s["sm_gaps"]
+        print(f"between CTAs on an SM ({g['sms']} SMs, {g['ctas_per_sm']:.1f} CTAs each): {g['gap_mean']:.0f} "
+              f"cycles on average (median {g['gap_median']}), {g['gap_share']:.1%} of the SMs' spans")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(s, f, indent=1)

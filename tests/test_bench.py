@@ -273,3 +273,32 @@ def test_trace_probes_stamp_each_wait_once_and_cut_stamps_into_tiles():
     assert s["tiles"] == 4 and s["per_tile"]["q_wait"] == 35.0 and s["consumer_offset"] == 7.0
     assert {i: (b["cycles"], b["k_wait"], b["n"]) for i, b in s["by_block_index"].items()} == {
         "0": (60.0, 0.0, 4), "1": (100.0, 10.0, 2), "2": (110.0, 0.0, 2)}
+    assert names[:2] == ["smid", "start"] and traced.count("%smid") == 1
+
+
+def test_trace_decodes_sm_and_gaps_between_ctas():
+    """bench/trace_ptx.py: each warp's first stamp holds its SM, the rest become cycles since
+    its start; the gaps between consecutive CTAs on one SM (by their first consumer warp)
+    come out of the raw 32-bit clocks, across the clock's wrap."""
+    import sys
+
+    import torch
+    sys.path.insert(0, "bench")
+    from trace_ptx import decode, sm_gaps
+    names = ["smid", "start", "BLOCK_BODY", "CONSUMER_DONE"]
+    words = torch.full((36, 4, 2), -1, dtype=torch.int32)
+    wrap = (1 << 32) - 100                                # CTA 1 starts just before the clock wraps
+
+    def cta(index, sm, start, end):
+        g = index * 12 + 4                                # the first consumer's first warp
+        for slot, (clk, event) in enumerate([(sm, 0), (start, 1), (start + 30, 2), (end, 3)]):
+            words[g, slot] = torch.tensor([clk - (1 << 32) if clk >= 1 << 31 else clk, event])
+    cta(0, 3, wrap - 1000, wrap - 200)
+    cta(1, 3, wrap, (wrap + 500) % (1 << 32))
+    cta(2, 5, 7, 900)
+    warps, spans = decode(words, names)
+    assert warps[4] == [(0, "start"), (30, "BLOCK_BODY"), (800, "CONSUMER_DONE")]
+    assert warps[16][-1] == (500, "CONSUMER_DONE") and spans[28] == (5, 7, 900)
+    g = sm_gaps(spans, 12)
+    assert (g["sms"], g["ctas_per_sm"], g["gap_mean"], g["gap_median"]) == (2, 1.5, 200, 200)
+    assert g["gap_share"] == 200 / (1500 + 893) and g["busy_share"] == (800 + 500 + 893) / (1500 + 893)
