@@ -166,7 +166,8 @@ def tiles_of(stamps: list[tuple[int, str]]) -> list[dict]:
 
 def summarize(warps: dict, warps_per_cta: int, consumers: int) -> dict:
     """Means over the consumer warps' tiles (each consumer's first warp): per tile, and per
-    block by its index in the tile (8 and later together)."""
+    block by its index in the tile (8 and later together); with two consumers, how far apart
+    they start their blocks, and the second's lag by block index (tiles paired in order)."""
     firsts = [4 * (k + 1) for k in range(consumers)]        # warpgroup 0 is the producer
     per_index, tiles_all, offsets = collections.defaultdict(lambda: collections.defaultdict(list)), [], []
     for g, stamps in warps.items():
@@ -183,10 +184,15 @@ def summarize(warps: dict, warps_per_cta: int, consumers: int) -> dict:
             body = t["last_pv"] - blocks[0]["start"] if blocks else None
             tiles_all.append(dict(blocks=len(blocks), q_wait=t["q_wait"], tail=t["tail"],
                                   last_v_wait=t["last_v_wait"], body=body))
+    lag = collections.defaultdict(list)                    # the second consumer's lag by block index
     for cta in {g // warps_per_cta for g in warps}:         # the consumers' lag, block by block
         seqs = [[c for c, n in warps.get(cta * warps_per_cta + f, []) if n.startswith("BLOCK_BODY")] for f in firsts]
         if len(seqs) == 2 and seqs[0] and seqs[1]:
             offsets += [abs(a - b) for a, b in zip(seqs[0], seqs[1])]
+            first, second = (tiles_of(warps[cta * warps_per_cta + f]) for f in firsts)
+            for ta, tb in zip(first, second):
+                for i, (ba, bb) in enumerate(zip(ta["blocks"], tb["blocks"])):
+                    lag[min(i, 8)].append(bb["start"] - ba["start"])
 
     def mean(xs):
         xs = [x for x in xs if x is not None]
@@ -195,7 +201,8 @@ def summarize(warps: dict, warps_per_cta: int, consumers: int) -> dict:
     return dict(tiles=len(tiles_all), per_tile={k: mean([t[k] for t in tiles_all]) for k in keys},
                 by_block_index={("8+" if i == 8 else str(i)): {k: mean(v) for k, v in slot.items()}
                                 | dict(n=len(slot["cycles"])) for i, slot in sorted(per_index.items())},
-                consumer_offset=mean(offsets))
+                consumer_offset=mean(offsets),
+                lag_by_block_index={("8+" if i == 8 else str(i)): mean(v) for i, v in sorted(lag.items())})
 
 
 def main(argv=None) -> int:
@@ -266,7 +273,8 @@ def main(argv=None) -> int:
     for i, b in s["by_block_index"].items():
         print(f"{i:>5} | {b['cycles']:.0f} | {b['k_wait']:.0f} | {b['v_wait']:.0f} | {b['n']}")
     if s["consumer_offset"] is not None:
-        print(f"the two consumers' block starts apart: {s['consumer_offset']:.0f} cycles on average")
+        print(f"the two consumers' block starts apart: {s['consumer_offset']:.0f} cycles on average; the second's "
+              "lag by block index: " + ", ".join(f"{i} {v:.0f}" for i, v in s["lag_by_block_index"].items()))
     if s["sm_gaps"]:
         g = s["sm_gaps"]
         print(f"between CTAs on an SM ({g['sms']} SMs, {g['ctas_per_sm']:.1f} CTAs each): {g['gap_mean']:.0f} "

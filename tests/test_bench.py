@@ -271,6 +271,7 @@ def test_trace_probes_stamp_each_wait_once_and_cut_stamps_into_tiles():
                                                                               (190, False, 0)]
     s = summarize({4: stamps, 8: [(c + 7, n) for c, n in stamps]}, 12, 2)
     assert s["tiles"] == 4 and s["per_tile"]["q_wait"] == 35.0 and s["consumer_offset"] == 7.0
+    assert s["lag_by_block_index"] == {"0": 7.0, "1": 7.0, "2": 7.0}
     assert {i: (b["cycles"], b["k_wait"], b["n"]) for i, b in s["by_block_index"].items()} == {
         "0": (60.0, 0.0, 4), "1": (100.0, 10.0, 2), "2": (110.0, 0.0, 2)}
     assert names[:2] == ["smid", "start"] and traced.count("%smid") == 1
