@@ -20,7 +20,6 @@ from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
 # at 128 keys): ptxas then places it after 3-10 of them (FlashAttention-3's: after 13)
 EARLY_PV_WAIT_EXP = 15
 TURN_BARRIER = 6                      # named barriers 6, 7 (Layout.turns; consumer.Q_BARRIER takes 3-5)
-ALIGN_BARRIER = 8                     # both consumers (Layout.turns, packed): into a tile's loop together
 FIRST_LOOP = "BLOCK_LOOP" + BLOCK_LOOPS[0][0]   # a tile's blocks after its first: the copy below the band
 
 
@@ -213,8 +212,6 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
     emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
     emit_pack16(prog, c, sm.p, p_regs)
-    if turn:                     # the turns' phase as a dense tile starts it (candidate, not measured)
-        emit("bar.sync.n", ALIGN_BARRIER, 2 * THREADS)
     emit("bra", FIRST_LOOP)
 
     prog.label("TILE_DONE")
