@@ -35,8 +35,8 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     while a wgmma is in flight and no read of total before its P V is waited for with
     nothing after it: else ptxas serializes every wgmma.)
     Layout.early_pv_wait moves the P V wait into the softmax and the rescale before P V.
-    The dense d128 / MLA consumers take turns to issue their GEMM phases (Layout.turns); an
-    unconditional rescale after P V measured slower here (bench/PTX_NOTES.md)."""
+    The d128 / MLA consumers (dense and packed) take turns to issue their GEMM phases
+    (Layout.turns); an unconditional rescale after P V measured slower here (bench/PTX_NOTES.md)."""
     emit = prog.emit
     _, _, q_descs = emit_consumer_start(prog, c)
     scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
