@@ -43,7 +43,7 @@ from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emi
 from .smem import emit_descriptor, emit_wait
 from .target import f32
 from .tile_loop import (TileLoop, emit_first_tile, emit_next_t, emit_tile_end, emit_tile_entry, emit_tile_loop,
-                        emit_tile_loop_head, emit_tile_work, phase_of)
+                        emit_tile_loop_head, phase_of)
 
 PRODUCER_REGISTERS = 24
 # what the launch allots every thread (the register file's 64K over 128 threads a warpgroup,
@@ -143,8 +143,6 @@ def _emit_q_tile_load(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg) -
 def _emit_producer_end(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg) -> None:
     """Label TILE_LOADED: on to the next tile; then the producer's end."""
     prog.label("TILE_LOADED")
-    if c.layout.split_kv and not c.layout.tile_counter:
-        _emit_next_wave_q_prefetch(prog, c, tiles, t)
     emit_next_t(prog, tiles, t)
     prog.emit("add.u32", it, it, 1)
     prog.emit("bra.div", "PRODUCE_TILE")
@@ -154,24 +152,6 @@ def _emit_producer_end(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg) 
         prog.emit("st.shared.b32", tiles.word, tiles.count)
         prog.emit("mbarrier.arrive", c.shared.bar_q)
     prog.label("PRODUCER_DONE")
-
-
-def _emit_next_wave_q_prefetch(prog: Program, c: Cta, tiles: TileLoop, t: Reg) -> None:
-    """A dense 16-bit CTA, its tile's loads all issued: tile t + %nsmid's Q tiles into L2.
-    CTAs start in index order and neighbours' tiles last about as long, so that tile starts
-    about when this CTA retires, its Q (read from HBM once) then an L2 hit. c.tile becomes
-    that tile's (this tile needs it no more)."""
-    emit = prog.emit
-    ahead, n = prog.regs("u32", 2)
-    past = prog.reg("pred")
-    emit("mov.u32", n, "%nsmid")
-    emit("add.u32", ahead, t, n)
-    emit("setp.ge.u32", past, ahead, tiles.count)
-    emit("bra.div", "NEXT_WAVE_Q_DONE", guard=past)
-    emit_tile_work(prog, c, tiles, ahead)
-    for _, row in _q_tiles(prog, c):
-        emit_q_load(prog, c, None, row)
-    prog.label("NEXT_WAVE_Q_DONE")
 
 
 def _emit_split_producer(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg, j: Reg, slot: Reg) -> None:
