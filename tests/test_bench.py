@@ -303,3 +303,22 @@ def test_trace_decodes_sm_and_gaps_between_ctas():
     g = sm_gaps(spans, 12)
     assert (g["sms"], g["ctas_per_sm"], g["gap_mean"], g["gap_median"]) == (2, 1.5, 200, 200)
     assert g["gap_share"] == 200 / (1500 + 893) and g["busy_share"] == (800 + 500 + 893) / (1500 + 893)
+
+
+def test_sustained_reads_nvidia_smi_samples_into_window_means():
+    """bench/sustained.py: nvidia-smi's csv lines become samples (others are skipped), and a
+    window's means take only the samples after its settling time."""
+    import sys
+    sys.path.insert(0, "bench")
+    from sustained import parse_sample, window_means
+    lines = ["2026/12/04 20:27:30.000, 1500, 670.5, 59, 0x0000000000000004",
+             "2026/12/04 20:27:30.600, 1520, 671.5, 60, 0x0000000000000004",
+             "2026/12/04 20:27:31.200, 1540, 669.0, 60, 0x0000000000000000",
+             "[N/A], 1540, 669.0, 60, 0x0", "timestamp, clocks.sm", ""]
+    samples = [s for s in map(parse_sample, lines) if s is not None]
+    assert [s["mhz"] for s in samples] == [1500, 1520, 1540]
+    start = samples[0]["t"]
+    w = window_means(samples, start, start + 1.2, settle=0.5)
+    assert (w["samples"], w["mhz"], w["watts"]) == (2, 1530, (671.5 + 669.0) / 2)
+    assert w["reasons"] == ["0x0000000000000000", "0x0000000000000004"]
+    assert window_means(samples, start + 5, start + 6) == {}
