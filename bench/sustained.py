@@ -48,6 +48,14 @@ def window_means(samples: list[dict], start: float, end: float, settle: float = 
                 reasons=sorted({x["reasons"] for x in s}))
 
 
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
 def _smi_query() -> list[str]:
     fields = list(FIELDS)
     probe = subprocess.run(["nvidia-smi", f"--query-gpu={fields[-1]}", "--format=csv"], capture_output=True)
@@ -130,7 +138,7 @@ def main() -> int:
         if "mhz" in w:
             w["mcycles"] = w["ms"] * w["mhz"] / 1e3
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), gpu=torch.cuda.get_device_name(),
-                torch=torch.__version__, fa3=getattr(fa3, "__version__", None) if fa3 else None)
+                torch=torch.__version__, fa3=_version("fa3-fwd") if fa3 else None)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(dict(meta=meta, windows=windows), f, indent=1)
