@@ -70,6 +70,21 @@ def prepare_baseline(refs: list[str]) -> None:
     print(f"wrote {BASELINE}")
 
 
+def baseline_build(base: dict):
+    """A stand-in for kernels._attention_16 that builds a baseline's kernels from its PTX (one
+    entry of the file prepare_baseline writes)."""
+    import torch
+
+    from zyfa.asm.ptx.assemble import assemble
+    from zyfa.asm.ptx.loader import Kernel
+
+    @functools.cache
+    def build(dtype, causal, dqk, dv, arch, device, packed):
+        k = base["kernels"][f"{dqk},{dv},{packed}"]
+        return Kernel(assemble(k["ptx"], arch).cubin, k["name"], torch.device("cuda", device), k["shared_bytes"])
+    return build
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prepare-baseline", metavar="REF", nargs="+")
@@ -106,13 +121,6 @@ def main(argv=None) -> int:
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                       attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
 
-    def baseline(base):
-        @functools.cache
-        def build(dtype, causal, dqk, dv, arch, device, packed):
-            k = base["kernels"][f"{dqk},{dv},{packed}"]
-            return Kernel(assemble(k["ptx"], arch).cubin, k["name"], torch.device("cuda", device), k["shared_bytes"])
-        return build
-
     def dense(q, k, v):
         saved, K.PACKED_ROUTE_KEYS = K.PACKED_ROUTE_KEYS, {}
         try:
@@ -136,7 +144,7 @@ def main(argv=None) -> int:
             K.TAIL_PER_SM_EQUAL = saved
 
     # labelled by commit (a ref such as HEAD~2 means nothing in the log a week later)
-    builds = [(f"baseline {b['commit'][:7]}", baseline(b)) for b in bases] + [("current", current)]
+    builds = [(f"baseline {b['commit'][:7]}", baseline_build(b)) for b in bases] + [("current", current)]
     for b in bases:
         print(f"baseline {b['commit'][:7]}: {b['ref']}")
     try:

@@ -64,11 +64,13 @@ def _smi_query() -> list[str]:
     return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-lms", "50"]
 
 
-def _windows(calls: dict, case: str, rounds: int, seconds: float, idle: float) -> list[dict]:
+def _windows(calls: dict, case: str, rounds: int, seconds: float, idle: float, use) -> list[dict]:
+    """``calls``: label -> (kernel builder or None, the call); ``use`` installs a builder."""
     import torch
     out = []
     for r in range(rounds):
-        for label, fn in calls.items():
+        for label, (build, fn) in calls.items():
+            use(build)
             time.sleep(idle)
             start, n = time.time(), 0
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -92,6 +94,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0, help="a window's length")
     ap.add_argument("--idle", type=float, default=1.0, help="seconds idle before each window")
+    ap.add_argument("--baselines", action="store_true",
+                    help="also the kernels of bench/ptx16_ab.py's baseline file, dense and packed")
+    ap.add_argument("--methods", default=None, help="comma-separated labels to time (default: all)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     import torch
@@ -112,6 +117,23 @@ def main() -> int:
         finally:
             kernels.PACKED_ROUTE_KEYS.update(keep)
 
+    def dense(q, k, v):
+        keep, kernels.PACKED_ROUTE_KEYS = kernels.PACKED_ROUTE_KEYS, {}
+        try:
+            return kernels.attention_16(q, k, v, causal=True)
+        finally:
+            kernels.PACKED_ROUTE_KEYS = keep
+
+    own = kernels._attention_16
+    bases = []
+    if a.baselines:
+        from ptx16_ab import BASELINE, baseline_build
+        with open(BASELINE) as f:
+            bases = [(b["commit"][:7], baseline_build(b)) for b in json.load(f)["baselines"]]
+
+    def use(build):
+        kernels._attention_16 = build or own
+
     log = os.path.abspath(a.out or "sustained") + ".smi.csv"
     smi = subprocess.Popen(_smi_query(), stdout=open(log, "w"))
     windows = []
@@ -120,14 +142,26 @@ def main() -> int:
         for case in a.shapes.split(","):
             B, S, Hq, Hkv, D, Dv = SHAPES[case]
             q, k, v = (t.bfloat16() for t in make("realistic", B, S, Hq, Hkv, D, head_dim_v=Dv, seed=0, device="cuda"))
-            calls = {"zyfa": lambda: zyfa.flash_attn_func(q, k, v, causal=True, backend="ptx"),
-                     "zyfa packed": lambda: packed(q, k, v)}
+            calls = {"zyfa": (None, lambda: zyfa.flash_attn_func(q, k, v, causal=True, backend="ptx")),
+                     "zyfa packed": (None, lambda: packed(q, k, v))}
+            for commit, build in bases:
+                calls[f"{commit} dense"] = (build, lambda: dense(q, k, v))
+                calls[f"{commit} packed"] = (build, lambda: packed(q, k, v))
             if fa3 is not None:
-                calls["fa3"] = lambda: fa3.flash_attn_func(q, k, v, causal=True)
-            for fn in calls.values():
-                fn()
+                calls["fa3"] = (None, lambda: fa3.flash_attn_func(q, k, v, causal=True))
+            if a.methods:
+                calls = {label: calls[label] for label in a.methods.split(",")}
+            first = None
+            for label, (build, fn) in calls.items():      # warm-up; zyfa's kernels agree bit for bit
+                use(build)
+                out = fn()
+                out = out[0] if isinstance(out, tuple) else out
+                if label.startswith("zyfa") or label.endswith(("dense", "packed")):
+                    first = out if first is None else first
+                    print(f"{case} {label}: max |out - first zyfa out| = {(out - first).abs().max().item():.1e}")
             torch.cuda.synchronize()
-            windows += _windows(calls, case, a.rounds, a.seconds, a.idle)
+            windows += _windows(calls, case, a.rounds, a.seconds, a.idle, use)
+            use(None)
         time.sleep(0.5)
     finally:
         smi.terminate()
