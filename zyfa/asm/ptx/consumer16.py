@@ -183,7 +183,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     prog.label("LAST_PV")
     if early:
         rescale_before_pv()
-    if True:    # probe: no overlap across tiles
+    if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM or not c.layout.packed:
         _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
                               total, A, l, p_regs)
         return
