@@ -72,14 +72,18 @@ def _windows(calls: dict, case: str, rounds: int, seconds: float, idle: float, u
         for label, (build, fn) in calls.items():
             use(build)
             time.sleep(idle)
-            start, n = time.time(), 0
+            start, n, queued = time.time(), 0, None
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
             while time.time() - start < seconds:
                 for _ in range(10):
                     fn()
                 n += 10
-                torch.cuda.synchronize()
+                batch = torch.cuda.Event()
+                batch.record()
+                if queued is not None:       # wait for the batch before: ten calls stay queued, the GPU never idles
+                    queued.synchronize()
+                queued = batch
             e1.record()
             torch.cuda.synchronize()
             out.append(dict(case=case, label=label, round=r, start=start, end=time.time(), calls=n,
