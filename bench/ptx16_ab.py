@@ -85,6 +85,25 @@ def baseline_build(base: dict):
     return build
 
 
+def dense(q, k, v):
+    """The generated 16-bit kernel's dense launch (one CTA a tile), whatever the route would pick."""
+    from zyfa.asm.ptx import kernels as K
+    saved, K.PACKED_ROUTE_KEYS = K.PACKED_ROUTE_KEYS, {}
+    try:
+        return K.attention_16(q, k, v)[0]
+    finally:
+        K.PACKED_ROUTE_KEYS = saved
+
+
+def routed(q, k, v):
+    """The packed kernel over the batch as equal sequences (a short dense call's route), at any length."""
+    from zyfa.asm.ptx import kernels as K
+    B, S = q.shape[:2]
+    out, _ = K.attention_16(*(K._flat(x) for x in (q, k, v)), None, True,
+                            K._uniform_batch(B, S, k.shape[1], q.device))
+    return out.view(B, S, *out.shape[2:])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prepare-baseline", metavar="REF", nargs="+")
@@ -120,19 +139,6 @@ def main(argv=None) -> int:
         name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
         return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                       attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
-
-    def dense(q, k, v):
-        saved, K.PACKED_ROUTE_KEYS = K.PACKED_ROUTE_KEYS, {}
-        try:
-            return K.attention_16(q, k, v)[0]
-        finally:
-            K.PACKED_ROUTE_KEYS = saved
-
-    def routed(q, k, v):
-        B, S = q.shape[:2]
-        out, _ = K.attention_16(*(K._flat(x) for x in (q, k, v)), None, True,
-                                K._uniform_batch(B, S, k.shape[1], q.device))
-        return out.view(B, S, *out.shape[2:])
 
     def with_tail(tail, fn):
         """fn with kernels.TAIL_PER_SM_EQUAL = tail (a dense call's equal sequences; the

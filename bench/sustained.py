@@ -113,25 +113,11 @@ def main() -> int:
     except ImportError:
         fa3 = None
 
-    def packed(q, k, v):                          # the persistent kernel past its route's reach
-        keep = dict(kernels.PACKED_ROUTE_KEYS)
-        kernels.PACKED_ROUTE_KEYS[q.shape[-1]] = 1 << 30
-        try:
-            return kernels.attention_16(q, k, v, causal=True)
-        finally:
-            kernels.PACKED_ROUTE_KEYS.update(keep)
-
-    def dense(q, k, v):
-        keep, kernels.PACKED_ROUTE_KEYS = kernels.PACKED_ROUTE_KEYS, {}
-        try:
-            return kernels.attention_16(q, k, v, causal=True)
-        finally:
-            kernels.PACKED_ROUTE_KEYS = keep
-
+    from ptx16_ab import BASELINE, baseline_build, dense
+    from ptx16_ab import routed as packed             # the persistent kernel past its route's reach
     own = kernels._attention_16
     bases = []
     if a.baselines:
-        from ptx16_ab import BASELINE, baseline_build
         with open(BASELINE) as f:
             bases = [(b["commit"][:7], baseline_build(b)) for b in json.load(f)["baselines"]]
 
