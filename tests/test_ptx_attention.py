@@ -84,6 +84,28 @@ def test_attention_kernel_assembles_within_budget(rule, causal):
         assert loop.count("HFMA2") == n * 4 * 32 and "FFMA" in loop     # 4 a pair; float32 FFMA for y and the row sums
 
 
+@pytest.mark.parametrize("long", [False, True])
+@pytest.mark.parametrize("dqk", [64, 128, 192, 256])
+def test_running_kernels_have_no_fold(dqk, long):
+    """ref_rule "running": P V^T adds to the total in place: the loop keeps its QGMMAs, has no
+    fold FFMAs (one a score for y, the rest the rounded-P row sums' and the lean rules'), and
+    fits its registers without spills; Dv 256 keeps S(j) beside P(j - 1) V^T (pipelined)."""
+    if long and dqk != 128:
+        pytest.skip("the long layout is d128's")
+    block = assemble(attn.attention_kernel("exact", True, dqk=dqk, long=long)[1])
+    running = assemble(attn.attention_kernel("exact", True, dqk=dqk, long=long, ref_rule="running")[1])
+    assert running.spill_bytes == 0, running.report
+    count = lambda a, op: len(re.findall(rf"\b{op}\b", a.sass()))   # noqa: E731
+    name, ptx = attn.attention_kernel("exact", True, dqk=dqk, long=long, ref_rule="running")
+    assert "_running" in name
+    if dqk == 256:        # the default takes each block in turn; the fast mode waits for S(j) alone
+        assert "wgmma.wait_group.sync.aligned 2;" in ptx
+        return
+    # the fold: one FFMA an output register a block, in each of the loop's two copies
+    fold = count(block, "FFMA") - count(running, "FFMA")
+    assert fold >= attn.fp8_dv(dqk) // 2 * 2, (fold, dqk)
+
+
 def test_long_keys_take_the_specialized_layout():
     """FP8 d128 from LONG_KEYS keys, dense only: the producer / two-consumer kernel, its own name;
     other head dims and packed batches refuse the long layout."""
@@ -254,15 +276,50 @@ def test_ptx_kernel_equals_spec_with_a_negative_descale(shape, head_dim):
     _assert_equals_spec(kw, causal, "lean_cubic")
 
 
-def _assert_equals_spec(kw, causal, rule):
-    out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule=rule, return_lse=True, backend="ptx")
-    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, return_lse=True)
+def _assert_equals_spec(kw, causal, rule, ref_rule="block"):
+    out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule=rule, ref_rule=ref_rule, return_lse=True,
+                                    backend="ptx")
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, ref_rule=ref_rule, return_lse=True)
     # same P codes: what is left is accumulation order (and P V's tensor-core sums) under
     # the BF16 rounding of the output, the yardstick
     rounding = rel_err(spec.bfloat16(), spec)
     assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
     # float32 row sums of the same P: the LSE differs by float32 ordering only
     assert (lse.double() - lse_spec).abs().max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
+
+
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_running_reference_equals_spec_when_s_is_exact(shape, head_dim):
+    """The fast mode (ref_rule "running": P V^T accumulated in place, the total rescaled where a
+    row's max moved) gives the spec's running-max P codes, output and LSE."""
+    kw, causal = _exact_s_case(shape, seed=shape[1] + head_dim, head_dim=head_dim)
+    _assert_equals_spec(kw, causal, "lean_cubic", ref_rule="running")
+
+
+@hopper
+@pytest.mark.parametrize("shape", SHAPES)
+def test_running_reference_in_the_long_layout_equals_spec(shape, monkeypatch):
+    """d128's long-key layout (the pipelined consumers) with the running reference."""
+    from zyfa.asm.ptx import layout
+    monkeypatch.setattr(layout, "LONG_KEYS", 1)
+    kw, causal = _exact_s_case(shape, seed=shape[1] + 7)
+    _assert_equals_spec(kw, causal, "lean_cubic_f16", ref_rule="running")
+
+
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+@pytest.mark.parametrize("shape", SHAPES[4:])
+def test_running_reference_vs_float64(shape, head_dim):
+    """Realistic activations, the exact rule: the fast mode no further from float64 than the
+    running-max spec (the check test_ptx_kernel_vs_spec_and_float64 makes of the default)."""
+    x, causal = _case(shape, head_dim=head_dim)
+    out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule="exact", ref_rule="running", backend="ptx")
+    spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="exact", ref_rule="running")
+    ref = attention_fp64(*x.dequantized(), causal=causal)
+    spec_err, rounding = rel_err(spec, ref), rel_err(spec.bfloat16(), spec)
+    assert rel_err(out, ref) <= 1.1 * math.hypot(spec_err, rounding), (rel_err(out, ref), spec_err, rounding)
 
 
 @hopper
@@ -346,7 +403,9 @@ def test_dispatch_selects_ptx_for_fp8_d128():
     fine, _ = _case((1, 64, 64, 4, 2, True), granularity="fine")
     assert zyfa.explain(**fine.kwargs()).startswith("selected: triton")
     assert zyfa.explain(**x.kwargs(), p_rule="exact").startswith("selected: ptx")
-    assert zyfa.explain(**x.kwargs(), ref_rule="running").startswith("selected: triton")
+    assert zyfa.explain(**x.kwargs(), ref_rule="running").startswith("selected: ptx")
+    assert "fast mode" in zyfa.explain(**x.kwargs(), ref_rule="running")
+    assert zyfa.explain(**x.kwargs(), ref_rule="block_pow2").startswith("selected: triton")
 
 
 @hopper

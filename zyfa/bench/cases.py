@@ -89,9 +89,20 @@ def varlen_cases() -> list[Case]:
             Case("varlen", "dense 4 x 16K GQA 32/8", 4, 16384, 16384, 32, 8, 128, 128)]
 
 
+def frontier_cases() -> list[Case]:
+    """The accuracy-speed frontier: the realistic model shapes and one case a head dim the models
+    lack (d64, d256; 8K, batch 4, FlashAttention's 2048-wide sweep heads), where every FP8 / INT8
+    mode and anchor is timed and its end-to-end error taken."""
+    models = [dataclasses.replace(c, group="frontier") for c in model_cases() if c.input == "realistic"]
+    return models + [Case("frontier", "d64 batch 4 8K", 4, 8192, 8192, 32, 32, 64, 64),
+                     Case("frontier", "d256 batch 4 8K", 4, 8192, 8192, 8, 8, 256, 256)]
+
+
 def cases_for(names: str) -> list[Case]:
-    """Case groups by name: quick, sweep, models, varlen, all, or one head dim of the sweep (sweep-d128)."""
-    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases}
+    """Case groups by name: quick, sweep, models, varlen, frontier, all, or one head dim of the sweep
+    (sweep-d128)."""
+    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases,
+             "frontier": frontier_cases}
     for d, dv in SWEEP_DIMS:
         table[f"sweep-d{d}"] = functools.partial(sweep_cases, dims=((d, dv),))
     out = []

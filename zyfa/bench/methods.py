@@ -87,10 +87,11 @@ class Method:
     with_quantize: bool = False      # the timed call quantizes the BF16 inputs too
     varlen: bool = False             # takes packed (varlen) cases only, through a varlen function
     page_size: int | None = None     # varlen: the keys from a paged KV cache of pages this size
+    ref_rule: str | None = None      # FP8: a reference rule other than the default (the fast mode: running)
 
     @property
     def label(self) -> str:
-        rule = f"-{self.p_rule}" if self.p_rule else ""
+        rule = (f"-{self.p_rule}" if self.p_rule else "") + (f"-{self.ref_rule}" if self.ref_rule else "")
         path = f"-{self.backend}" if self.method == "zyfa" and self.backend != "triton" else ""
         paged = f"-paged{self.page_size}" if self.page_size else ""
         return (f"{self.method}{path}{'-varlen' if self.varlen else ''}{paged}-{self.dtype}{rule}"
@@ -109,7 +110,8 @@ def _zyfa_missing(backend):
     return missing
 
 
-def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None, int8_qk: bool = False):
+def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None, int8_qk: bool = False,
+                      ref_rule: str | None = None):
     """Why the backend cannot run a case on this machine: the backend's own supports()
     (``int8_qk``: quantize_int8_qk's inputs, q per token and k a block of 128 keys)."""
     def unsupported(case: Case):
@@ -118,7 +120,8 @@ def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None, int8_qk: b
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         problem = dispatch.Problem(device=device, arch=device_arch(device), is_fp8=is_fp8,
                                    head_dims=(case.D, case.Dv), causal=case.causal, seqlen_q=case.Sq,
-                                   seqlen_k=case.Sk, p_rule=p_rule or DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE,
+                                   seqlen_k=case.Sk, p_rule=p_rule or DEFAULT_P_RULE,
+                                   ref_rule=ref_rule or DEFAULT_REF_RULE,
                                    int8_qk=int8_qk, per_token_descales=int8_qk)
         if backend == "auto":
             try:
@@ -131,11 +134,11 @@ def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None, int8_qk: b
     return unsupported
 
 
-def _zyfa_fp8(rule, backend, quant="head"):
+def _zyfa_fp8(rule, backend, quant="head", ref_rule=None):
     def build(inp: Inputs):
         x = inp.fp8(quant)
         return lambda: zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal,
-                                            p_rule=rule, return_lse=True, backend=backend)
+                                            p_rule=rule, ref_rule=ref_rule, return_lse=True, backend=backend)
     return build
 
 
@@ -332,6 +335,10 @@ def all_methods(backend: str = "triton") -> list[Method]:
                       unsupported=_zyfa_unsupported(backend, False, None)))
     out += [Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8(r, "ptx"), _gpu_missing, p_rule=r,
                    unsupported=_zyfa_unsupported("ptx", True, r)) for r in P_RULES]
+    # the fast mode: the running-max reference (label zyfa-ptx-fp8-exact-running)
+    out.append(Method("zyfa", "ptx", "fp8", "head", _zyfa_fp8("exact", "ptx", ref_rule="running"), _gpu_missing,
+                      p_rule="exact", ref_rule="running",
+                      unsupported=_zyfa_unsupported("ptx", True, "exact", ref_rule="running")))
     # BF16: the generated kernel, and the default path (the dispatcher's choice per shape)
     out += [Method("zyfa", b, "bf16", None, _zyfa_bf16(b), _gpu_missing if b == "ptx" else zm,
                    unsupported=_zyfa_unsupported(b, False, None)) for b in ("ptx", "auto")]

@@ -60,7 +60,7 @@ def _lse_err(lse, rows, ref):
 def _record(inp: Inputs, m: Method) -> dict:
     c = inp.case
     return dict(gpu=gpu_name(), date=datetime.date.today().isoformat(), method=m.method, backend=m.backend,
-                p_rule=m.p_rule, dtype=m.dtype, label=m.label, case=c.name, group=c.group, input=c.input,
+                p_rule=m.p_rule, ref_rule=m.ref_rule, dtype=m.dtype, label=m.label, case=c.name, group=c.group, input=c.input,
                 B=c.B, Sq=c.Sq, Sk=c.Sk, Hq=c.Hq, Hkv=c.Hkv, Dqk=c.D, Dv=c.Dv, causal=c.causal,
                 flops=c.flops)
 
@@ -200,7 +200,8 @@ def capture_cases(path: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, varlen, all; comma-separated")
+    ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, varlen, frontier, all; "
+                    "comma-separated")
     ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")

@@ -46,11 +46,13 @@ from .target import module, program
 # the lean and half rules, bit-exact to the spec, and exact (MUFU.EX2 + the hardware's E4M3
 # rounding: the spec's codes but within MUFU's error of a rounding midpoint)
 ATTENTION_RULES = PTX_RULES + ("exact",)
+# the references the E4M3 kernels implement: per block (the fold), or the running max (the fast mode)
+REF_RULES = ("block", "running")
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
                      arch: str = "sm_90a", packed: bool = False, int8_qk: bool = False,
-                     long: bool = False) -> tuple[str, str]:
+                     long: bool = False, ref_rule: str = "block") -> tuple[str, str]:
     """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` and its Dv: HEAD_DIMS) for one P
     rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for the
     rules in HMMA_RULES and from the ALUs for the others (block.py).
@@ -65,18 +67,23 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     Dqk 64 and 128, (ceil(Sq / 128) * B * Hq,) otherwise (and for ``long``: d128 in the
     specialized schedule, layout.long_keys). ``int8_qk``: q and k int8, any of
     the head dims (layout.INT8_PARAMS: fac is then a factor a query row, kfac k's descale a block).
+    ``ref_rule`` "running" (E4M3 only): the running-max reference, P V^T accumulated in place.
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
+    if ref_rule not in REF_RULES or (int8_qk and ref_rule != "block"):
+        raise ValueError(f"the generated kernel implements ref_rule {REF_RULES} (INT8 Q.K^T: 'block'), "
+                         f"got {ref_rule!r}")
+    running = ref_rule == "running"
     dv = fp8_dv(dqk)
     layout = layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk, long=long)
-    name = kernel_name(rule, causal, dqk, packed, int8_qk, long)
+    name = kernel_name(rule, causal, dqk, packed, int8_qk, long, ref_rule)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if layout.specialized:
-        emit_specialized(prog, rule, causal, layout)
+        emit_specialized(prog, rule, causal, layout, running)
         return name, module(name, params_for(layout), prog, arch, shared, f".maxnreg {LAUNCH_REGISTERS[layout.consumers]}")
-    emit_serial(prog, rule, causal, layout)
+    emit_serial(prog, rule, causal, layout, running)
     # d64: four CTAs an SM; d128: three (the two copies of the block loop took up to 231 unbounded)
     cap = f".maxnreg {REGISTER_CAP_D64 if dqk < HEAD_DIM else REGISTER_BUDGET}"
     return name, module(name, params_for(layout), prog, arch, shared, cap)

@@ -1,6 +1,6 @@
 """What the generated sm_90a kernels run: FP8 on Hopper with head dims (64, 64), (128, 128),
 MLA's (192, 128) or (256, 256), per-head (or per-tensor) q/k descales, every P rule, block
-references; the INT8 Q.K^T mode at the same head dims with k descales a block of 128 keys;
+or running references; the INT8 Q.K^T mode at the same head dims with k descales a block of 128 keys;
 BF16 and FP16 at the same head dims. They need cuda-python to load."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from ...device import HAS_CUDA_PYTHON, is_rocm
 from ...spec.rules import P_RULES
 from ..limits import fp8_refusal
+from .attention import REF_RULES
 from .layout import HEAD_DIMS, HEAD_DIMS_16
 
 
@@ -34,12 +35,13 @@ def supports(p) -> tuple[bool, str]:
     if p.int8_qk:
         return _supports_int8(p)
     refusal = fp8_refusal(p, "generated kernel", p.head_dims in HEAD_DIMS, " or ".join(map(str, HEAD_DIMS)),
-                          P_RULES, ("block",))
+                          P_RULES, REF_RULES)
     if refusal:
         return refusal
     if not HAS_CUDA_PYTHON:
         return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
-    return True, f"generated PTX kernel for sm_90a (FP8, d{p.head_dims[0]}/{p.head_dims[1]})"
+    mode = ", running max: the fast mode" if p.ref_rule == "running" else ""
+    return True, f"generated PTX kernel for sm_90a (FP8, d{p.head_dims[0]}/{p.head_dims[1]}{mode})"
 
 
 def _supports_int8(p) -> tuple[bool, str]:

@@ -3,6 +3,10 @@ codes by the P rule, row sums of the rounded P, P V^T into a fresh accumulator a
 two-level accumulation (zyfa.spec.reference.fp8_attention_spec's block step). Each schedule
 issues and waits for these pieces in its own order.
 
+``running`` (ref_rule "running", the fast mode): FlashAttention's running max is every block's
+reference, so P V^T accumulates straight into the total (rescaled first where a row's max
+moved): no fresh accumulator and no fold, 64 registers and 64 FFMAs a block fewer.
+
 Row sums of the rounded P: for the rules in lean_p.HMMA_RULES (exact and the half rules)
 from half-precision wgmmas with float32 accumulation (P pairs are half2 A operands already);
 for the float32 lean rules in float32 on the ALUs, 2 instructions a score. Both are the
@@ -44,7 +48,7 @@ class Softmax:
     p_regs: list[list[Reg]]  # the A operand of P V^T: 4 k-steps x 4 words of packed E4M3 P
     l_blk: list[Reg]         # the rows' sums of P (rows g, g + 8)
     alpha: list[Reg] | None  # 2^(A - A_new): the total's factor
-    beta: list[Reg]          # 2^(m - A_new): the block's factor (deferred: 2^(m - A))
+    beta: list[Reg] | None   # 2^(m - A_new): the block's factor (deferred: 2^(m - A); running: 1, None)
     A_new: list[Reg] | None  # the rows' references after this block
     m: list[Reg] | None = None       # deferred (emit_reference_moves): the rows' maxima and
     moved: list[Reg] | None = None   # whether each passed A + RESCALE_THRESHOLD
@@ -182,15 +186,25 @@ def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, maske
 
 def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Reg, s: list[Reg],
                d_ones: Reg | None, total: list[Reg], A: list[Reg], l: list[Reg], tag: str = "",
-               masked: bool = True, deferred: bool = False, facs: list[Reg] | None = None) -> None:
+               masked: bool = True, deferred: bool = False, facs: list[Reg] | None = None,
+               running: bool = False) -> None:
     """One key block from its scores ``s`` (complete): the softmax, P V^T (waited for, with
     any wgmma still in flight), accumulation. ``masked`` False: a block below the band.
+    ``running``: the running-max reference (module docstring); ``deferred`` does not apply.
     ``deferred``: the reference update in a warp-uniform branch taken only when a row's
     maximum passed A + RESCALE_THRESHOLD (emit_reference_moves). ``facs``: the two rows'
     factors (int8_qk), else the head's rows.fac."""
     _, v_tile, _, _ = stage(prog, c, j)
     dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked, deferred=deferred, facs=facs)
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked,
+                      deferred=deferred and not running, facs=facs, running=running)
+    if running:                                            # P V^T into the rescaled total
+        emit_rescale(prog, total, sm.alpha, tag)
+        for half, dv in enumerate(dvs):
+            emit_pv_issue(prog, c, sm.p_regs, dv, into=total[half * ACC:(half + 1) * ACC])
+        prog.emit("wgmma.wait", 0)
+        emit_row_update(prog, sm, l, A)
+        return
     for half, dv in enumerate(dvs):                        # Dv 256: two P V^T in turn
         o = emit_pv_issue(prog, c, sm.p_regs, dv)
         prog.emit("wgmma.wait", 0)
@@ -242,29 +256,37 @@ def v_halves(prog: Program, v_tile: Reg, n_total: int) -> list[Reg]:
 
 def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> None:
     """l = l * alpha + l_blk * beta; the reference moves to A_new. A deferred softmax (no
-    alpha, no A_new): emit_reference_moves scaled l and moved A already, l += l_blk * beta."""
+    alpha, no A_new): emit_reference_moves scaled l and moved A already, l += l_blk * beta.
+    A running one (no beta): l = l * alpha + l_blk."""
     for half in (0, 1):
-        if sm.alpha is not None:
-            prog.emit("mul.f32", l[half], l[half], sm.alpha[half])
-        prog.emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
+        if sm.beta is None:                                # running: beta is 1
+            prog.emit("fma.f32", l[half], l[half], sm.alpha[half], sm.l_blk[half])
+        else:
+            if sm.alpha is not None:
+                prog.emit("mul.f32", l[half], l[half], sm.alpha[half])
+            prog.emit("fma.f32", l[half], sm.l_blk[half], sm.beta[half], l[half])
         if sm.A_new is not None:
             prog.emit("mov.f32", A[half], sm.A_new[half])
 
 
 def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
                  A: list[Reg], tag: str = "", wait_rowsum: bool = True, masked: bool = True,
-                 deferred: bool = False, facs: list[Reg] | None = None) -> Softmax:
+                 deferred: bool = False, facs: list[Reg] | None = None, running: bool = False) -> Softmax:
     """Mask (in place, in the blocks that need it), row max, references, P codes packed into
     the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
     the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False).
     ``masked`` False: the caller knows the block lies below the band (no test, no mask).
-    ``facs``: the two rows' factors (>= 0 or NaN; int8_qk), else the head's rows.fac."""
+    ``facs``: the two rows' factors (>= 0 or NaN; int8_qk), else the head's rows.fac.
+    ``running``: the reference is the running max A_new = max(A, m) (no threshold), P's too."""
     emit = prog.emit
-    hmma = rule in HMMA_RULES
     facs = facs or [rows.fac, rows.fac]
     if masked:
         emit_band_mask(prog, c, rows, s, start_n, tag)
 
+    if running:
+        A_new, alpha, neg_m = _emit_running_reference(prog, s, facs, A, masked)
+        return _emit_p_and_sums(prog, c, rows, rule, start_n, s, d_ones, tag, wait_rowsum, masked, facs,
+                                neg_m, alpha, None, A_new, None, None)
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
     beta, diff = prog.regs("f32", 2), prog.regs("f32", 2)
@@ -284,7 +306,34 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         emit("ex2.f32", beta[half], diff[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
+    return _emit_p_and_sums(prog, c, rows, rule, start_n, s, d_ones, tag, wait_rowsum, masked, facs,
+                            neg_m, alpha, beta, A_new, m, moved)
 
+
+def _emit_running_reference(prog: Program, s: list[Reg], facs: list[Reg], A: list[Reg],
+                            masked: bool) -> tuple[list[Reg], list[Reg], list[Reg]]:
+    """The running max: A_new = max(A, m) (A >= NEG_FLOOR, so m needs no floor; NaN stays
+    NaN), alpha = 2^(A - A_new); returns (A_new, alpha, -A_new)."""
+    emit = prog.emit
+    prog.comment("row max of t = S c, the running reference A_new = max(A, m), alpha = 2^(A - A_new)")
+    A_new, alpha, neg_m = prog.regs("f32", 2), prog.regs("f32", 2), prog.regs("f32", 2)
+    for half in (0, 1):
+        m, diff = prog.reg("f32"), prog.reg("f32")
+        emit_row_max(prog, s, facs[half], half, m, masked, floor=False)
+        emit("max.nan.f32", A_new[half], A[half], m)
+        emit("sub.f32", diff, A[half], A_new[half])
+        emit("ex2.f32", alpha[half], diff)
+        emit("neg.f32", neg_m[half], A_new[half])
+    return A_new, alpha, neg_m
+
+
+def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
+                     tag: str, wait_rowsum: bool, masked: bool, facs: list[Reg], neg_m: list[Reg],
+                     alpha, beta, A_new, m, moved) -> Softmax:
+    """y = S c - r (r = -neg_m), the P codes packed into the A operand and the row sums of
+    the rounded P; the Softmax record with the reference's registers."""
+    emit = prog.emit
+    hmma = rule in HMMA_RULES
     prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
                  + ("(half-precision wgmma)" if hmma else "(ALU)"))
     l_alu = None                       # the ALU row sums' registers (float32 lean rules)
@@ -404,19 +453,20 @@ def emit_scale_rows(prog: Program, total: list[Reg], alpha: list[Reg]) -> None:
         prog.emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
 
 
-def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg) -> list[Reg]:
+def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg, into: list[Reg] | None = None) -> list[Reg]:
     """Issue (and commit) block = P V^T (128 columns, or Dv 64's 64) into a fresh accumulator,
-    which it returns."""
+    which it returns; ``into``: added to those registers instead (the running reference)."""
     emit = prog.emit
     n = min(c.layout.dv, HEAD_DIM)
-    prog.comment("block columns 0.. = P V^T in a fresh accumulator")
-    o = prog.regs("f32", n // 2)
+    prog.comment("P V^T added to the total" if into else "block columns 0.. = P V^T in a fresh accumulator")
+    o = into or prog.regs("f32", n // 2)
     o_list = ", ".join(map(str, o))
     emit("wgmma.fence")
     for k in range(BLOCK_N // 32):
         bk = prog.reg("u64")
         emit("add.u64", bk, dv, 2 * k)
-        emit(f"wgmma.m64n{n}k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if k == 0 else c.accumulate)
+        first = k == 0 and not into
+        emit(f"wgmma.m64n{n}k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if first else c.accumulate)
     emit("wgmma.commit")
     return o
 

@@ -21,8 +21,9 @@ from .loader import Kernel, tensor_map
 
 
 @functools.cache
-def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed: bool, long: bool = False) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long)
+def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed: bool, long: bool,
+               ref_rule: str) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                   attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long).shared_bytes)
 
@@ -249,13 +250,13 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
                   p_rule=DEFAULT_P_RULE, ref_rule="block", packed: Packed | None = None):
     """FP8 attention with head dims (64, 64), (128, 128), MLA's (192, 128) or (256, 256) by the
     generated sm_90a kernel; inputs validated by flash_attn_func (coarse q/k descales,
-    ref_rule "block", any P rule). Returns (out BF16, lse float32). The head dims pick the
+    ref_rule "block" or "running", any P rule). Returns (out BF16, lse float32). The head dims pick the
     schedule and the P rule the row sums (attn.attention_kernel). ``packed``: q, k are a
     packed batch's tokens as batch 1 and v its V^T with sequences at 16-key starts, already
     in the key order (zyfa.hopper_vt.packed_vt's layout with key_order, packed.v_start);
     descales per (sequence, kv head); out (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""
-    if ref_rule != "block":
-        raise ValueError(f"the generated kernel implements ref_rule 'block', got {ref_rule!r}")
+    if ref_rule not in attn.REF_RULES:
+        raise ValueError(f"the generated kernel implements ref_rule {attn.REF_RULES}, got {ref_rule!r}")
     Sq_total, Hq, D = q.shape[1:]
     Hkv, Dv = k.shape[2], v.shape[-1]
     if (D, Dv) not in attn.HEAD_DIMS:
@@ -275,7 +276,7 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     long = attn.long_keys(D, Dv, Sk, packed is not None)
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long)
-    kernel = _attention(p_rule, bool(causal), D, "sm_90a", device_index(dev), packed is not None, long)
+    kernel = _attention(p_rule, bool(causal), D, "sm_90a", device_index(dev), packed is not None, long, ref_rule)
     order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
     return out, lse

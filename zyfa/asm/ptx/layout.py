@@ -308,9 +308,9 @@ def params_for(layout: Layout) -> list:
 
 
 def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False, int8_qk: bool = False,
-                long: bool = False) -> str:
+                long: bool = False, ref_rule: str = "block") -> str:
     return (f"zyfa_attn_{'int8qk' if int8_qk else 'fp8'}_d{dqk}_{rule}_{'causal' if causal else 'full'}"
-            f"{'_packed' if packed else ''}{'_long' if long else ''}")
+            f"{'_packed' if packed else ''}{'_long' if long else ''}{'' if ref_rule == 'block' else '_' + ref_rule}")
 
 
 def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False) -> str:

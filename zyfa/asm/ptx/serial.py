@@ -22,7 +22,7 @@ from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
 from .smem import emit_descriptor, emit_wait
 
 
-def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
+def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running: bool = False) -> None:
     emit = prog.emit
     c, rows = emit_prologue(prog, causal, layout)
     thread, tile, shared = c.thread, c.tile, c.shared
@@ -60,7 +60,8 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
         emit("wgmma.wait", 0)
         if layout.int8_qk:
             emit_int8_scores(prog, s, facs, tag)
-        emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked, deferred=True, facs=facs)
+        emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked, deferred=True, facs=facs,
+                   running=running)
         emit("bar.sync", 0)                       # every warp is done with this stage
         emit("mov.u32", j, next_j)
         emit("add.u32", start_n, start_n, BLOCK_N)

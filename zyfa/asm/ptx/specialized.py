@@ -31,6 +31,7 @@ from .block import (
     emit_row_update,
     emit_scores,
     emit_softmax,
+    v_halves,
 )
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, free_bar, v_bar
 from .consumer16 import emit_consumer_16
@@ -56,7 +57,7 @@ def consumer_warps(layout: Layout) -> int:
     return 4 * layout.consumers
 
 
-def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> None:
+def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, running: bool = False) -> None:
     emit = prog.emit
     c, _ = emit_prologue(prog, causal, layout)
     producer = prog.reg("pred")
@@ -71,10 +72,10 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout) -> 
     emit("bra", "PRODUCER", guard=producer)
 
     tiles = _emit_tiles(prog, c)
-    if layout.is_fp8 and layout.dv > HEAD_DIM:
+    if layout.is_fp8 and layout.dv > HEAD_DIM and not running:
         _emit_consumer_blockwise(prog, c, tiles, rule, ones)
     elif layout.is_fp8:
-        _emit_consumer(prog, c, tiles, rule, ones)
+        _emit_consumer(prog, c, tiles, rule, ones, running)
     else:
         emit_consumer_16(prog, c, tiles)
     emit("ret")
@@ -261,7 +262,14 @@ def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot:
     return facs
 
 
-def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
+def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg, running: bool = False) -> None:
+    """The pipelined FP8 consumer: S(j) and P(j - 1) V^T in one GEMM phase. ``running`` (the
+    running-max reference): P(j - 1) V^T adds to the total itself, which block j's alpha then
+    rescales (FlashAttention-3's order); the freed fold registers let Dv 256 keep this
+    schedule (128 output registers beside S)."""
+    if running:
+        _emit_consumer_running(prog, c, tiles, rule, ones)
+        return
     emit = prog.emit
     _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
 
@@ -335,6 +343,70 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg)
     emit_release(prog, c, free_bar(prog, c, prev_slot))
     emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     fold(o, "_LAST")
+    emit_epilogue(prog, c, rows, total, A, l)
+    emit_tile_end(prog, c, tiles, t, it, base)
+
+
+def _emit_consumer_running(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
+    """_emit_consumer with the running reference: per block j, S(j) and P(j - 1) V^T (into
+    the total) issued together, the softmax of S(j), then total *= alpha(j) once P(j - 1) V^T
+    is done (only where a row's max moved)."""
+    emit = prog.emit
+    _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
+
+    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
+    j, start_n, slot, prev_slot = prog.regs("u32", 4)
+    emit("mov.u32", j, 0)
+    emit("mov.u32", start_n, 0)
+    emit("mov.u32", slot, base)
+    s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)
+    p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
+
+    def keep(sm) -> None:
+        for k in range(len(p_regs)):
+            for r in range(4):
+                emit("mov.b32", p_regs[k][r], sm.p_regs[k][r])
+
+    def issue_pv(block_slot) -> None:
+        _, v_tile, _, _ = stage(prog, c, block_slot)
+        for half, part in enumerate(v_halves(prog, v_tile, len(total))):
+            emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * ACC:(half + 1) * ACC])
+
+    prog.comment("block 0: its GEMM phase has Q K^T alone; the total is still 0 (no rescale)")
+    facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "_FIRST")
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs, running=True)
+    emit_row_update(prog, sm, l, A)
+    keep(sm)
+
+    prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T into the total; softmax of S(j); total *= alpha(j)")
+    band = prog.reg("pred")
+    for tag, masked in BLOCK_LOOPS:
+        emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
+        if masked:
+            prog.label("BAND")
+        else:
+            emit("setp.ge.u32", band, start_n, rows.band_start)
+            emit("bra", "BAND", guard=band)
+        emit_kv_wait(prog, c, slot, tag)
+        emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
+        issue_pv(prev_slot)
+        facs = _emit_block_factors(prog, c, rows, j)
+        emit("wgmma.wait", 1 + (len(total) > ACC))         # S(j); P(j - 1) V^T may still run
+        _emit_int8_scores(prog, c, s, facs, tag)
+        sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
+                          facs=facs, running=True)
+        emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
+        emit_release(prog, c, free_bar(prog, c, prev_slot))
+        emit_rescale(prog, total, sm.alpha, tag)
+        emit_row_update(prog, sm, l, A)
+        keep(sm)
+        emit("bra", f"BLOCK_LOOP{tag}")
+
+    prog.label("LAST_PV")
+    issue_pv(prev_slot)
+    emit("wgmma.wait", 0)
+    emit_release(prog, c, free_bar(prog, c, prev_slot))
+    emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     emit_epilogue(prog, c, rows, total, A, l)
     emit_tile_end(prog, c, tiles, t, it, base)
 
