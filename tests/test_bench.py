@@ -322,3 +322,19 @@ def test_sustained_reads_nvidia_smi_samples_into_window_means():
     assert (w["samples"], w["mhz"], w["watts"]) == (2, 1530, (671.5 + 669.0) / 2)
     assert w["reasons"] == ["0x0000000000000000", "0x0000000000000004"]
     assert window_means(samples, start + 5, start + 6) == {}
+
+
+def test_frontier_cases_and_plot(tmp_path):
+    """--cases frontier: the realistic model shapes plus d64 and d256 at 8K; its records get a
+    plot of end-to-end error against TFLOP/s, a panel a case, and no bar in the error chart."""
+    pytest.importorskip("matplotlib")
+    from zyfa.bench.report import plots
+    cases = cases_for("frontier")
+    assert {c.group for c in cases} == {"frontier"} and all(c.input == "realistic" for c in cases)
+    assert {(c.D, c.Dv) for c in cases} == {(64, 64), (128, 128), (192, 128), (256, 256)}
+    recs = [dict(status="ok", group="frontier", case=c.name, label=label, tflops=t, err_e2e=e, err_kernel=e,
+                 Dqk=c.D, Dv=c.Dv, Sq=c.Sq)
+            for c in cases[:2] for label, t, e in (("fa3-fp8", 900.0, 3e-2), ("zyfa-ptx-fp8-exact-running", 910.0, 3e-2))]
+    written = plots({"records": recs}, str(tmp_path / "gpu"))
+    assert written == [str(tmp_path / "gpu-frontier.png")]
+    assert (tmp_path / "gpu-frontier.png").stat().st_size > 1000

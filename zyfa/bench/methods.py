@@ -142,14 +142,15 @@ def _zyfa_fp8(rule, backend, quant="head", ref_rule=None):
     return build
 
 
-def _zyfa_quantize(quantizer):
+def _zyfa_quantize(quantizer, ref_rule=None):
     """What a user with BF16 activations runs: ``quantizer``'s default (quantize_fp8 or
-    quantize_int8_qk), then the default path, both in the timed call."""
+    quantize_int8_qk), then the default path (or the mode ``ref_rule`` names), both in the
+    timed call."""
     def build(inp: Inputs):
         def call():
             x = quantizer(inp.q, inp.k, inp.v)
             return zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal,
-                                        return_lse=True)
+                                        ref_rule=ref_rule, return_lse=True)
         return call
     return build
 
@@ -323,6 +324,34 @@ def _sdpa_build(kind):
     return build
 
 
+# ------------------------------------------------------------------ SageAttention (pure-Triton INT8 Q.K^T)
+def _sage_missing():
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    try:
+        import sageattention  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return f"SageAttention not importable (pip install sageattention==1.0.6): {type(e).__name__}: {e}"
+    return None
+
+
+def _sage_unsupported(case: Case) -> str | None:
+    if (case.D, case.Dv) not in ((64, 64), (128, 128)):
+        return f"SageAttention 1.0.6 takes head dims 64 and 128 (not {case.D}/{case.Dv})"
+    if case.causal and case.Sq != case.Sk:
+        return "SageAttention's causal mask is top-left aligned; only Sq == Sk is compared"
+    return None
+
+
+def _sage_build(inp: Inputs):
+    """sageattn as its users call it: BF16 in, its own INT8 quantization inside the call. It
+    subtracts k's mean from k in place, so it gets a copy of k (made outside the timing)."""
+    from sageattention import sageattn
+    k = inp.k.clone()
+    return lambda: (sageattn(inp.q, k, inp.v, tensor_layout="NHD", is_causal=inp.case.causal,
+                             sm_scale=inp.scale), None)
+
+
 def _gpu_missing():
     return None if torch.cuda.is_available() else "no CUDA GPU"
 
@@ -350,6 +379,8 @@ def all_methods(backend: str = "triton") -> list[Method]:
                       unsupported=_zyfa_unsupported("ptx", True, None, int8_qk=True)))
     out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_quantize(quantize_fp8), zm, with_quantize=True,
                       unsupported=_zyfa_unsupported("auto", True, None)))
+    out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_quantize(quantize_fp8, "running"), zm, with_quantize=True,
+                      ref_rule="running", unsupported=_zyfa_unsupported("auto", True, None, ref_rule="running")))
     out.append(Method("zyfa", "triton", "int8qk", "int8qk", _zyfa_quantize(quantize_int8_qk), zm, with_quantize=True,
                       unsupported=_zyfa_unsupported("triton", True, None, int8_qk=True)))
     out += [Method("zyfa", "auto", dtype, "head" if dtype == "fp8" else None, _zyfa_varlen(dtype, page), zm,
@@ -360,5 +391,7 @@ def all_methods(backend: str = "triton") -> list[Method]:
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),
             Method("sdpa_cudnn", "sdpa", "bf16", None, _sdpa_build("sdpa_cudnn"), _gpu_missing),
-            Method("sdpa_flash", "sdpa", "bf16", None, _sdpa_build("sdpa_flash"), _gpu_missing)]
+            Method("sdpa_flash", "sdpa", "bf16", None, _sdpa_build("sdpa_flash"), _gpu_missing),
+            Method("sageattention", "sage", "int8", None, _sage_build, _sage_missing, unsupported=_sage_unsupported,
+                   with_quantize=True)]
     return out

@@ -112,7 +112,10 @@ def plots(doc: dict, prefix: str) -> list[str]:
         fig.savefig(prefix + "-tflops.png", dpi=110)
         plt.close(fig)
         written.append(prefix + "-tflops.png")
-    other = [r for r in recs if r["group"] != "sweep"]
+    frontier = [r for r in recs if r["group"] == "frontier" and r.get("err_e2e") is not None]
+    if frontier:
+        written.append(_frontier_plot(plt, frontier, prefix + "-frontier.png"))
+    other = [r for r in recs if r["group"] not in ("sweep", "frontier")]
     if other:
         cases = _ordered(r["case"] for r in other)
         labels = _ordered(r["label"] for r in other)
@@ -134,6 +137,38 @@ def plots(doc: dict, prefix: str) -> list[str]:
         plt.close(fig)
         written.append(prefix + "-error.png")
     return written
+
+
+def _frontier_plot(plt, recs: list[dict], path: str) -> str:
+    """The accuracy-speed frontier, a panel a case: end-to-end error against float64 (x, log)
+    and TFLOP/s (y) of every method; up and to the left is better."""
+    cases = _ordered(r["case"] for r in recs)
+    labels = _ordered(r["label"] for r in recs)
+    cols = min(len(cases), 4)
+    rows = -(-len(cases) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.8 * rows), squeeze=False)
+    markers = "os^vD<>phX*P"
+    for ax, case in zip(axes.flat, cases):
+        for j, label in enumerate(labels):
+            r = next((r for r in recs if r["case"] == case and r["label"] == label), None)
+            if r is not None:
+                ax.scatter(r["err_e2e"], r["tflops"], marker=markers[j % len(markers)], label=label)
+        ax.set_xscale("log")
+        ax.set_title(case, fontsize=9)
+        ax.set_xlabel("end-to-end error vs float64")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(cases):]:
+        ax.axis("off")
+    handles = {}
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(len(handles), 4), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06 + 0.03 * (len(handles) // 4), 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def e2e_markdown(e: dict, source: str) -> str:
