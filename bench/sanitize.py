@@ -22,13 +22,14 @@ from zyfa.activations import make
 from zyfa.bench.measure import rel_err
 from zyfa.spec.reference import attention_fp64, fp8_attention_spec
 from zyfa.verify.fuzz.checks import FP8_FLOOR, K_FP8
-from zyfa.spec.rules import DEFAULT_P_RULE, P_RULES
+from zyfa.spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, P_RULES
 
 PTX_SHAPES = [((1, 200, 300, 2, 1, 128, 128), True), ((1, 130, 130, 2, 2, 128, 128), False),
               ((1, 200, 300, 2, 1, 192, 128), True), ((1, 130, 130, 2, 2, 192, 128), False),
               ((1, 200, 300, 2, 1, 64, 64), True), ((1, 150, 150, 2, 1, 256, 256), True),
               ((1, 200, 16384, 2, 1, 128, 128), True)]     # d128's long-key layout (layout.LONG_KEYS)
 CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, causal in PTX_SHAPES] + [
+    ("ptx", "fp8", shape, causal, "exact", "running") for shape, causal in PTX_SHAPES] + [   # the fast mode
     # backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal, P rule
     ("ptx", "bf16", (1, 200, 300, 2, 1, 128, 128), True),
     ("ptx", "bf16", (1, 130, 130, 2, 2, 128, 128), False),
@@ -59,12 +60,13 @@ def main() -> int:
         if dtype not in dtypes or backend not in backends:
             continue
         p_rule = rule[0] if rule else DEFAULT_P_RULE
+        ref_rule = rule[1] if len(rule) > 1 else DEFAULT_REF_RULE
         q, k, v = make("realistic", B, Sq, Hq, Hkv, D, Dv, seqlen_k=Sk, seed=1, device="cuda")
         if dtype == "fp8":
             x = zyfa.quantize_fp8(q, k, v)
-            out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend=backend, p_rule=p_rule)
+            out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend=backend, p_rule=p_rule, ref_rule=ref_rule)
             ref = attention_fp64(*x.dequantized(), causal=causal)
-            spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=p_rule)
+            spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=p_rule, ref_rule=ref_rule)
             bound = K_FP8 * rel_err(spec, ref) + FP8_FLOOR      # the fuzz test's bound for its P rule
         else:
             q, k, v = (t.to(torch.float16 if dtype == "fp16" else torch.bfloat16) for t in (q, k, v))
@@ -75,7 +77,7 @@ def main() -> int:
         err = rel_err(out, ref)
         ok = err <= bound and bool(torch.isfinite(out).all())
         failed += not ok
-        print(f"{backend:7s} {dtype:5s} {p_rule if dtype == 'fp8' else '':14s} B{B} Sq{Sq} Sk{Sk} H{Hq}/{Hkv} "
+        print(f"{backend:7s} {dtype:5s} {p_rule + ' ' + ref_rule if dtype == 'fp8' else '':22s} B{B} Sq{Sq} Sk{Sk} H{Hq}/{Hkv} "
               f"d{D}/{Dv} causal={causal}: err {err:.2e} (bound {bound:.2e}) {'ok' if ok else 'WRONG'}", flush=True)
     for opts in ({}, {"smooth_k": True, "hadamard": True}) if "fp8" in dtypes and "triton" in backends else ():
         q, k, v = make("realistic", 1, 150, 4, 2, 128, seqlen_k=150, seed=2, device="cuda")
