@@ -40,6 +40,17 @@ PER_TOKEN: tl.constexpr = tl.constexpr(2)      # one per cached token, (rows, kv
 
 
 @triton.jit
+def _rounded(p, dtype: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """p rounded to the dot dtype, to nearest even. Triton's interpreter truncates float32 to
+    BF16, so under it (UPCAST_DOT, float32 dots) BF16's rounding is done on the bits."""
+    if UPCAST_DOT and dtype == tl.bfloat16:
+        bits = p.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    return p.to(dtype)
+
+
+@triton.jit
 def key_rows(b, table, start_n, offs_n, Sk, PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, MASKED: tl.constexpr):
     """(cache row, token within the row) of keys start_n + offs_n: row b of a dense cache
     (PAGE 0), else the page the block table names. TILE_IN_PAGE: the tile lies in one page
@@ -116,7 +127,7 @@ def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, sta
         v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
     else:
         v = tl.load(v_ptrs)
-    acc = _dot(p.to(q.dtype), v.to(q.dtype), acc * alpha[:, None], UPCAST_DOT)
+    acc = _dot(_rounded(p, q.dtype, UPCAST_DOT), v.to(q.dtype), acc * alpha[:, None], UPCAST_DOT)
     return acc, l_sum, m_new
 
 
