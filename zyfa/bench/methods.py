@@ -86,14 +86,16 @@ class Method:
     unsupported: Callable[[Case], str | None] = lambda case: None    # why a case is out of its reach
     with_quantize: bool = False      # the timed call quantizes the BF16 inputs too
     varlen: bool = False             # takes packed (varlen) cases only, through a varlen function
-    page_size: int | None = None     # varlen: the keys from a paged KV cache of pages this size
+    page_size: int | None = None     # varlen, decode: the keys from a paged KV cache of pages this size
+    decode: bool = False             # takes decode cases only (flash_attn_with_kvcache, its anchors, a copy)
 
     @property
     def label(self) -> str:
         rule = f"-{self.p_rule}" if self.p_rule else ""
         path = f"-{self.backend}" if self.method == "zyfa" and self.backend != "triton" else ""
         paged = f"-paged{self.page_size}" if self.page_size else ""
-        return (f"{self.method}{path}{'-varlen' if self.varlen else ''}{paged}-{self.dtype}{rule}"
+        kind = "-varlen" if self.varlen else "-decode" if self.decode and self.method != "copy" else ""
+        return (f"{self.method}{path}{kind}{paged}-{self.dtype}{rule}"
                 f"{'+quantize' if self.with_quantize else ''}")
 
 
@@ -354,4 +356,5 @@ def all_methods(backend: str = "triton") -> list[Method]:
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),
             Method("sdpa_cudnn", "sdpa", "bf16", None, _sdpa_build("sdpa_cudnn"), _gpu_missing),
             Method("sdpa_flash", "sdpa", "bf16", None, _sdpa_build("sdpa_flash"), _gpu_missing)]
-    return out
+    from .decode_methods import decode_methods
+    return out + decode_methods()
