@@ -320,3 +320,12 @@ def test_bad_pages_and_fp8_arguments():
     with pytest.raises(TypeError, match="q must be"):
         zyfa.flash_attn_with_kvcache(q.half(), k8, v8, cache_seqlens=_t(lens), k_descale=torch.ones(()),
                                      v_descale=torch.ones(()))
+
+
+def test_zyfa_backend_variable(monkeypatch):
+    """ZYFA_BACKEND names a decode backend, or (a prefill-only one) leaves the choice automatic."""
+    gen, q, kc, vc, lens = _layouts_case()
+    monkeypatch.setenv("ZYFA_BACKEND", "reference")
+    assert zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens)).startswith("selected: reference")
+    monkeypatch.setenv("ZYFA_BACKEND", "ptx")
+    assert zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens)).startswith("selected: triton")
