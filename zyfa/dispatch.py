@@ -35,6 +35,18 @@ class Problem:
 
 
 @dataclasses.dataclass(frozen=True)
+class DecodeProblem:
+    """What a decode backend (zyfa.flash_attn_with_kvcache) needs to know to say whether it can
+    run a call."""
+    device: torch.device
+    arch: str
+    is_fp8: bool                          # an E4M3 KV cache
+    head_dims: tuple
+    seqlen_q: int
+    paged: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class Backend:
     name: str
     can_implement: Callable[[Problem], tuple]     # -> (ok: bool, reason: str)
@@ -53,28 +65,34 @@ def backends() -> list[Backend]:
     return list(_BACKENDS)
 
 
-def by_name(name: str) -> Backend:
-    for b in _BACKENDS:
+def by_name(name: str, among: list[Backend] | None = None) -> Backend:
+    among = _BACKENDS if among is None else among
+    for b in among:
         if b.name == name:
             return b
-    raise ValueError(f"backend must be 'auto' or one of {[b.name for b in _BACKENDS]}, got {name!r}")
+    raise ValueError(f"backend must be 'auto' or one of {[b.name for b in among]}, got {name!r}")
 
 
-def assess(problem: Problem) -> list[tuple[str, bool, str]]:
-    return [(b.name, *b.can_implement(problem)) for b in _BACKENDS]
+def assess(problem, among: list[Backend] | None = None) -> list[tuple[str, bool, str]]:
+    return [(b.name, *b.can_implement(problem)) for b in (_BACKENDS if among is None else among)]
 
 
-def select(problem: Problem, requested: str = "auto") -> Backend:
+def select(problem, requested: str = "auto", among: list[Backend] | None = None) -> Backend:
+    """The backend for ``problem`` among the registered ones (``among``: another list, the
+    decode backends, whose problems are zyfa.decode.DecodeProblem)."""
+    among = _BACKENDS if among is None else among
     if requested == "auto":
-        requested = os.environ.get("ZYFA_BACKEND", "auto")
+        env = os.environ.get("ZYFA_BACKEND", "auto")
+        # a decode call stays "auto" where the variable names a prefill-only backend
+        requested = env if among is _BACKENDS or any(b.name == env for b in among) else "auto"
     if requested != "auto":
-        b = by_name(requested)
+        b = by_name(requested, among)
         ok, why = b.can_implement(problem)
         if not ok:
             raise RuntimeError(f"backend {requested!r} cannot run this call: {why}")
         return b
     skipped = []
-    for b in _BACKENDS:
+    for b in among:
         ok, why = b.can_implement(problem)
         if ok:
             # once per distinct fallback, and not inside torch.compile's trace (dynamo

@@ -27,6 +27,15 @@ class Case:
     lengths: tuple[int, ...] | None = None    # a packed (varlen) batch: each sequence's tokens
 
     @property
+    def decode(self) -> bool:
+        """A decode step: Sq new queries a sequence over a KV cache of Sk keys."""
+        return self.group == "decode"
+
+    def kv_bytes(self, element_size: int) -> int:
+        """Bytes of K and V a call reads, the numerator of a decode case's GB/s."""
+        return self.B * self.Sk * self.Hkv * (self.D + self.Dv) * element_size
+
+    @property
     def flops(self) -> float:
         if self.lengths:
             return sum(attention_flops(1, self.Hq, n, n, self.D, self.Dv, self.causal) for n in self.lengths)
@@ -89,6 +98,7 @@ def varlen_cases() -> list[Case]:
             Case("varlen", "dense 4 x 16K GQA 32/8", 4, 16384, 16384, 32, 8, 128, 128)]
 
 
+<<<<<<< HEAD
 def frontier_cases() -> list[Case]:
     """The accuracy-speed frontier: the realistic model shapes and one case a head dim the models
     lack (d64, d256; 8K, batch 4, FlashAttention's 2048-wide sweep heads), where every FP8 / INT8
@@ -103,6 +113,17 @@ def cases_for(names: str) -> list[Case]:
     (sweep-d128)."""
     table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases,
              "frontier": frontier_cases}
+=======
+def decode_cases() -> list[Case]:
+    """One query a sequence over a cache, GQA 32/8 d128: many short caches, the middle, few long."""
+    return [Case("decode", f"decode {b} x {s // 1024}K GQA 32/8", b, 1, s, 32, 8, 128, 128)
+            for b, s in ((32, 8192), (128, 2048), (8, 32768))]
+
+
+def cases_for(names: str) -> list[Case]:
+    """Case groups by name: quick, sweep, models, varlen, decode, all, or one head dim of the sweep (sweep-d128)."""
+    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases, "decode": decode_cases}
+>>>>>>> issue57
     for d, dv in SWEEP_DIMS:
         table[f"sweep-d{d}"] = functools.partial(sweep_cases, dims=((d, dv),))
     out = []

@@ -77,6 +77,8 @@ def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None) -> tuple[
         return dict(rec, status="missing", reason=reason), None
     reason = ("a varlen method takes packed batches only" if m.varlen and not c.lengths else
               "a packed (varlen) case: this method takes dense batches" if c.lengths and not m.varlen else
+              "a decode method takes decode cases only" if m.decode and not c.decode else
+              "a decode case: this method takes prefill cases" if c.decode and not m.decode else
               m.unsupported(c))
     if reason:
         return dict(rec, status="unsupported", reason=reason), None
@@ -86,11 +88,20 @@ def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None) -> tuple[
         fn()                                       # compiles, loads, allocates: outside the timing
         ms = timer(fn)
         rec.update(ms=ms, ms_rounds=[ms], tflops=c.flops / ms / 1e9, status="ok")
+        _bandwidth(rec, m, c)
         if host_timer is not None:
             rec["host_us"] = host_timer(fn) * 1e3
         return rec, (fn, finish)
     except Exception as e:  # noqa: BLE001  (a failing method is recorded, never dropped)
         return dict(rec, status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
+
+
+def _bandwidth(rec: dict, m: Method, c: Case) -> None:
+    """A decode record's GB/s: the K and V bytes the call reads over its time (a copy's: the
+    bytes it reads and writes)."""
+    if c.decode:
+        rec["bytes"] = c.kv_bytes(1 if m.dtype == "fp8" else 2) * (2 if m.method == "copy" else 1)
+        rec["gbps"] = rec["bytes"] / rec["ms"] / 1e6
 
 
 def time_again(inp: Inputs, rec: dict, fn, timer=median_ms) -> None:
@@ -101,6 +112,8 @@ def time_again(inp: Inputs, rec: dict, fn, timer=median_ms) -> None:
         rec.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
         return
     rec.update(ms=min(rec["ms_rounds"]), tflops=inp.case.flops / min(rec["ms_rounds"]) / 1e9)
+    if "bytes" in rec:
+        rec["gbps"] = rec["bytes"] / rec["ms"] / 1e6
 
 
 def check_one(inp: Inputs, m: Method, rec: dict, call) -> None:
@@ -109,6 +122,8 @@ def check_one(inp: Inputs, m: Method, rec: dict, call) -> None:
     fn, finish = call
     try:
         out, lse = finish(fn())
+        if out is None:                    # the copy ceiling: nothing to check
+            return
         again, _ = finish(fn())
         rows = inp.ref_rows()
         ref, ref_lse = inp.reference(None)
@@ -173,8 +188,11 @@ def run(cases: list[Case], methods: list[Method], path: str, key: str | None = N
             rec["run"] = run_id
             doc["records"] = [r for r in doc["records"] if (r["case"], r["label"]) != (case.name, m.label)]
             doc["records"].append(rec)
-            shown = f"{rec['tflops']:.0f} TFLOP/s, err {rec['err_kernel']:.2e}" if rec["status"] == "ok" else \
-                f"{rec['status']}: {rec['reason'][:100]}"
+            if rec["status"] == "ok":
+                speed = f"{rec['gbps']:.0f} GB/s" if "gbps" in rec else f"{rec['tflops']:.0f} TFLOP/s"
+                shown = f"{speed}, err {rec.get('err_kernel', float('nan')):.2e}"
+            else:
+                shown = f"{rec['status']}: {rec['reason'][:100]}"
             print(f"  {case.name:24s} {m.label:22s} {shown}", flush=True)
         timed = [(rec, call[0]) for _, rec, call in timed if call is not None and rec["status"] == "ok"]
         if power is not None:
@@ -200,8 +218,8 @@ def capture_cases(path: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, varlen, frontier, all; "
-                    "comma-separated")
+    ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, "
+                    "varlen, frontier, decode, all; comma-separated")
     ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")

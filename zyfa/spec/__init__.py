@@ -7,4 +7,5 @@ key_order  the key orders V^T is stored in for each target
 descales   the descale shapes flash_attn_func takes and their normalized forms
 shapes     the head dims of the API
 reference  float64 attention and the blockwise FP8 spec, bit for bit in the P bits
+kv_cache   a KV cache's descale shapes and float64 decode attention over it
 """

@@ -23,3 +23,17 @@ def run(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None
         out, lse = attention_fp64(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
     # contiguous, as every kernel writes it and the custom op's fake implementation promises
     return out.to(out_dtype(q.dtype)).contiguous(), lse.float().contiguous()
+
+
+def supports_decode(p) -> tuple[bool, str]:
+    return True, "float64 attention over the (dequantized) cache in torch (slow)"
+
+
+def run_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None, causal=False,
+               q_descale=None, k_descale=None, v_descale=None, **_schedule):
+    """Decode by float64 attention; ``_schedule`` (key splits, SM margin) does not apply."""
+    from .kv_cache import decode_attention_fp64
+    lens = cache_seqlens.tolist()
+    out, lse = decode_attention_fp64(q, k_cache, v_cache, lens, block_table, q_descale, k_descale, v_descale,
+                                     causal=causal, softmax_scale=softmax_scale)
+    return out.to(out_dtype(q.dtype)).contiguous(), lse.float().contiguous()

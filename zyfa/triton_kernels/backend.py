@@ -23,3 +23,18 @@ def supports(p) -> tuple[bool, str]:
 def run(q, k, v, **kw):
     from .launch import triton_attention
     return triton_attention(q, k, v, **kw)
+
+
+DECODE_HEAD_DIMS = ((64, 64), (128, 128), (256, 256))   # tl.arange needs powers of two
+
+
+def supports_decode(p) -> tuple[bool, str]:
+    """(can run, why) for a zyfa.dispatch.DecodeProblem."""
+    if p.head_dims not in DECODE_HEAD_DIMS:
+        return False, f"the decode kernel takes head dims {DECODE_HEAD_DIMS}, got {p.head_dims}"
+    return supports(p)
+
+
+def run_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, **kw):
+    from .decode_launch import triton_decode
+    return triton_decode(q, k_cache, v_cache, cache_seqlens, block_table, **kw)

@@ -1,0 +1,331 @@
+"""flash_attn_with_kvcache: the Triton decode kernel against float64 attention over the cache,
+dense and paged, BF16/FP16 and E4M3, against itself across layouts and splits, and its checks."""
+import math
+
+import pytest
+import torch
+
+import zyfa
+from zyfa.spec.e4m3 import e4m3_decode
+from zyfa.spec.kv_cache import decode_attention_fp64, sequence_keys
+from zyfa.triton_kernels.decode_launch import DecodeTile, triton_decode
+
+from conftest import DEVICE, assert_rel, describe_mismatch
+
+E4M3 = torch.float8_e4m3fn
+
+
+def _t(vals):
+    return torch.tensor(vals, dtype=torch.int32, device=DEVICE)
+
+
+def _randn(*shape, gen, dtype=torch.bfloat16):
+    return torch.randn(*shape, generator=gen).to(dtype).to(DEVICE)
+
+
+def _e4m3(x, gen):
+    """Random E4M3 codes of x's shape built from integer bits (exact under the interpreter):
+    any finite code, magnitudes up to 2^4 (exponent fields 0..10)."""
+    sign = torch.randint(0, 2, x.shape, generator=gen) << 7
+    exp = torch.randint(0, 11, x.shape, generator=gen) << 3
+    man = torch.randint(0, 8, x.shape, generator=gen)
+    return (sign | exp | man).to(torch.uint8).view(E4M3).to(DEVICE)
+
+
+def _cache(B, cap, Hkv, D, lens, dtype, gen):
+    """A dense cache (B, cap, Hkv, D) whose rows past each sequence's length hold NaN: a kernel
+    that reads past cache_seqlens turns its output NaN."""
+    k, v = (_randn(B, cap, Hkv, D, gen=gen, dtype=torch.float32) for _ in range(2))
+    if dtype == E4M3:
+        k, v = _e4m3(k, gen), _e4m3(v, gen)
+    else:
+        k, v = k.to(dtype), v.to(dtype)
+    for b, n in enumerate(lens):
+        _bytes(k)[b, n:] = _bytes(_nan(k.dtype))
+        _bytes(v)[b, n:] = _bytes(_nan(v.dtype))
+    return k, v
+
+
+def _nan(dtype):
+    if dtype == E4M3:
+        return torch.tensor(0x7F, dtype=torch.uint8).view(E4M3)
+    return torch.tensor(float("nan"), dtype=dtype)
+
+
+def _bytes(x):
+    """x's elements as integers of their width (assignment works for every dtype so)."""
+    return x.view(torch.uint8 if x.element_size() == 1 else torch.int16)
+
+
+def _paged(k, v, lens, page, gen, extra_cols=1):
+    """The dense cache's used rows as a shuffled pool of pages (two spare, every unused row
+    NaN) and its block table (padded by out-of-range page numbers, which must not be read)."""
+    B, _, Hkv, D = k.shape
+    counts = [-(-n // page) for n in lens]
+    pool = sum(counts) + 2
+    order = torch.randperm(pool, generator=gen).tolist()
+    kp = torch.empty((pool, page, Hkv, D), dtype=k.dtype, device=DEVICE)
+    _bytes(kp)[:] = _bytes(_nan(k.dtype).to(DEVICE))
+    vp = kp.clone()
+    table = torch.full((B, max(counts) + extra_cols), 10 ** 6, dtype=torch.int32)
+    used = 0
+    for b, (n, c) in enumerate(zip(lens, counts)):
+        for j in range(c):
+            p = order[used]
+            used += 1
+            table[b, j] = p
+            rows = min(page, n - j * page)
+            _bytes(kp)[p, :rows] = _bytes(k)[b, j * page:j * page + rows]
+            _bytes(vp)[p, :rows] = _bytes(v)[b, j * page:j * page + rows]
+    return kp, vp, table.to(DEVICE)
+
+
+def _paged_descale(d, lens, table, page, pool):
+    """A dense per-token descale (B, Hkv, cap) laid out as the pool's (pages, Hkv, page)."""
+    out = torch.ones(pool, d.shape[1], page, dtype=torch.float32, device=DEVICE)
+    for b, n in enumerate(lens):
+        for j in range(-(-n // page)):
+            rows = min(page, n - j * page)
+            out[int(table[b, j]), :, :rows] = d[b, :, j * page:j * page + rows]
+    return out
+
+
+def _baseline(q, ks, vs, causal, dtype):
+    """The same precision in torch: float64 attention over the (dequantized) cache with P and
+    the output rounded to ``dtype`` (BF16 for E4M3 caches, which the kernel computes in BF16)."""
+    outs = []
+    B, Sq, Hq, D = q.shape
+    for b in range(B):
+        k, v = ks[b], vs[b]
+        g = Hq // k.shape[1]
+        s = torch.einsum("qhd,khd->hqk", q[b].double(), k.repeat_interleave(g, 1)) / math.sqrt(D)
+        if causal:
+            Sk = k.shape[0]
+            s = s.masked_fill(torch.arange(Sk, device=q.device)[None] >
+                              torch.arange(Sq, device=q.device)[:, None] + Sk - Sq, float("-inf"))
+        p = torch.exp(s - s.amax(-1, keepdim=True))
+        o = torch.einsum("hqk,khd->qhd", p.to(dtype).double(), v.repeat_interleave(g, 1))
+        outs.append((o / p.sum(-1).transpose(0, 1)[..., None]).to(dtype))
+    return torch.stack(outs)
+
+
+def _check(q, kc, vc, lens, causal, table=None, what="", **kw):
+    """Run the kernel; hold output and LSE to float64 with bounds from the torch baseline;
+    return (out, lse)."""
+    out, lse = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=_t(lens), page_table=table, causal=causal,
+                                            return_softmax_lse=True, backend="triton", **kw)
+    descales = {n: kw.get(n) for n in ("q_descale", "k_descale", "v_descale")}
+    ref, lse_ref = decode_attention_fp64(q, kc, vc, lens, table, causal=causal, **descales)
+    qv = q.double() if q.dtype != E4M3 else e4m3_decode(q.view(torch.uint8))
+    if descales["q_descale"] is not None:
+        qv = qv * descales["q_descale"].double().repeat_interleave(q.shape[2] // kc.shape[2], 1)[:, None, :, None]
+    ks = sequence_keys(kc, descales["k_descale"], lens, table)
+    vs = sequence_keys(vc, descales["v_descale"], lens, table)
+    half = torch.float16 if q.dtype == torch.float16 else torch.bfloat16
+    base = ((_baseline(qv, ks, vs, causal, half).double() - ref).norm() / ref.norm()).item()
+    assert out.shape == (*q.shape[:3], vc.shape[-1]) and out.dtype == half
+    # the kernel rounds P (per-token V: P times the key's descale) as the baseline rounds P; the
+    # float32 sums' order and the output's rounding add the rest
+    assert_rel(out, ref, 1.5 * base + 1e-5, f"{what} out")
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    lse_bound = _lse_bound(qv, ks, causal, lse_ref)
+    assert (lse.double() - lse_ref).abs().max() <= lse_bound, f"{what} LSE: " + describe_mismatch(lse, lse_ref, lse_bound)
+    return out, lse
+
+
+def _lse_bound(qv, ks, causal, lse_ref):
+    """4x the error of torch's float32 logsumexp on the same scores, plus a few float32 ulps."""
+    err = 0.0
+    Sq, Hq, D = qv.shape[1:]
+    for b, k in enumerate(ks):
+        s = torch.einsum("qhd,khd->hqk", qv[b].float(), k.float().repeat_interleave(Hq // k.shape[1], 1))
+        s = s / math.sqrt(D)
+        if causal:
+            Sk = k.shape[0]
+            s = s.masked_fill(torch.arange(Sk, device=s.device)[None] >
+                              torch.arange(Sq, device=s.device)[:, None] + Sk - Sq, float("-inf"))
+        err = max(err, (torch.logsumexp(s, -1).double() - lse_ref[b]).abs().max().item())
+    return 4 * err + 4 * 2.0 ** -24 * lse_ref.abs().max().item()
+
+
+CASES = [  # B, Sq, Hq, Hkv, D, lens, page (0: dense), causal, dtype
+    (3, 1, 8, 1, 64, [1, 17, 40], 0, True, torch.bfloat16),           # MQA 8/1, one key, odd lengths
+    (3, 4, 32, 8, 64, [4, 17, 35], 16, True, torch.bfloat16),         # GQA 32/8, speculative 4 queries, pages 16
+    (2, 1, 4, 1, 128, [1, 300], 256, False, torch.float16),           # pages 256, a length past one page
+    (2, 3, 8, 2, 64, [5, 33], 48, True, torch.bfloat16),              # 24 rows padded to 32, pages 48
+    (1, 16, 4, 4, 64, [16], 0, True, torch.bfloat16),                 # 16 queries, MHA, the cache all queries
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}q{c[1]}h{c[2]}-{c[3]}d{c[4]}p{c[6]}")
+def test_16bit_vs_fp64(case):
+    B, Sq, Hq, Hkv, D, lens, page, causal, dtype = case
+    gen = torch.Generator().manual_seed(sum(lens) * 31 + Sq)
+    q = _randn(B, Sq, Hq, D, gen=gen, dtype=dtype)
+    kc, vc = _cache(B, max(lens) + 5, Hkv, D, lens, dtype, gen)
+    table = None
+    if page:
+        kc, vc, table = _paged(kc, vc, lens, page, gen)
+    _check(q, kc, vc, lens, causal, table, what=str(case))
+
+
+@pytest.mark.parametrize("scales", ["head", "token", "q_e4m3"])
+@pytest.mark.parametrize("page", [0, 16])
+def test_e4m3_cache_vs_fp64(scales, page):
+    """E4M3 K/V against float64 on the dequantized cache; descales per (sequence, kv head),
+    per token (the pool's layout when paged), or with E4M3 q and its descale."""
+    B, Sq, Hq, Hkv, D, lens, causal = 2, 2, 8, 2, 64, [2, 37], True
+    gen = torch.Generator().manual_seed(7 + page)
+    kc, vc = _cache(B, max(lens) + 3, Hkv, D, lens, E4M3, gen)
+    kw = {}
+    if scales == "token":
+        kd, vd = (torch.rand(B, Hkv, kc.shape[1], generator=gen).to(DEVICE) * 0.1 + 0.01 for _ in range(2))
+    else:
+        kd, vd = (torch.rand(B, Hkv, generator=gen).to(DEVICE) * 0.1 + 0.01 for _ in range(2))
+    q = _randn(B, Sq, Hq, D, gen=gen)
+    if scales == "q_e4m3":
+        q = _e4m3(q, gen)
+        kw["q_descale"] = torch.rand(B, Hkv, generator=gen).to(DEVICE) * 0.1 + 0.01
+    table = None
+    if page:
+        kc, vc, table = _paged(kc, vc, lens, page, gen)
+        if scales == "token":
+            kd, vd = (_paged_descale(d, lens, table, page, kc.shape[0]) for d in (kd, vd))
+    _check(q, kc, vc, lens, causal, table, what=f"E4M3 {scales}", k_descale=kd, v_descale=vd, **kw)
+
+
+def _layouts_case(seed=3, dtype=torch.bfloat16):
+    gen = torch.Generator().manual_seed(seed)
+    B, Sq, Hq, Hkv, D, lens = 3, 2, 4, 2, 64, [2, 49, 70]
+    q = _randn(B, Sq, Hq, D, gen=gen)
+    kc, vc = _cache(B, 80, Hkv, D, lens, dtype, gen)
+    return gen, q, kc, vc, lens
+
+
+@pytest.mark.parametrize("page,block_n", [(16, 16), (16, 32), (48, 32), (64, 32)],
+                         ids=["tile=page", "gather-16", "gather-48", "tile-in-page"])
+def test_paged_equals_dense_bitwise(page, block_n):
+    """A paged cache computes what the dense cache holding the same keys computes, bit for bit
+    (same tile and splits), whether a tile takes one page lookup or one a key."""
+    gen, q, kc, vc, lens = _layouts_case()
+    kp, vp, table = _paged(kc, vc, lens, page, gen)
+    tile = DecodeTile(block_n, 4, 1)
+    for splits in (1, 3):
+        dense = triton_decode(q, kc, vc, _t(lens), None, causal=True, num_splits=splits, tile=tile)
+        paged = triton_decode(q, kp, vp, _t(lens), table, causal=True, num_splits=splits, tile=tile)
+        for a, b in zip(dense, paged):
+            assert torch.equal(a, b), f"page {page} splits {splits}: " + describe_mismatch(b, a)
+
+
+def test_splits_agree_and_repeat_bitwise():
+    """Every split count gives float64's answer to float32 merge rounding (empty splits
+    included: 9 splits of 2..70 keys in 16-key tiles), and a call repeats bit for bit."""
+    gen, q, kc, vc, lens = _layouts_case(seed=5)
+    ref, lse_ref = decode_attention_fp64(q, kc, vc, lens, causal=True)
+    one = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=True, num_splits=1,
+                                       return_softmax_lse=True)
+    base = (one[0].double() - ref).norm() / ref.norm()
+    for splits in (2, 5, 9):
+        out, lse = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=True, num_splits=splits,
+                                                return_softmax_lse=True)
+        assert_rel(out, ref, 1.25 * base + 1e-5, f"{splits} splits")
+        assert (lse.double() - lse_ref).abs().max() < 1e-5, describe_mismatch(lse, lse_ref, 1e-5)
+        again = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=True, num_splits=splits,
+                                             return_softmax_lse=True)
+        assert torch.equal(out, again[0]) and torch.equal(lse, again[1])
+
+
+def test_causal_offsets_are_bottom_right():
+    """Query i of seqlen_q queries over n keys is the single query over the first
+    n - seqlen_q + i + 1 keys."""
+    gen, q, kc, vc, lens = _layouts_case(seed=9)
+    out = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=True, num_splits=1)
+    for i in range(q.shape[1]):
+        short = [n - q.shape[1] + i + 1 for n in lens]
+        one = zyfa.flash_attn_with_kvcache(q[:, i:i + 1].contiguous(), kc, vc, cache_seqlens=_t(short), causal=True,
+                                           num_splits=1)
+        torch.testing.assert_close(out[:, i:i + 1], one, rtol=0, atol=2 ** -8 * out.abs().max().item())
+    full = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=False, num_splits=1)
+    assert not torch.equal(full[:, 0], out[:, 0])            # the mask hid keys from query 0
+
+
+def test_reference_backend_and_int_seqlens():
+    gen, q, kc, vc, lens = _layouts_case(seed=11)
+    lens = [70, 70, 70]
+    kc, vc = _cache(3, 70, 2, 64, lens, torch.bfloat16, gen)
+    ref = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=70, causal=True, backend="reference")
+    out = zyfa.flash_attn_with_kvcache(q, kc, vc, causal=True)           # None: the whole dense cache
+    assert_rel(out, decode_attention_fp64(q, kc, vc, lens, causal=True)[0], 1e-2, "kernel")
+    assert_rel(ref, decode_attention_fp64(q, kc, vc, lens, causal=True)[0], 2 ** -8, "reference")
+
+
+def test_explain_kvcache():
+    gen, q, kc, vc, lens = _layouts_case()
+    text = zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=True)
+    assert text.startswith("selected: triton") and "key split" in text and "4 query rows" in text
+    text = zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens), backend="reference")
+    assert text.startswith("selected: reference")
+
+
+@pytest.mark.parametrize("kw,error,match", [
+    ({"k": "new"}, NotImplementedError, "k "),
+    ({"rotary_cos": "cos"}, NotImplementedError, "rotary_cos"),
+    ({"window_size": (8, 0)}, NotImplementedError, "window_size"),
+    ({"softcap": 30.0}, NotImplementedError, "softcap"),
+    ({"cache_batch_idx": "idx"}, NotImplementedError, "cache_batch_idx"),
+    ({"pack_gqa": False}, NotImplementedError, "pack_gqa"),
+    ({"cache_seqlens": [3, 4, 5]}, TypeError, "cache_seqlens must be an int32"),
+    ({"cache_seqlens": "len_over"}, ValueError, r"cache_seqlens\[1\] is 81"),
+    ({"cache_seqlens": "len_causal"}, ValueError, "causal needs >= seqlen_q 2"),
+    ({"k_descale": "ones"}, ValueError, "descales apply to E4M3 only"),
+    ({"num_splits": -1}, ValueError, "num_splits must be an int >= 0"),
+    ({"page_table": "both"}, ValueError, "not both"),
+    ({"q": "long"}, ValueError, "1..16 queries"),
+])
+def test_bad_arguments(kw, error, match):
+    gen, q, kc, vc, lens = _layouts_case()
+    args = dict(cache_seqlens=_t(lens), causal=True)
+    fill = {"new": torch.zeros(1), "cos": torch.zeros(1), "idx": _t([0, 1, 2]), "ones": torch.ones(()),
+            "len_over": torch.tensor([2, 81, 3], dtype=torch.int32), "len_causal": torch.tensor([1, 5, 5], dtype=torch.int32),
+            "both": _t([[0]] * 3), "long": torch.zeros(3, 17, 4, 64, dtype=torch.bfloat16, device=DEVICE)}
+    for name, val in kw.items():
+        val = fill.get(val, val) if isinstance(val, str) else val
+        if name == "q":
+            q = val
+        elif name == "page_table":
+            args.update(page_table=val, block_table=val)
+        else:
+            args[name] = val
+    with pytest.raises(error, match=match):
+        zyfa.flash_attn_with_kvcache(q, kc, vc, **args)
+
+
+def test_bad_pages_and_fp8_arguments():
+    gen, q, kc, vc, lens = _layouts_case()
+    kp, vp, table = _paged(kc, vc, lens, 16, gen)
+    bad = table.clone().cpu()
+    bad[2, 1] = 10 ** 6
+    with pytest.raises(ValueError, match="page_table row 2 uses page 1000000"):
+        zyfa.flash_attn_with_kvcache(q, kp, vp, cache_seqlens=torch.tensor(lens, dtype=torch.int32), page_table=bad)
+    with pytest.raises(ValueError, match="page_size"):
+        zyfa.flash_attn_with_kvcache(q, kp[:, :8], vp[:, :8], cache_seqlens=_t(lens), page_table=table)
+    with pytest.raises(ValueError, match="needs cache_seqlens"):
+        zyfa.flash_attn_with_kvcache(q, kp, vp, page_table=table)
+    k8, v8 = _cache(3, 80, 2, 64, lens, E4M3, gen)
+    with pytest.raises(ValueError, match="missing v_descale"):
+        zyfa.flash_attn_with_kvcache(q, k8, v8, cache_seqlens=_t(lens), k_descale=torch.ones(()))
+    with pytest.raises(ValueError, match=r"allowed shapes are \(\), \(2,\), \(3, 2\) or \(3, 2, 80\)"):
+        zyfa.flash_attn_with_kvcache(q, k8, v8, cache_seqlens=_t(lens), k_descale=torch.ones(3, 2, 7),
+                                     v_descale=torch.ones(()))
+    with pytest.raises(TypeError, match="q must be"):
+        zyfa.flash_attn_with_kvcache(q.half(), k8, v8, cache_seqlens=_t(lens), k_descale=torch.ones(()),
+                                     v_descale=torch.ones(()))
+
+
+def test_zyfa_backend_variable(monkeypatch):
+    """ZYFA_BACKEND names a decode backend, or (a prefill-only one) leaves the choice automatic."""
+    gen, q, kc, vc, lens = _layouts_case()
+    monkeypatch.setenv("ZYFA_BACKEND", "reference")
+    assert zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens)).startswith("selected: reference")
+    monkeypatch.setenv("ZYFA_BACKEND", "ptx")
+    assert zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens)).startswith("selected: triton")

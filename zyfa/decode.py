@@ -1,0 +1,279 @@
+"""Decode: a few new queries a sequence over a KV cache, FlashAttention-3's flash_attn_with_kvcache.
+
+The backends are the Triton decode kernel (zyfa.triton_kernels.decode) and float64 attention in
+torch (the reference); ``explain_kvcache`` says which one runs and why. A varlen call whose
+sequences all have a few queries is not routed here yet: it runs the prefill kernel.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import dispatch
+from .device import device_arch, interpreter_active, to_device
+from .spec import backend as _reference
+from .spec.kv_cache import check_cache_descale
+from .triton_kernels import backend as _triton
+from .validation import FP8_DTYPE, HALF_DTYPES
+from .varlen import PAGE_SIZES
+
+MAX_QUERIES = 16        # queries a sequence the decode kernel packs into its tile (speculative decoding)
+
+BACKENDS = [dispatch.Backend("triton", _triton.supports_decode, _triton.run_decode),
+            dispatch.Backend("reference", _reference.supports_decode, _reference.run_decode)]
+
+# FlashAttention-3 arguments zyfa takes but cannot honour, with the value that means "unused"
+_UNSUPPORTED = (("k", None), ("v", None), ("qv", None), ("rotary_cos", None), ("rotary_sin", None),
+                ("cache_batch_idx", None), ("cache_leftpad", None), ("cu_seqlens_q", None),
+                ("cu_seqlens_k_new", None), ("max_seqlen_q", None), ("rotary_seqlens", None),
+                ("window_size", (-1, -1)), ("attention_chunk", 0), ("softcap", 0.0), ("scheduler_metadata", None))
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, page_table=None,
+                            cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
+                            scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
+                            return_softmax_lse=False, *, block_table=None, backend="auto"):
+    """Attention of 1-16 new queries a sequence over a dense or paged KV cache (forward only).
+
+    FlashAttention-3's argument names, order and defaults (causal=False); what zyfa cannot do
+    (appending k/v, rotary, qv, cache_batch_idx, cache_leftpad, varlen q, windows, chunks,
+    soft-capping, scheduler_metadata, pack_gqa=False) raises NotImplementedError naming it.
+
+    q: (batch, seqlen_q, heads, head_dim), seqlen_q 1..16; head dims (64, 64), (128, 128),
+    (256, 256). k_cache, v_cache: dense (batch, cache_len, kv_heads, head_dim[_v]), or paged
+    (num_pages, page_size, kv_heads, head_dim[_v]) with page_table (FA3's name; block_table,
+    FA2's, is the same) (batch, max_pages) int32, page_size a multiple of 16 in 16..256.
+    cache_seqlens: int or (batch,) int32, the keys each sequence uses (None: the dense cache's
+    cache_len). GQA/MQA: query head h reads kv head h // (heads // kv_heads); the group's heads
+    share every K/V load. Values are checked where that costs no device synchronization:
+    index tensors on the CPU (then copied to q's device) or an int.
+
+    dtypes: q bfloat16/float16 with a cache of the same dtype, or an E4M3 cache (torch.
+    float8_e4m3fn) with q bfloat16 or E4M3. E4M3 needs k_descale and v_descale (float32),
+    per (sequence, kv head) as FA3 takes them or per token (zyfa.spec.kv_cache), and E4M3 q
+    its q_descale ((), (kv_heads,) or (batch, kv_heads)). An E4M3 cache is computed as a BF16
+    cache of its dequantized values (zyfa.triton_kernels.decode), not by the FP8 P rules.
+
+    causal=True aligns the mask bottom-right as in prefill: query i sees cached keys
+    j <= i + cache_seqlens - seqlen_q (the last query sees them all). seqlen_q = 2, 5 keys:
+
+        keys:  0 1 2 3 4
+        q0     1 1 1 1 0
+        q1     1 1 1 1 1
+
+    num_splits: key splits a (sequence, kv head) (0: chosen from the batch, kv heads and SM
+    count; sm_margin SMs left out of that count). The result does not depend on the GPU's
+    timing: a launch gives the same bits every run.
+
+    Returns out (batch, seqlen_q, heads, head_dim_v) in bfloat16 (float16 for float16 q) and,
+    with return_softmax_lse, the float32 natural-log LSE (batch, heads, seqlen_q).
+    """
+    del rotary_interleaved                   # applies only with rotary_cos/rotary_sin, refused below
+    given = locals()
+    for name, unused in _UNSUPPORTED:
+        if not _is_unused(given[name], unused):
+            raise NotImplementedError(f"flash_attn_with_kvcache: zyfa does not support {name} "
+                                      f"(got {_describe(given[name])}; pass {unused!r})")
+    if pack_gqa is False:
+        raise NotImplementedError("flash_attn_with_kvcache: pack_gqa=False is not supported; zyfa always packs "
+                                  "a GQA group's query heads into one tile (pass None or True)")
+    table = _one_table(page_table, block_table)
+    lens, table = _check(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_descale,
+                         softmax_scale, causal, num_splits, sm_margin)
+    chosen = dispatch.select(_problem(q, k_cache, v_cache, table), backend, BACKENDS)
+    out, lse = chosen.run(q, k_cache, v_cache, lens, table, softmax_scale=_scale(softmax_scale), causal=causal,
+                          q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
+                          sm_margin=sm_margin)
+    return (out, lse) if return_softmax_lse else out
+
+
+def explain_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, q_descale=None, k_descale=None,
+                    v_descale=None, softmax_scale=None, causal=False, num_splits=0, sm_margin=0, *,
+                    block_table=None, backend="auto") -> str:
+    """Which backend flash_attn_with_kvcache would use for these inputs and why each other would
+    not; for the Triton kernel also its key splits and tile."""
+    table = _one_table(page_table, block_table)
+    _, table = _check(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_descale,
+                      softmax_scale, causal, num_splits, sm_margin)
+    problem = _problem(q, k_cache, v_cache, table)
+    lines = []
+    try:
+        chosen = dispatch.select(problem, backend, BACKENDS).name
+        lines.append(f"selected: {chosen}")
+    except (RuntimeError, ValueError) as e:
+        chosen = None
+        lines.append(f"selected: none ({e})")
+    for name, ok, why in dispatch.assess(problem, BACKENDS):
+        lines.append(f"  {name:10s} {'can run' if ok else 'cannot'}: {why}")
+    if chosen == "triton":
+        from .triton_kernels.decode_launch import decode_splits, default_tile
+        page = k_cache.shape[1] if table is not None else 0
+        capacity = table.shape[1] * page if page else k_cache.shape[1]
+        splits = num_splits or decode_splits(q.shape[0], k_cache.shape[2], capacity, q.device, sm_margin)
+        lines.append(f"  triton: {splits} key split(s) a (sequence, kv head) "
+                     f"({'given' if num_splits else 'chosen from batch, kv heads and SMs'}), "
+                     f"{q.shape[2] // k_cache.shape[2] * q.shape[1]} query rows a tile, {default_tile(q.shape[-1], page)}")
+    return "\n".join(lines)
+
+
+def _is_unused(x, unused) -> bool:
+    if isinstance(x, torch.Tensor) or isinstance(unused, torch.Tensor):
+        return False
+    if isinstance(unused, tuple):
+        return isinstance(x, (tuple, list)) and tuple(x) == unused
+    return x == unused if unused is not None else x is None
+
+
+def _describe(x) -> str:
+    return f"a tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else repr(x)
+
+
+def _one_table(page_table, block_table):
+    if page_table is not None and block_table is not None:
+        raise ValueError("pass page_table (FlashAttention-3's name) or block_table (FlashAttention-2's), not both")
+    return page_table if page_table is not None else block_table
+
+
+def _scale(softmax_scale):
+    return None if softmax_scale is None else float(softmax_scale)
+
+
+def _problem(q, k_cache, v_cache, table) -> dispatch.DecodeProblem:
+    return dispatch.DecodeProblem(device=q.device, arch=device_arch(q.device), is_fp8=k_cache.dtype == FP8_DTYPE,
+                                  head_dims=(q.shape[-1], v_cache.shape[-1]), seqlen_q=q.shape[1],
+                                  paged=table is not None)
+
+
+def _check_4d(name, x):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 4 or x.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty 4-D tensor, got shape {tuple(x.shape)}")
+    if x.stride(-1) != 1:
+        raise ValueError(f"{name} must have a contiguous last dimension, got strides {x.stride()}")
+
+
+def _int_arg(name, x, low):
+    if not isinstance(x, int) or isinstance(x, bool) or x < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {x!r}")
+
+
+def _check(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_descale, softmax_scale, causal,
+           num_splits, sm_margin):
+    """Validate every argument; returns (cache_seqlens, block table) as int32 tensors on q's device
+    (the table None for a dense cache)."""
+    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _check_4d(name, x)
+    B, Sq, Hq, D = q.shape
+    rows, tokens, Hkv, Dk = k_cache.shape
+    if not 1 <= Sq <= MAX_QUERIES:
+        raise ValueError(f"q has seqlen_q {Sq}; flash_attn_with_kvcache takes 1..{MAX_QUERIES} queries a sequence "
+                         "(longer chunks: zyfa.flash_attn_varlen_func over the paged cache)")
+    if k_cache.shape[:3] != v_cache.shape[:3]:
+        raise ValueError(f"k_cache and v_cache must agree in all but head_dim: k_cache {tuple(k_cache.shape)}, "
+                         f"v_cache {tuple(v_cache.shape)}")
+    if k_cache.dtype != v_cache.dtype:
+        raise TypeError(f"k_cache and v_cache must share one dtype, got {k_cache.dtype} and {v_cache.dtype}")
+    fp8 = k_cache.dtype == FP8_DTYPE
+    if k_cache.dtype not in HALF_DTYPES + (FP8_DTYPE,):
+        raise TypeError(f"k_cache has dtype {k_cache.dtype}; allowed: torch.bfloat16, torch.float16, torch.float8_e4m3fn")
+    allowed_q = (torch.bfloat16, FP8_DTYPE) if fp8 else (k_cache.dtype,)
+    if q.dtype not in allowed_q:
+        raise TypeError(f"q has dtype {q.dtype}; with a {k_cache.dtype} cache q must be "
+                        f"{' or '.join(str(t) for t in allowed_q)}")
+    if len({q.device, k_cache.device, v_cache.device}) != 1:
+        raise ValueError(f"q, k_cache, v_cache must be on one device, got {q.device}, {k_cache.device}, {v_cache.device}")
+    if Dk != D:
+        raise ValueError(f"q and k_cache must have the same head_dim, got {D} and {Dk}")
+    if Hq % Hkv:
+        raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv}) for GQA/MQA")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
+                                          and 0 < softmax_scale < math.inf):
+        raise ValueError(f"softmax_scale must be a positive finite number or None, got {softmax_scale!r}")
+    _int_arg("num_splits", num_splits, 0)
+    _int_arg("sm_margin", sm_margin, 0)
+    if table is None:
+        if rows != B:
+            raise ValueError(f"a dense k_cache has one row a sequence: batch {rows}, but q has batch {B} "
+                             "(cache_batch_idx is not supported)")
+        capacity = tokens
+    else:
+        table = _index_tensor("page_table", table, 2, q.device)
+        if table.shape[0] != B:
+            raise ValueError(f"page_table has {table.shape[0]} rows but q has batch {B}")
+        if tokens not in PAGE_SIZES:
+            raise ValueError(f"page_size (k_cache.shape[1]) must be a multiple of 16 in 16..256, got {tokens}")
+        capacity = table.shape[1] * tokens
+    if cache_seqlens is None:
+        if table is not None:
+            raise ValueError("a paged cache needs cache_seqlens, (batch,) int32: the keys each sequence uses")
+        cache_seqlens = tokens
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32)
+    host = isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.device.type == "cpu"
+    lens = _index_tensor("cache_seqlens", cache_seqlens, 1, None)
+    if lens.shape[0] != B:
+        raise ValueError(f"cache_seqlens must have shape ({B},), got {tuple(lens.shape)}")
+    if host:
+        least = Sq if causal else 1
+        for i, n in enumerate(lens.tolist()):
+            if not least <= n <= capacity:
+                raise ValueError(f"cache_seqlens[{i}] is {n}; it must be in {least}..{capacity} (the cache holds "
+                                 f"{capacity} keys a sequence" + (f"; causal needs >= seqlen_q {Sq}" if causal else "")
+                                 + ")")
+        if table is not None and table.device.type == "cpu":
+            _check_pages(table, lens.tolist(), tokens, rows)
+    _check_descales(q, k_cache, v_cache, q_descale, k_descale, v_descale, fp8, B)
+    table = None if table is None else to_device(table, q.device)
+    return to_device(lens, q.device), table
+
+
+def _check_pages(table, lens, page, num_pages):
+    """Every page a sequence uses names a page of the pool (the rest of its row is not read)."""
+    for b, row in enumerate(table.tolist()):
+        bad = [p for p in row[:-(-lens[b] // page)] if not 0 <= p < num_pages]
+        if bad:
+            raise ValueError(f"page_table row {b} uses page {bad[0]}, outside [0, num_pages={num_pages})")
+
+
+def _index_tensor(name, x, dims, device):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype torch.int32, got {x.dtype}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
+    if device is not None and x.device.type not in ("cpu", device.type):
+        raise ValueError(f"{name} is on {x.device}; pass it on the CPU or on q's device {device}")
+    return x
+
+
+def _check_descales(q, k_cache, v_cache, q_descale, k_descale, v_descale, fp8, batch):
+    if not fp8:
+        given = [n for n, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
+                 if d is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} given for a {k_cache.dtype} cache; descales apply to E4M3 only")
+        return
+    missing = [n for n, d in (("k_descale", k_descale), ("v_descale", v_descale)) if d is None]
+    if missing:
+        raise ValueError(f"an E4M3 cache needs k_descale and v_descale (float32); missing {', '.join(missing)}")
+    if (q.dtype == FP8_DTYPE) != (q_descale is not None):
+        raise ValueError("q_descale goes with E4M3 q and only with it: got q " + str(q.dtype) +
+                         (" without" if q_descale is None else " with") + " q_descale")
+    check_cache_descale("k_descale", k_descale, batch, k_cache)
+    check_cache_descale("v_descale", v_descale, batch, v_cache)
+    if q_descale is not None:
+        if q_descale.dim() == 3:
+            raise ValueError(f"q_descale has shape {tuple(q_descale.shape)}; decode takes q's descale per "
+                             f"(sequence, kv head): (), ({k_cache.shape[2]},) or ({batch}, {k_cache.shape[2]})")
+        check_cache_descale("q_descale", q_descale, batch, k_cache)
+    for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if d is not None and d.device != q.device:
+            raise ValueError(f"{name} is on {d.device} but q is on {q.device}")

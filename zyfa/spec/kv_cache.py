@@ -1,0 +1,82 @@
+"""A KV cache as flash_attn_with_kvcache reads it: its descale shapes, its float64 values, and
+float64 decode attention over it (the reference every decode path is held to).
+
+A cache is dense, k/v (batch, cache_len, kv_heads, d), sequence b's keys in row b; or paged,
+k/v (num_pages, page_size, kv_heads, d) with a block table (batch, max_pages) naming sequence
+b's pages in order. Either way sequence b uses its first ``cache_seqlens[b]`` keys.
+
+E4M3 K/V descales (float32), indexed like the cache with head_dim dropped:
+
+  per (sequence, kv head):  () | (kv_heads,) | (batch, kv_heads)     zyfa.spec.descales' coarse shapes
+  per token:                (cache rows, kv_heads, tokens a row)      rows = k.shape[0], tokens = k.shape[1]
+
+so a dense cache's per-token descale is (batch, kv_heads, cache_len), the prefill per-token
+shape, and a paged cache's is (num_pages, kv_heads, page_size), kept beside its pages as an
+engine appending quantized tokens writes it. Its q_descale (E4M3 q) takes the coarse shapes.
+"""
+from __future__ import annotations
+
+import torch
+
+from .descales import check_descale, coarse_descale, is_per_token
+from .e4m3 import e4m3_decode
+from .reference import attention_fp64
+
+
+def check_cache_descale(name: str, d, batch: int, cache: torch.Tensor) -> None:
+    """Raise TypeError/ValueError unless ``d`` is a descale of ``cache``'s shapes (above)."""
+    rows, tokens, hkv = cache.shape[:3]
+    check_descale(name, d, batch, hkv, (rows, hkv, tokens))
+
+
+def _row_values(rows: torch.Tensor, descale) -> torch.Tensor:
+    """float64 values of cache rows (n, tokens, kv_heads, d): 16-bit as they are, E4M3 times
+    ``descale``, per token (n, kv_heads, tokens) or per row and kv head (n, kv_heads)."""
+    if rows.dtype != torch.float8_e4m3fn:
+        return rows.double()
+    x = e4m3_decode(rows.contiguous().view(torch.uint8))
+    d = descale.to(x.device).double()
+    return x * (d.permute(0, 2, 1)[..., None] if d.dim() == 3 else d[:, None, :, None])
+
+
+def sequence_keys(cache: torch.Tensor, descale, cache_seqlens: list[int], block_table=None) -> list[torch.Tensor]:
+    """Each sequence's first cache_seqlens[b] rows of the cache, float64 (n, kv_heads, d),
+    the pages gathered through the block table."""
+    batch, hkv = len(cache_seqlens), cache.shape[2]
+    coarse = None
+    if descale is not None and not is_per_token(descale):
+        coarse = coarse_descale(descale.float(), batch, hkv, "descale")          # (batch, kv_heads)
+    out = []
+    for b, n in enumerate(cache_seqlens):
+        if block_table is None:
+            ids = torch.tensor([b], device=cache.device)
+        else:
+            ids = block_table[b, :-(-n // cache.shape[1])].long().to(cache.device)
+        d = None
+        if coarse is not None:
+            d = coarse[b:b + 1].expand(len(ids), hkv)
+        elif descale is not None:
+            d = descale.index_select(0, ids.to(descale.device))
+        out.append(_row_values(cache.index_select(0, ids), d).flatten(0, 1)[:n])
+    return out
+
+
+def decode_attention_fp64(q, k_cache, v_cache, cache_seqlens: list[int], block_table=None, q_descale=None,
+                          k_descale=None, v_descale=None, causal: bool = False, softmax_scale=None):
+    """float64 attention of q (batch, seqlen_q, heads, d) over each sequence's cached keys
+    (values of E4M3 inputs dequantized), causal bottom-right as in prefill. Returns out
+    (batch, seqlen_q, heads, d_v) and the natural-log LSE (batch, heads, seqlen_q), float64."""
+    qv = q.double() if q.dtype != torch.float8_e4m3fn else e4m3_decode(q.contiguous().view(torch.uint8))
+    if q_descale is not None:
+        qd = coarse_descale(q_descale.to(q.device).float(), q.shape[0], k_cache.shape[2], "q_descale")
+        qv = qv * qd.double().repeat_interleave(q.shape[2] // k_cache.shape[2], 1)[:, None, :, None]
+    ks = sequence_keys(k_cache, k_descale, cache_seqlens, block_table)
+    vs = sequence_keys(v_cache, v_descale, cache_seqlens, block_table)
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        o, lse = attention_fp64(qv[b:b + 1], ks[b][None], vs[b][None], causal=causal,
+                                softmax_scale=softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5,
+                                return_lse=True)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)

@@ -1,0 +1,231 @@
+"""Decode attention in Triton: 1-16 queries a sequence over a dense or paged KV cache.
+
+One program per (sequence, kv head, key split). The rows of its tile are all the query
+heads of the kv head's GQA group times the sequence's queries (row r = g * SQ + i: head
+g of the group, query i), so each K/V tile is read once for the whole group; the rows are
+padded to BLOCK_M >= 16 for tl.dot. Keys are split over programs (per sequence: its key tiles
+divided evenly over the splits) when the batch alone cannot fill the GPU; each split writes its
+normalized partial output and natural-log LSE in float32, and ``merge_kernel`` combines them
+in split order (no atomics: the same bits every run).
+
+Pieces, named as in attention.py:
+  key rows       a key's cache row and token: dense, or through the block table (one page
+                 lookup a tile where the tile lies in one page, a lookup per key otherwise);
+  block bounds   the split's keys [lo, hi): the unmasked part [lo, band_start) every query
+                 sees, and the masked band [band_start, hi) (cache end, causal limit);
+  online step    FlashAttention's running max in float32, P rounded to the dot dtype.
+
+Causal is bottom-right as in prefill (zyfa.spec.reference.causal_limit): query i sees keys
+j <= i + Sk - SQ.
+
+E4M3 K/V (and q) are widened to BF16 for the dots, which is exact (every E4M3 value is a BF16
+value); their descales enter the float32 scores and output: per (sequence, kv head) as one
+factor a row, per token as a factor a key (K: on the score, V: on P before P.V). So an E4M3
+cache computes what a BF16 cache holding its dequantized values computes, to float32
+rounding, P's BF16 rounding and the per-token V factor's rounding of P.
+"""
+import triton
+import triton.language as tl
+
+from ..spec import constants as C
+from .attention import _dot
+
+_NEG_FLOOR: tl.constexpr = tl.constexpr(C.NEG_FLOOR)
+_LN2: tl.constexpr = tl.constexpr(C.LN2)
+
+# descale modes of K and V (constexpr KD_MODE / VD_MODE)
+NO_DESCALE: tl.constexpr = tl.constexpr(0)     # 16-bit cache
+PER_HEAD: tl.constexpr = tl.constexpr(1)       # one per (sequence, kv head), (batch, kv_heads)
+PER_TOKEN: tl.constexpr = tl.constexpr(2)      # one per cached token, (rows, kv_heads, tokens)
+
+
+@triton.jit
+def _rounded(p, dtype: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """p rounded to the dot dtype, to nearest even. Triton's interpreter truncates float32 to
+    BF16, so under it (UPCAST_DOT, float32 dots) BF16's rounding is done on the bits."""
+    if UPCAST_DOT and dtype == tl.bfloat16:
+        bits = p.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    return p.to(dtype)
+
+
+@triton.jit
+def key_rows(b, table, start_n, offs_n, Sk, PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, MASKED: tl.constexpr):
+    """(cache row, token within the row) of keys start_n + offs_n: row b of a dense cache
+    (PAGE 0), else the page the block table names. TILE_IN_PAGE: the tile lies in one page
+    (pages a multiple of the tile), one lookup; otherwise one a key, past Sk reading page 0."""
+    cols = start_n + offs_n
+    if PAGE == 0:
+        return b, cols
+    if TILE_IN_PAGE:
+        return tl.load(table + start_n // PAGE), start_n % PAGE + offs_n
+    if MASKED:
+        return tl.load(table + cols // PAGE, mask=cols < Sk, other=0), cols % PAGE
+    return tl.load(table + cols // PAGE), cols % PAGE
+
+
+@triton.jit
+def split_bounds(split, n_splits, Sk, SQ: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """(lo, band_start, hi): split ``split`` of n_splits takes keys [lo, hi), whole tiles of the
+    sequence's Sk keys shared out evenly; keys [lo, band_start) need no mask, [band_start, hi) do."""
+    tiles = tl.cdiv(tl.cdiv(Sk, BLOCK_N), n_splits)
+    lo = tl.minimum(split * tiles * BLOCK_N, Sk)
+    hi = tl.minimum(lo + tiles * BLOCK_N, Sk)
+    if CAUSAL:
+        seen_by_all = Sk - SQ + 1                # query 0's limit + 1: every query sees keys below it
+    else:
+        seen_by_all = Sk
+    unmasked = tl.maximum(tl.minimum(hi, seen_by_all), lo) - lo
+    return lo, lo + (unmasked // BLOCK_N) * BLOCK_N, hi
+
+
+@triton.jit
+def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+                 stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh, stride_dr, stride_dh,
+                 SQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+                 PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr,
+                 CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """One key tile of the online softmax; returns the updated (acc, l_sum, m)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    cols = start_n + offs_n
+    row, tok = key_rows(b, table, start_n, offs_n, Sk, PAGE, TILE_IN_PAGE, MASKED)
+    row = row.to(tl.int64)
+    k_ptrs = K + (row * stride_kr + tok * stride_kt + kvh * stride_kh)[:, None] + tl.arange(0, D)[None, :]
+    v_ptrs = V + (row * stride_vr + tok * stride_vt + kvh * stride_vh)[:, None] + tl.arange(0, DV)[None, :]
+    d_off = row * stride_dr + kvh * stride_dh + tok       # per-token descales: (rows, kv_heads, tokens)
+    if MASKED:
+        in_seq = cols < Sk
+        k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+    s = _dot(q, k.to(q.dtype).T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
+    if KD_MODE == PER_TOKEN:
+        if MASKED:
+            kd = tl.load(KD + d_off, mask=in_seq, other=0.0)
+        else:
+            kd = tl.load(KD + d_off)
+        t = s * (row_fac[:, None] * kd[None, :])
+    else:
+        t = s * row_fac[:, None]
+    if MASKED:
+        valid = in_seq[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= qi[:, None] + (Sk - SQ))
+        t = tl.where(valid, t, float("-inf"))
+    m_new = tl.maximum(m, tl.max(t, 1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(t - m_new[:, None])
+    l_sum = l_sum * alpha + tl.sum(p, 1)
+    if VD_MODE == PER_TOKEN:
+        if MASKED:
+            vd = tl.load(VD + d_off, mask=in_seq, other=0.0)
+        else:
+            vd = tl.load(VD + d_off)
+        p = p * vd[None, :]
+    if MASKED:
+        v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
+    else:
+        v = tl.load(v_ptrs)
+    acc = _dot(_rounded(p, q.dtype, UPCAST_DOT), v.to(q.dtype), acc * alpha[:, None], UPCAST_DOT)
+    return acc, l_sum, m_new
+
+
+@triton.jit
+def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
+                  stride_qb, stride_qs, stride_qh, stride_kr, stride_kt, stride_kh,
+                  stride_vr, stride_vt, stride_vh, stride_dr, stride_dh, stride_ob, stride_os, stride_oh,
+                  table_stride, n_splits, Hq, Hkv, qk_scale_log2,
+                  SQ: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
+                  Q_FP8: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr, CAUSAL: tl.constexpr,
+                  SPLIT: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """Grid (n_splits, batch * kv_heads). q (B, SQ, Hq, D); the cache K/V (rows, tokens, Hkv, d)
+    read through their strides; SEQLENS (B,) int32 the keys each sequence uses; TABLE
+    (B, max_pages) int32 with PAGE > 0. QD: q's descales (B, Hkv) with Q_FP8; KD/VD by mode.
+    SPLIT: write partials O_PART (B * Hkv, n_splits, GROUP * SQ, DV) and LSE_PART
+    (B * Hkv, n_splits, GROUP * SQ) for merge_kernel; else the output O (B, SQ, Hq, DV) and
+    LSE (B, Hq, SQ)."""
+    split = tl.program_id(0)
+    bk = tl.program_id(1)
+    b = bk // Hkv
+    kvh = bk % Hkv
+    Sk = tl.load(SEQLENS + b)
+
+    rows_m = tl.arange(0, BLOCK_M)
+    row_ok = rows_m < GROUP * SQ
+    g = rows_m // SQ
+    qi = rows_m % SQ
+    h = kvh * GROUP + g
+    q_ptrs = Q + b * stride_qb + qi[:, None] * stride_qs + h[:, None] * stride_qh + tl.arange(0, D)[None, :]
+    q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+    row_fac = tl.zeros([BLOCK_M], tl.float32) + qk_scale_log2
+    if Q_FP8:
+        q = q.to(tl.bfloat16)
+        row_fac = row_fac * tl.load(QD + b * Hkv + kvh)
+    if KD_MODE == PER_HEAD:
+        row_fac = row_fac * tl.load(KD + b * Hkv + kvh)
+
+    acc = tl.zeros([BLOCK_M, DV], tl.float32)
+    l_sum = tl.zeros([BLOCK_M], tl.float32)
+    m = tl.zeros([BLOCK_M], tl.float32) + _NEG_FLOOR
+    table = TABLE + b * table_stride
+    lo, band_start, hi = split_bounds(split, n_splits, Sk, SQ, BLOCK_N, CAUSAL)
+    for start_n in range(lo, band_start, BLOCK_N):
+        acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+                                     stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+                                     stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE,
+                                     KD_MODE, VD_MODE, CAUSAL, False, UPCAST_DOT)
+    for start_n in range(band_start, hi, BLOCK_N):
+        acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+                                     stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+                                     stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE,
+                                     KD_MODE, VD_MODE, CAUSAL, True, UPCAST_DOT)
+
+    # epilogue; a split whose keys a row cannot see (none, or all past its causal limit)
+    # leaves l_sum 0: its partial is 0 with LSE -inf, weight 0 in the merge
+    seen = l_sum > 0
+    l_safe = tl.where(seen, l_sum, 1.0)
+    out = acc / l_safe[:, None]
+    offs_dv = tl.arange(0, DV)
+    if VD_MODE == PER_HEAD:
+        out = out * tl.load(VD + b * Hkv + kvh)
+    lse = tl.where(seen, _LN2 * (m + tl.log2(l_safe)), float("-inf"))
+    if SPLIT:
+        part = bk * n_splits + split
+        tl.store(O_PART + (part * (GROUP * SQ) + rows_m)[:, None] * DV + offs_dv[None, :], out,
+                 mask=row_ok[:, None])
+        tl.store(LSE_PART + part * (GROUP * SQ) + rows_m, lse, mask=row_ok)
+    else:
+        o_ptrs = O + b * stride_ob + qi[:, None] * stride_os + h[:, None] * stride_oh + offs_dv[None, :]
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(LSE + (b * Hq + kvh * GROUP) * SQ + rows_m, lse, mask=row_ok)
+
+
+@triton.jit
+def merge_kernel(O_PART, LSE_PART, O, LSE, n_splits, Hq, Hkv, stride_ob, stride_os, stride_oh,
+                 SQ: tl.constexpr, GROUP: tl.constexpr, DV: tl.constexpr, SPLITS: tl.constexpr):
+    """Grid (batch * kv_heads * GROUP * SQ,): one output row from its n_splits partials
+    (SPLITS: n_splits rounded up to a power of two), weighted by exp(lse_s - lse):
+    lse = max + ln(sum exp(lse_s - max)), out = sum exp(lse_s - lse) * out_s, in float32,
+    summed in one fixed order."""
+    pid = tl.program_id(0)
+    rows = GROUP * SQ
+    bk = pid // rows
+    r = pid % rows
+    s = tl.arange(0, SPLITS)
+    parts = bk * n_splits + s
+    ok = s < n_splits
+    lse_s = tl.load(LSE_PART + parts * rows + r, mask=ok, other=float("-inf"))
+    top = tl.max(lse_s, 0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    w = tl.exp(lse_s - top)
+    total = tl.sum(w, 0)
+    offs_dv = tl.arange(0, DV)
+    o_s = tl.load(O_PART + (parts * rows + r)[:, None] * DV + offs_dv[None, :], mask=ok[:, None], other=0.0)
+    out = tl.sum(o_s * w[:, None], 0) / total
+    b = bk // Hkv
+    h = (bk % Hkv) * GROUP + r // SQ
+    qi = r % SQ
+    tl.store(O + b * stride_ob + qi * stride_os + h * stride_oh + offs_dv, out.to(O.dtype.element_ty))
+    tl.store(LSE + (b * Hq + h) * SQ + qi, top + tl.log(total))
