@@ -98,7 +98,6 @@ def varlen_cases() -> list[Case]:
             Case("varlen", "dense 4 x 16K GQA 32/8", 4, 16384, 16384, 32, 8, 128, 128)]
 
 
-<<<<<<< HEAD
 def frontier_cases() -> list[Case]:
     """The accuracy-speed frontier: the realistic model shapes and one case a head dim the models
     lack (d64, d256; 8K, batch 4, FlashAttention's 2048-wide sweep heads), where every FP8 / INT8
@@ -108,12 +107,6 @@ def frontier_cases() -> list[Case]:
                      Case("frontier", "d256 batch 4 8K", 4, 8192, 8192, 8, 8, 256, 256)]
 
 
-def cases_for(names: str) -> list[Case]:
-    """Case groups by name: quick, sweep, models, varlen, frontier, all, or one head dim of the sweep
-    (sweep-d128)."""
-    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases,
-             "frontier": frontier_cases}
-=======
 def decode_cases() -> list[Case]:
     """One query a sequence over a cache, GQA 32/8 d128: many short caches, the middle, few long."""
     return [Case("decode", f"decode {b} x {s // 1024}K GQA 32/8", b, 1, s, 32, 8, 128, 128)
@@ -121,9 +114,10 @@ def decode_cases() -> list[Case]:
 
 
 def cases_for(names: str) -> list[Case]:
-    """Case groups by name: quick, sweep, models, varlen, decode, all, or one head dim of the sweep (sweep-d128)."""
-    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases, "decode": decode_cases}
->>>>>>> issue57
+    """Case groups by name: quick, sweep, models, varlen, frontier, decode, all, or one head dim of
+    the sweep (sweep-d128)."""
+    table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases,
+             "frontier": frontier_cases, "decode": decode_cases}
     for d, dv in SWEEP_DIMS:
         table[f"sweep-d{d}"] = functools.partial(sweep_cases, dims=((d, dv),))
     out = []

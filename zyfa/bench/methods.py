@@ -86,13 +86,9 @@ class Method:
     unsupported: Callable[[Case], str | None] = lambda case: None    # why a case is out of its reach
     with_quantize: bool = False      # the timed call quantizes the BF16 inputs too
     varlen: bool = False             # takes packed (varlen) cases only, through a varlen function
-<<<<<<< HEAD
-    page_size: int | None = None     # varlen: the keys from a paged KV cache of pages this size
-    ref_rule: str | None = None      # FP8: a reference rule other than the default (the fast mode: running)
-=======
     page_size: int | None = None     # varlen, decode: the keys from a paged KV cache of pages this size
+    ref_rule: str | None = None      # FP8: a reference rule other than the default (the fast mode: running)
     decode: bool = False             # takes decode cases only (flash_attn_with_kvcache, its anchors, a copy)
->>>>>>> issue57
 
     @property
     def label(self) -> str:
@@ -397,13 +393,8 @@ def all_methods(backend: str = "triton") -> list[Method]:
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
             Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),
             Method("sdpa_cudnn", "sdpa", "bf16", None, _sdpa_build("sdpa_cudnn"), _gpu_missing),
-<<<<<<< HEAD
             Method("sdpa_flash", "sdpa", "bf16", None, _sdpa_build("sdpa_flash"), _gpu_missing),
             Method("sageattention", "sage", "int8", None, _sage_build, _sage_missing, unsupported=_sage_unsupported,
                    with_quantize=True)]
-    return out
-=======
-            Method("sdpa_flash", "sdpa", "bf16", None, _sdpa_build("sdpa_flash"), _gpu_missing)]
     from .decode_methods import decode_methods
     return out + decode_methods()
->>>>>>> issue57
