@@ -1,4 +1,4 @@
-"""Lab A/B (not for the package): the fast mode's two FP8 consumers taking turns to issue their
+"""Lab A/B (not for the package), exit status 3 when the turns lose on average: the fast mode's two FP8 consumers taking turns to issue their
 GEMM phases (specialized.RUNNING_TURNS) against not, timed in turns in one process beside the
 default exact kernel and FA3 FP8; outputs compared bit for bit (turns change no arithmetic)."""
 import json
@@ -56,3 +56,6 @@ for name, (B, S, Hq, Hkv, D, Dv) in {"Mistral-7B 16K": (1, 16384, 32, 8, 128, 12
           + f"  turns/fa3 {tf['turns'] / tf['fa3']:.3f} no_turns/fa3 {tf['no_turns'] / tf['fa3']:.3f}", flush=True)
 with open(os.path.join(os.environ.get("OUT", "."), "turns_ab.json"), "w") as f:
     json.dump(dict(gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+gain = sum(r["tflops"]["turns"] / r["tflops"]["no_turns"] for r in rows) / len(rows)
+print(f"turns / no turns, mean over the cases: {gain:.4f}")
+raise SystemExit(0 if gain >= 1.0 else 3)
