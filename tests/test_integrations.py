@@ -284,14 +284,16 @@ def test_backends_run_zyfa(tiny_model, monkeypatch):
 
     def spy(*args, **kw):
         q = kw.get("q", args[0] if args else None)
-        calls.append((q.dtype, kw.get("softmax_scale"), kw.get("causal")))
+        calls.append((q.dtype, kw.get("softmax_scale"), kw.get("causal"), kw.get("ref_rule")))
         return real(*args, **kw)
 
     monkeypatch.setattr(zyfa, "flash_attn_func", spy)
     ids = torch.randint(0, 256, (1, 48), generator=torch.Generator().manual_seed(8)).to(DEVICE)
     layers = tiny_model.config.num_hidden_layers
     scaling = tiny_model.config.head_dim ** -0.5
-    for impl, dtype in (("zyfa", torch.bfloat16), ("zyfa_fp8", torch.float8_e4m3fn), ("zyfa_int8", torch.int8)):
+    # zyfa_fp8 runs the fast mode, zyfa_int8 the per-block fold
+    for impl, dtype, ref in (("zyfa", torch.bfloat16, None), ("zyfa_fp8", torch.float8_e4m3fn, "running"),
+                             ("zyfa_int8", torch.int8, "block")):
         calls.clear()
         _logits(tiny_model, impl, ids)
-        assert calls == [(dtype, scaling, True)] * layers, (impl, calls)
+        assert calls == [(dtype, scaling, True, ref)] * layers, (impl, calls)

@@ -1,7 +1,7 @@
 """Hugging Face transformers attention backends: ``zyfa`` (BF16/FP16), ``zyfa_fp8`` (q, k, v
-quantized to E4M3 on the fly with zyfa.quantize_fp8) and ``zyfa_int8`` (the INT8 Q.K^T mode,
-zyfa.quantize_int8_qk: int8 q and k with per-token and per-key-block scales, E4M3 v; the
-most accurate FP8 path, run by the Triton kernel).
+quantized to E4M3 on the fly with zyfa.quantize_fp8; the fast mode, ref_rule "running") and
+``zyfa_int8`` (the INT8 Q.K^T mode, zyfa.quantize_int8_qk: int8 q and k with per-token and
+per-key-block scales, E4M3 v; the most accurate FP8 path).
 
     import zyfa.integrations.transformers as zt
     zt.register()
@@ -33,6 +33,10 @@ from ..validation import HALF_DTYPES
 log = logging.getLogger("zyfa")
 NAMES = ("zyfa", "zyfa_fp8", "zyfa_int8")
 QUANTIZERS = {"fp8": quantize_fp8, "int8": quantize_int8_qk}
+# each mode's reference rule: zyfa_fp8 the fast mode (end to end as accurate as the default and as
+# FA3 FP8, since quantizing q and k dominates there: docs/decisions.md), zyfa_int8 the per-block
+# fold, whose kernel accuracy shows end to end once q and k are int8
+REF_RULES = {"fp8": "running", "int8": "block"}
 _logged: set[str] = set()
 
 
@@ -102,7 +106,7 @@ def _varlen(query, key, value, valid_q, valid_k, scaling, fp8):
     if fp8:
         x = quantize_fp8(*(torch.where(m[:, :, None, None], t, 0) for t, m in ((q, valid_q), (k, valid_k), (v, valid_k))))
         q, k, v = x.q, x.k, x.v
-        kw = dict(q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
+        kw = dict(q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale, ref_rule=REF_RULES["fp8"])
     lens_q, lens_k = valid_q.sum(1), valid_k.sum(1)
     packed = zyfa.flash_attn_varlen_func(q[valid_q], k[valid_k], v[valid_k], _cu(valid_q), _cu(valid_k),
                                          int(lens_q.max()), int(lens_k.max()), softmax_scale=scaling, causal=True, **kw)
@@ -129,7 +133,7 @@ def _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs
     if quant is None:
         return zyfa.flash_attn_func(q, k, v, softmax_scale=scaling, causal=causal), None
     x = QUANTIZERS[quant](q, k, v)
-    out = zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=causal)
+    out = zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=causal, ref_rule=REF_RULES[quant])
     return out.to(query.dtype), None
 
 
