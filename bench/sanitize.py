@@ -9,6 +9,8 @@ that "passes" the sanitizer also computed the right thing.
     /usr/local/cuda/bin/compute-sanitizer --tool memcheck python3 bench/sanitize.py
     ... python3 bench/sanitize.py --dtypes bf16,fp16        # only the 16-bit kernels (no quantizer)
     ... python3 bench/sanitize.py --backends ptx             # only the generated kernels
+    python3 bench/sanitize.py --backends ptx --dtypes fp8 --ref-rules running --repeats 1000   # the fast mode,
+                                                             # 1,000 launches a case, bit for bit
 """
 from __future__ import annotations
 
@@ -53,18 +55,30 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default="fp8,bf16,fp16", help="the input types whose kernels run")
     ap.add_argument("--backends", default="ptx,triton", help="the backends whose kernels run")
+    ap.add_argument("--ref-rules", default="block,running", help="the FP8 reference rules whose kernels run "
+                    "(running: the fast mode)")
+    ap.add_argument("--repeats", type=int, default=1, help="launches of each FP8 case; every output bit for "
+                    "bit the first's")
     a = ap.parse_args()
-    dtypes, backends = a.dtypes.split(","), a.backends.split(",")
+    dtypes, backends, ref_rules = a.dtypes.split(","), a.backends.split(","), a.ref_rules.split(",")
     failed = 0
     for backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal, *rule in CASES:
         if dtype not in dtypes or backend not in backends:
             continue
         p_rule = rule[0] if rule else DEFAULT_P_RULE
         ref_rule = rule[1] if len(rule) > 1 else DEFAULT_REF_RULE
+        if dtype == "fp8" and ref_rule not in ref_rules:
+            continue
         q, k, v = make("realistic", B, Sq, Hq, Hkv, D, Dv, seqlen_k=Sk, seed=1, device="cuda")
         if dtype == "fp8":
             x = zyfa.quantize_fp8(q, k, v)
             out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend=backend, p_rule=p_rule, ref_rule=ref_rule)
+            differ = sum(not torch.equal(out, zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend=backend,
+                                                                    p_rule=p_rule, ref_rule=ref_rule))
+                         for _ in range(a.repeats - 1))
+            if differ:
+                print(f"{differ} of {a.repeats - 1} repeats differ from the first launch: WRONG", flush=True)
+                failed += 1
             ref = attention_fp64(*x.dequantized(), causal=causal)
             spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=p_rule, ref_rule=ref_rule)
             bound = K_FP8 * rel_err(spec, ref) + FP8_FLOOR      # the fuzz test's bound for its P rule
