@@ -1,6 +1,7 @@
 """flash_attn_with_kvcache: the Triton decode kernel against float64 attention over the cache,
 dense and paged, BF16/FP16 and E4M3, against itself across layouts and splits, and its checks."""
 import math
+import os
 
 import pytest
 import torch
@@ -329,3 +330,33 @@ def test_zyfa_backend_variable(monkeypatch):
     assert zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens)).startswith("selected: reference")
     monkeypatch.setenv("ZYFA_BACKEND", "ptx")
     assert zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens)).startswith("selected: triton")
+
+
+# (kernel specialization, whether it compiles without spills today); the spilling ones are the
+# open work of the decode kernel: a key-by-key page lookup (pages smaller than the tile) holds a
+# 64-bit address a key and element, and E4M3 K/V's upcast tiles crowd the per-head path
+DECODE_SPECS = [
+    (dict(), True), (dict(split=False, causal=False), True), (dict(page=64, tile_in_page=True), True),
+    (dict(page=16), False), (dict(kv="fp8", kd_mode=1, vd_mode=1), False),
+    (dict(kv="fp8", kd_mode=2, vd_mode=2, page=16), False), (dict(kv="fp8", kd_mode=1, vd_mode=1, q_fp8=True), False),
+    (dict(sq=4, group=8, head_dim=256, block_n=32), True), (dict(sq=16, group=1, head_dim=64), True)]
+
+
+@pytest.mark.parametrize("spec, no_spills", DECODE_SPECS)
+def test_decode_kernel_compiles_for_sm90(spec, no_spills):
+    """The compiler takes what the interpreter runs (it refuses, e.g., branches returning a scalar
+    in one place and a tensor in another): every constexpr path, compiled for sm_90a on the CPU
+    in a process without TRITON_INTERPRET; the paths marked so without spills."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json, sys; from zyfa.verify.triton_compile import compile_decode; "
+            "from zyfa.asm.ptx.assemble import assemble; "
+            "k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble(k.asm['ptx']); "
+            "print(json.dumps([a.registers, a.spill_bytes]))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    registers, spills = json.loads(r.stdout.strip().splitlines()[-1])
+    assert spills == 0 or not no_spills, (spec, registers, spills)

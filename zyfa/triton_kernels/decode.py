@@ -56,13 +56,21 @@ def key_rows(b, table, start_n, offs_n, Sk, PAGE: tl.constexpr, TILE_IN_PAGE: tl
     (PAGE 0), else the page the block table names. TILE_IN_PAGE: the tile lies in one page
     (pages a multiple of the tile), one lookup; otherwise one a key, past Sk reading page 0."""
     cols = start_n + offs_n
+    # one return of one type: the compiler (unlike the interpreter) refuses branches that return
+    # a scalar in one place and a tensor in another
     if PAGE == 0:
-        return b, cols
-    if TILE_IN_PAGE:
-        return tl.load(table + start_n // PAGE), start_n % PAGE + offs_n
-    if MASKED:
-        return tl.load(table + cols // PAGE, mask=cols < Sk, other=0), cols % PAGE
-    return tl.load(table + cols // PAGE), cols % PAGE
+        row = b + tl.zeros_like(cols)
+        token = cols
+    elif TILE_IN_PAGE:
+        row = tl.load(table + start_n // PAGE) + tl.zeros_like(cols)
+        token = start_n % PAGE + offs_n
+    elif MASKED:
+        row = tl.load(table + cols // PAGE, mask=cols < Sk, other=0)
+        token = cols % PAGE
+    else:
+        row = tl.load(table + cols // PAGE)
+        token = cols % PAGE
+    return row, token
 
 
 @triton.jit

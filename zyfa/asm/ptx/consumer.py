@@ -5,7 +5,6 @@ from __future__ import annotations
 from ..program import Program, Reg
 from .block import emit_q_descriptors
 from .cta import Cta
-from .layout import THREADS
 from .loads import emit_ring_position
 from .smem import emit_descriptor, emit_wait
 from .tile_loop import phase_of
@@ -13,7 +12,6 @@ from .tile_loop import phase_of
 # a consumer's registers after setmaxnreg (two consumers, or three at 16-bit d64)
 CONSUMER_REGISTERS = {2: 240, 3: 160}
 Q_BARRIER = 3                          # named barriers 3, 4 (, 5): each consumer's own 128 threads
-TURN_BARRIER = 6                       # named barriers 6, 7: whose turn it is (emit_turns)
 
 
 def emit_block_loop_head(prog: Program, c: Cta, j: Reg, start_n: Reg, slot: Reg, prev_slot: Reg,
@@ -74,18 +72,3 @@ def emit_consumer_start(prog: Program, c: Cta) -> tuple[Reg, Reg, list[list[Reg]
     emit("sub.u32", q_tile, q_tile, c.layout.q_bytes)
     dq = emit_descriptor(prog, q_tile, c.layout.qk_tiles[0][1])
     return q_sync, q_tile, emit_q_descriptors(prog, c, q_tile, dq)
-
-
-def emit_turns(prog: Program, c: Cta):
-    """Two consumers taking turns to issue their GEMM phases (FlashAttention-3's scheduler
-    barrier), so that one's softmax runs under the other's GEMMs: named barriers TURN_BARRIER
-    (the first consumer's turn) and + 1 (the second's); the second consumer hands the first its
-    first turn. Returns (wait for my turn, hand the turn over), emitted around each GEMM phase."""
-    emit = prog.emit
-    mine, other = prog.regs("u32", 2)
-    emit("add.u32", mine, c.thread.wg, TURN_BARRIER - 1)
-    emit("xor.b32", other, mine, 1)
-    second = prog.reg("pred")
-    emit("setp.eq.u32", second, c.thread.wg, 2)
-    emit("bar.arrive.n", TURN_BARRIER, 2 * THREADS, guard=second)
-    return (lambda: emit("bar.sync.n", mine, 2 * THREADS)), (lambda: emit("bar.arrive.n", other, 2 * THREADS))

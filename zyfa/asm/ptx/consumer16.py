@@ -6,7 +6,7 @@ from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
 from .block import BLOCK_LOOPS, emit_rescale, emit_scale_rows, emit_scores
-from .consumer import (emit_block_loop_head, emit_consumer_start, emit_next_block, emit_release, emit_turns, emit_v_wait,
+from .consumer import (emit_block_loop_head, emit_consumer_start, emit_next_block, emit_release, emit_v_wait,
                        free_bar, v_bar)
 from .cta import Cta, Rows, emit_rows
 from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
@@ -19,6 +19,7 @@ from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
 # Layout.early_pv_wait: the P V wait pinned after this exponential of the block (of 32 a thread
 # at 128 keys): ptxas then places it after 3-10 of them (FlashAttention-3's: after 13)
 EARLY_PV_WAIT_EXP = 15
+TURN_BARRIER = 6                      # named barriers 6, 7 (Layout.turns; consumer.Q_BARRIER takes 3-5)
 FIRST_LOOP = "BLOCK_LOOP" + BLOCK_LOOPS[0][0]   # a tile's blocks after its first: the copy below the band
 
 
@@ -100,7 +101,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         emit_row_update16(prog, sm, l, A)
         return sm
 
-    turn = emit_turns(prog, c) if c.layout.turns else None
+    turn = _turns(prog, c) if c.layout.turns else None
     early = c.layout.early_pv_wait
     alpha_prev = prog.regs("f32", 2) if early else None   # the last block's alpha, for the next P V
     if early:
@@ -248,6 +249,20 @@ def _emit_tile_after_tile(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Re
     emit_pack16(prog, c, sm.p, p_regs)
     emit("bra", FIRST_LOOP)
     prog.label("CONSUMER_DONE")
+
+
+def _turns(prog: Program, c: Cta):
+    """Layout.turns: named barriers TURN_BARRIER (the first consumer's turn) and + 1 (the
+    second's); the second consumer hands the first its first turn. Returns (wait for my turn,
+    hand the turn over), emitted around each GEMM phase."""
+    emit = prog.emit
+    mine, other = prog.regs("u32", 2)
+    emit("add.u32", mine, c.thread.wg, TURN_BARRIER - 1)
+    emit("xor.b32", other, mine, 1)
+    second = prog.reg("pred")
+    emit("setp.eq.u32", second, c.thread.wg, 2)
+    emit("bar.arrive.n", TURN_BARRIER, 2 * THREADS, guard=second)
+    return (lambda: emit("bar.sync.n", mine, 2 * THREADS)), (lambda: emit("bar.arrive.n", other, 2 * THREADS))
 
 
 MOVES = {"u32": "mov.u32", "f32": "mov.f32", "u64": "mov.b64"}   # a register copied, by kind

@@ -33,7 +33,7 @@ from .block import (
     emit_softmax,
     v_halves,
 )
-from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, emit_turns, free_bar, v_bar
+from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, free_bar, v_bar
 from .consumer16 import emit_consumer_16
 from .cta import Cta, Rows, emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
@@ -47,8 +47,6 @@ from .tile_loop import (TileLoop, emit_first_tile, emit_next_t, emit_tile_end, e
                         emit_tile_loop_head, phase_of)
 
 PRODUCER_REGISTERS = 24
-# the fast mode's two consumers take turns to issue their GEMM phases (consumer.emit_turns)
-RUNNING_TURNS = True
 # what the launch allots every thread (the register file's 64K over 128 threads a warpgroup,
 # the producer's share given back; consumer.CONSUMER_REGISTERS after setmaxnreg)
 LAUNCH_REGISTERS = {2: 168, 3: 128}
@@ -374,17 +372,8 @@ def _emit_consumer_running(prog: Program, c: Cta, tiles: TileLoop, rule: str, on
         for half, part in enumerate(v_halves(prog, v_tile, len(total))):
             emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * ACC:(half + 1) * ACC])
 
-    turn = emit_turns(prog, c) if RUNNING_TURNS else None
     prog.comment("block 0: its GEMM phase has Q K^T alone; the total is still 0 (no rescale)")
-    emit_kv_wait(prog, c, slot, "_FIRST")
-    if turn:
-        turn[0]()
-    emit_scores(prog, c, q_descs, slot, s, "_FIRST", wait=False)
-    if turn:
-        turn[1]()
-    facs = _emit_block_factors(prog, c, rows, j)
-    emit("wgmma.wait", 0)
-    _emit_int8_scores(prog, c, s, facs, "_FIRST")
+    facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "_FIRST")
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs, running=True)
     emit_row_update(prog, sm, l, A)
     keep(sm)
@@ -399,12 +388,8 @@ def _emit_consumer_running(prog: Program, c: Cta, tiles: TileLoop, rule: str, on
             emit("setp.ge.u32", band, start_n, rows.band_start)
             emit("bra", "BAND", guard=band)
         emit_kv_wait(prog, c, slot, tag)
-        if turn:
-            turn[0]()
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
         issue_pv(prev_slot)
-        if turn:
-            turn[1]()
         facs = _emit_block_factors(prog, c, rows, j)
         emit("wgmma.wait", 1 + (len(total) > ACC))         # S(j); P(j - 1) V^T may still run
         _emit_int8_scores(prog, c, s, facs, tag)
