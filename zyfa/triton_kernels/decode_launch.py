@@ -32,15 +32,17 @@ class DecodeTile:
 
 
 def default_tile(head_dim: int, page_size: int) -> DecodeTile:
-    """64-key tiles (32 at head dim 256, to keep the stages' K and V tiles in shared memory); a
-    paged cache's tile no longer than its pages where they are shorter, so that a tile still
-    needs one page lookup. The interpreter takes 16 keys: small test lengths then cross tiles."""
+    """64-key tiles (32 at head dim 256, to keep the stages' K and V tiles in shared memory), 4
+    warps, 2 stages (the fastest of 18 tiles summed over the three bench shapes on an H100:
+    docs/decisions.md); a paged cache's tile no longer than its pages where they are shorter, so
+    that a tile still needs one page lookup. The interpreter takes 16 keys: small test lengths
+    then cross tiles."""
     if interpreter_active():
         return DecodeTile(16, 4, 1)
     block_n = 32 if head_dim > 128 else 64
     if page_size and page_size < block_n:
         block_n = 16 if page_size % 32 else 32
-    return DecodeTile(block_n, 4, 3)
+    return DecodeTile(block_n, 4, 2)
 
 
 def decode_splits(batch: int, kv_heads: int, max_keys: int, device: torch.device, sm_margin: int = 0) -> int:
