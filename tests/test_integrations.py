@@ -36,12 +36,12 @@ def test_eager_calls_skip_the_op_with_its_results(monkeypatch):
         raise AssertionError("an eager call without autograd went through the custom op")
 
     monkeypatch.setattr(zyfa.api, "flash_attn_op", no_op)
-    got = [zyfa.flash_attn_func(q, k, v, return_lse=True, backend="reference"),
-           zyfa.flash_attn_func(**x.kwargs(), return_lse=True, backend="reference")]
+    got = [zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True, backend="reference"),
+           zyfa.flash_attn_func(causal=True, **x.kwargs(), return_lse=True, backend="reference")]
     for (o, lse), (eo, else_) in zip(got, expected):
         assert torch.equal(o, eo) and torch.equal(lse, else_)
     with pytest.raises(AssertionError, match="custom op"):       # autograd records the op
-        zyfa.flash_attn_func(q.clone().requires_grad_(), k, v, backend="reference")
+        zyfa.flash_attn_func(q.clone().requires_grad_(), k, v, causal=True, backend="reference")
     monkeypatch.undo()
 
     def no_backend(*args):
@@ -51,7 +51,7 @@ def test_eager_calls_skip_the_op_with_its_results(monkeypatch):
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode() as mode:                                # fake tensors: the op's fake implementation
         fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
-        out, lse = zyfa.flash_attn_func(fq, fk, fv, return_lse=True, backend="reference")
+        out, lse = zyfa.flash_attn_func(fq, fk, fv, causal=True, return_lse=True, backend="reference")
     assert out.shape == q.shape and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
 
 
@@ -60,7 +60,7 @@ def test_compile_fullgraph_matches_eager():
 
     def block(q, k, v, q8, k8, v8, qd, kd, vd):
         o = zyfa.flash_attn_func(q * 0.5, k, v, causal=True)
-        o8, lse = zyfa.flash_attn_func(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True)
+        o8, lse = zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True)
         return o.float() + o8.float(), lse
 
     args = (q, k, v, x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
@@ -75,29 +75,29 @@ def test_cuda_graph_capture_replays_eager():
     q, k, v, x = _inputs(seed=3, S=1000)
     static = [t.clone() for t in (q, k, v)]
     torch.cuda.synchronize()
-    zyfa.flash_attn_func(*static)                                  # compile outside the capture
-    zyfa.flash_attn_func(**x.kwargs())
+    zyfa.flash_attn_func(*static, causal=True)                                  # compile outside the capture
+    zyfa.flash_attn_func(causal=True, **x.kwargs())
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = zyfa.flash_attn_func(*static)
-        out8 = zyfa.flash_attn_func(**x.kwargs())
+        out = zyfa.flash_attn_func(*static, causal=True)
+        out8 = zyfa.flash_attn_func(causal=True, **x.kwargs())
     q2, k2, v2, x2 = _inputs(seed=4, S=1000)
     for s, t in zip(static, (q2, k2, v2)):
         s.copy_(t)
     g.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2))
-    assert torch.equal(out8, zyfa.flash_attn_func(**x.kwargs()))
+    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2, causal=True))
+    assert torch.equal(out8, zyfa.flash_attn_func(causal=True, **x.kwargs()))
 
 
 def _eager_then_captured(B, S, Hq, Hkv, D, seed):
     """Static inputs, flash_attn_func's eager output on them, and a CUDA graph of the same call
     with its output tensor."""
     static = [t.clone() for t in make("realistic", B, S, Hq, Hkv, D, seed=seed, device=DEVICE)]
-    eager = zyfa.flash_attn_func(*static)
+    eager = zyfa.flash_attn_func(*static, causal=True)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = zyfa.flash_attn_func(*static)
+        out = zyfa.flash_attn_func(*static, causal=True)
     return static, eager, g, out
 
 
@@ -112,7 +112,7 @@ def test_cuda_graph_capture_of_a_short_dense_batch():
         s.copy_(t)
     g.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2))
+    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2, causal=True))
     assert not torch.equal(out, eager)
 
 
