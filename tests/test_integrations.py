@@ -253,27 +253,94 @@ def test_padded_batch_runs_varlen_per_sequence(tiny_model, caplog, side):
         assert kl_zyfa <= 2 * kl_quant + 1e-6, (b, kl_zyfa, kl_quant)
 
 
-def test_sliding_window_and_decode_fall_back_to_sdpa(tiny_model, caplog):
+def test_sliding_window_runs_on_zyfa_and_custom_masks_and_decode_fall_back(tiny_model, caplog):
     from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
     ids, mask, _, _ = _padded_batch("right")
     padding = sdpa_mask(2, 40, 40, attention_mask=mask.bool(), device=DEVICE)
     window = sdpa_mask(2, 40, 40, mask_function=sliding_window_causal_mask_function(8), attention_mask=mask.bool(),
                        device=DEVICE)
-    assert zt._padding(padding, 40) is not None and zt._padding(window, 40) is None
+    assert zt._mask_layout(padding, 40, -1) is not None and zt._mask_layout(window, 40, -1) is None
+    assert zt._mask_layout(window, 40, 7) is not None           # transformers' window 8: FlashAttention's left 7
     zt._logged.clear()
-    q = torch.randn(2, 4, 40, 64, dtype=torch.bfloat16, device=DEVICE)
-    kv = torch.randn(2, 2, 40, 64, dtype=torch.bfloat16, device=DEVICE)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 40, 64, generator=g).to(DEVICE, torch.bfloat16)
+    kv = torch.randn(2, 2, 40, 64, generator=g).to(DEVICE, torch.bfloat16)
     module = torch.nn.Module()
     module.is_causal, module.num_key_value_groups = True, 2
     with caplog.at_level(logging.WARNING, logger="zyfa"):
-        zt.attention_forward(module, q, kv, kv, window, scaling=0.125)
-    assert sum("other than causal over padding" in r.message for r in caplog.records) == 1
+        out, _ = zt.attention_forward(module, q, kv, kv, window, scaling=0.125, sliding_window=8)
+    assert not [r.message for r in caplog.records if "falling back" in r.message]
+    valid = mask.bool()
+    for b in range(2):
+        n = int(valid[b].sum())
+        ref = attention_fp64(q[b:b + 1, :, :n].transpose(1, 2), kv[b:b + 1, :, :n].transpose(1, 2),
+                             kv[b:b + 1, :, :n].transpose(1, 2), causal=True, window_size=(7, 0), softmax_scale=0.125)
+        assert rel_err(out[b:b + 1, :n], ref) < 1e-2
+        assert not out[b, n:].any()                                 # padded rows: zeros
+    custom = window.clone()
+    custom[0, 0, 5, 1] = ~custom[0, 0, 5, 1]
+    with caplog.at_level(logging.WARNING, logger="zyfa"):
+        zt.attention_forward(module, q, kv, kv, custom, scaling=0.125, sliding_window=8)
+    assert sum("other than causal" in r.message for r in caplog.records) == 1
     tiny_model.set_attn_implementation("zyfa")
     with caplog.at_level(logging.WARNING, logger="zyfa"):
         out = tiny_model.generate(ids[:1], max_new_tokens=2, do_sample=False)
     assert out.shape[1] == ids.shape[1] + 2
     assert sum("decode step" in r.message for r in caplog.records) == 1
     assert all(r.name == "zyfa" and r.levelno == logging.WARNING for r in caplog.records if "falling back" in r.message)
+
+
+def _cache_model(kind):
+    common = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+                  initializer_range=0.2)
+    if kind == "gemma3":           # a sliding layer and a full one: the hybrid cache
+        cfg = transformers.Gemma3TextConfig(**common, sliding_window=16,
+                                            layer_types=["sliding_attention", "full_attention"])
+    elif kind == "mistral":        # every layer sliding
+        cfg = transformers.MistralConfig(**common, sliding_window=16)
+    else:
+        cfg = transformers.LlamaConfig(**common)
+    torch.manual_seed(1)
+    return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
+                                                         dtype=torch.bfloat16).to(DEVICE).eval()
+
+
+@pytest.mark.parametrize("kind,cache", [("llama", "dynamic"), ("llama", "static"), ("gemma3", "dynamic"),
+                                        ("gemma3", "static"), ("mistral", "dynamic")])
+def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
+    """Greedy tokens of a left-padded batch (40-token prompts) equal SDPA's with a DynamicCache,
+    a StaticCache (its free slots after the queries) and the sliding/hybrid caches of sliding-window
+    layers; the prefill runs on zyfa (a spy counts the calls, with the window of sliding layers)
+    and only the decode steps go to SDPA, said once."""
+    _register()
+    model = _cache_model(kind)
+    g = torch.Generator().manual_seed(9)
+    ids = torch.randint(1, 256, (2, 40), generator=g).to(DEVICE)
+    mask = torch.ones_like(ids)
+    mask[0, :11] = 0
+    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+    windows = []
+    real = zyfa.flash_attn_varlen_func
+
+    def spy(*a, **k):
+        windows.append(k.get("window_size"))
+        return real(*a, **k)
+    model.set_attn_implementation("zyfa")
+    zt._logged.clear()
+    with caplog.at_level(logging.WARNING, logger="zyfa"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(zyfa, "flash_attn_varlen_func", spy)
+        with torch.no_grad():
+            got = model.generate(ids, **kw)
+    assert torch.equal(got, want), (got[:, 40:], want[:, 40:])
+    fallbacks = [r.message for r in caplog.records if "falling back" in r.message]
+    assert len(fallbacks) == 1 and "decode step" in fallbacks[0], fallbacks
+    expected = {"llama": [(-1, 0)] * 2, "gemma3": [(15, 0), (-1, 0)], "mistral": [(15, 0)] * 2}[kind]
+    assert windows == expected, windows
 
 
 def test_backends_run_zyfa(tiny_model, monkeypatch):
