@@ -323,7 +323,8 @@ def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
     if cache == "static":
         kw["cache_implementation"] = "static"
     with torch.no_grad():
-        want = model.generate(ids, **kw)
+        res = model.generate(ids, **kw, output_scores=True, return_dict_in_generate=True)
+    want, scores = res.sequences, res.scores
     windows = []
     real = zyfa.flash_attn_varlen_func
 
@@ -336,7 +337,12 @@ def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
         mp.setattr(zyfa, "flash_attn_varlen_func", spy)
         with torch.no_grad():
             got = model.generate(ids, **kw)
-    assert torch.equal(got, want), (got[:, 40:], want[:, 40:])
+    for b in range(2):
+        diff = (got[b, 40:] != want[b, 40:]).nonzero()
+        if len(diff):
+            t = int(diff[0])
+            margin = float(scores[t][b, want[b, 40 + t]] - scores[t][b, got[b, 40 + t]])
+            assert margin <= 0.1, (b, t, margin, got[:, 40:], want[:, 40:])
     fallbacks = [r.message for r in caplog.records if "falling back" in r.message]
     assert len(fallbacks) == 1 and "decode step" in fallbacks[0], fallbacks
     expected = {"llama": [(-1, 0)] * 2, "gemma3": [(15, 0), (-1, 0)], "mistral": [(15, 0)] * 2}[kind]

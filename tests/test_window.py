@@ -96,7 +96,8 @@ def _check_vs_spec(out, spec, ref, what, lse, lse_spec):
     (y = t - r rounded twice on both sides, summed in float32 against the spec's float64), so
     its output is the spec's rounded to bf16 in all but a few elements (at most 0.5%, measured
     up to 0.21% with windows), which move the whole within 5% of the spec's own distance from
-    float64; a wrong mask moves it by far more. LSE within float32 rounding.
+    float64; a wrong mask moves it by far more. LSE within float32 rounding but in the rows of
+    such a tie (at most 0.5%), there within ln(9/8): one E4M3 step of one P in the row's sum.
     GPU: within 2e-2 (tensor-core accumulation moves P bits)."""
     if HAS_GPU:
         assert_rel(out, spec, 2e-2, what)
@@ -106,7 +107,9 @@ def _check_vs_spec(out, spec, ref, what, lse, lse_spec):
     assert off.float().mean() <= 5e-3, f"{what}: " + describe_mismatch(out, want)
     assert rel_err(out, want) <= 0.05 * rel_err(spec, ref), f"{what}: " + describe_mismatch(out, want)
     tol = 8 * 2.0 ** -24 * lse_spec.abs().max().item()
-    assert (lse.double() - lse_spec).abs().max() <= tol, f"{what} LSE: " + describe_mismatch(lse, lse_spec, tol)
+    d = (lse.double() - lse_spec).abs()
+    assert (d > tol).float().mean() <= 5e-3 and d.max() <= math.log(9 / 8), \
+        f"{what} LSE: " + describe_mismatch(lse, lse_spec, tol)
 
 
 def _spec(x, **kw):
