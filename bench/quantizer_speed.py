@@ -69,12 +69,12 @@ def main(argv=None) -> int:
         ms = median_ms(graph.replay)
         rec.update(fused_graph_ms=ms, fused_graph_gb_s=elems * 3 / ms / 1e6)
         x = zyfa.quantize_fp8(q, k, v)
-        rec["attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(**x.kwargs()))
-        rec["quantize_attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(**zyfa.quantize_fp8(q, k, v).kwargs()))
+        rec["attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(causal=True, **x.kwargs()))
+        rec["quantize_attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(causal=True, **zyfa.quantize_fp8(q, k, v).kwargs()))
         x = zyfa.quantize_int8_qk(q, k, v)
-        rec["int8qk_attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(**x.kwargs()))
+        rec["int8qk_attention_ms"] = median_ms(lambda: zyfa.flash_attn_func(causal=True, **x.kwargs()))
         rec["int8qk_quantize_attention_ms"] = median_ms(
-            lambda: zyfa.flash_attn_func(**zyfa.quantize_int8_qk(q, k, v).kwargs()))
+            lambda: zyfa.flash_attn_func(causal=True, **zyfa.quantize_int8_qk(q, k, v).kwargs()))
         rows.append(rec)
     print(f"{'B,S,Hq,Hkv,D':22s} {'copy GB/s':>10s} " + " ".join(
         f"{k[:-5]:>26s}" for k in rows[0] if k.endswith("_gb_s") and k != "copy_gb_s"))

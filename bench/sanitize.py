@@ -126,8 +126,8 @@ def _packed_batches(dtypes) -> int:
         else:
             q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
             scales, one = {}, {}
-        out = zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), backend="ptx", **scales)
-        parts = [zyfa.flash_attn_func(q[None, a:b], k[None, a:b], v[None, a:b], backend="ptx", **one)[0]
+        out = zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, backend="ptx", **scales)
+        parts = [zyfa.flash_attn_func(q[None, a:b], k[None, a:b], v[None, a:b], causal=True, backend="ptx", **one)[0]
                  for a, b in zip(cu.tolist(), cu.tolist()[1:])]
         torch.cuda.synchronize()
         same = torch.equal(out, torch.cat(parts))

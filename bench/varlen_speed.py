@@ -61,17 +61,17 @@ def main(argv=None) -> int:
         fp8 = dict(q=x.q[0], k=x.k[0], v=x.v[0], q_descale=x.q_descale.expand(n, HKV).contiguous(),
                    k_descale=x.k_descale.expand(n, HKV).contiguous(), v_descale=x.v_descale.expand(n, HKV).contiguous())
         calls = {
-            "zyfa-bf16 one launch": lambda: zyfa.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, backend="triton"),
-            "zyfa-fp8 one launch": lambda: zyfa.flash_attn_varlen_func(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx,
+            "zyfa-bf16 one launch": lambda: zyfa.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True, backend="triton"),
+            "zyfa-fp8 one launch": lambda: zyfa.flash_attn_varlen_func(causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx,
                                                                        max_seqlen_k=mx, backend="triton", **fp8),
             "zyfa-bf16 a call a sequence": lambda: torch.cat(
-                [zyfa.flash_attn_func(q[None, c:c + m], k[None, c:c + m], v[None, c:c + m], backend="triton")[0]
+                [zyfa.flash_attn_func(q[None, c:c + m], k[None, c:c + m], v[None, c:c + m], causal=True, backend="triton")[0]
                  for c, m in zip(starts, lens)]),
             "zyfa-fp8 ptx one launch": lambda: zyfa.flash_attn_varlen_func(
-                cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx, max_seqlen_k=mx, backend="ptx", **fp8),
-            "zyfa-bf16 ptx one launch": lambda: zyfa.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, backend="ptx"),
+                causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx, max_seqlen_k=mx, backend="ptx", **fp8),
+            "zyfa-bf16 ptx one launch": lambda: zyfa.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True, backend="ptx"),
             "zyfa-fp8 ptx a call a sequence": lambda: torch.cat(
-                [zyfa.flash_attn_func(x.q[:, c:c + m], x.k[:, c:c + m], x.v[:, c:c + m], backend="ptx",
+                [zyfa.flash_attn_func(x.q[:, c:c + m], x.k[:, c:c + m], x.v[:, c:c + m], causal=True, backend="ptx",
                                       **{n_: fp8[n_][i:i + 1] for n_ in ("q_descale", "k_descale", "v_descale")})[0]
                  for i, (c, m) in enumerate(zip(starts, lens))]),
         }
@@ -79,16 +79,16 @@ def main(argv=None) -> int:
             # tile in place (others gathered first); the generated kernel always takes them gathered
             kp, vp, table, used = paged_kv_cache(k, v, cu, page, seed=page)
             calls[f"zyfa-bf16 paged {page}"] = (lambda kp=kp, vp=vp, table=table, used=used: zyfa.flash_attn_varlen_func(
-                q, kp, vp, cu, None, mx, mx, block_table=table, seqused_k=used, backend="triton"))
+                q, kp, vp, cu, None, mx, mx, causal=True, block_table=table, seqused_k=used, backend="triton"))
             kp8, vp8, table8, used8 = paged_kv_cache(x.k[0], x.v[0], cu, page, seed=page)
             f8 = {n_: t for n_, t in fp8.items() if n_ not in ("k", "v")}
             calls[f"zyfa-fp8 paged {page}"] = (lambda kp=kp8, vp=vp8, table=table8, used=used8: zyfa.flash_attn_varlen_func(
-                k=kp, v=vp, cu_seqlens_q=cu, cu_seqlens_k=None, max_seqlen_q=mx, max_seqlen_k=mx, block_table=table,
+                causal=True, k=kp, v=vp, cu_seqlens_q=cu, cu_seqlens_k=None, max_seqlen_q=mx, max_seqlen_k=mx, block_table=table,
                 seqused_k=used, backend="triton", **f8))
             calls[f"zyfa-bf16 ptx paged {page}"] = (lambda kp=kp, vp=vp, table=table, used=used: zyfa.flash_attn_varlen_func(
-                q, kp, vp, cu, None, mx, mx, block_table=table, seqused_k=used, backend="ptx"))
+                q, kp, vp, cu, None, mx, mx, causal=True, block_table=table, seqused_k=used, backend="ptx"))
             calls[f"zyfa-fp8 ptx paged {page}"] = (lambda kp=kp8, vp=vp8, table=table8, used=used8: zyfa.flash_attn_varlen_func(
-                k=kp, v=vp, cu_seqlens_q=cu, cu_seqlens_k=None, max_seqlen_q=mx, max_seqlen_k=mx, block_table=table,
+                causal=True, k=kp, v=vp, cu_seqlens_q=cu, cu_seqlens_k=None, max_seqlen_q=mx, max_seqlen_k=mx, block_table=table,
                 seqused_k=used, backend="ptx", **f8))
         if fa3 is not None:
             v8 = x.v[0].contiguous()
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         rows_ = slice(s0 + mx - 256, s0 + mx)
         ref = attention_fp64(q[None, rows_], k[None, s0:s0 + mx], v[None, s0:s0 + mx])[0]
         dense_bf16 = torch.cat([zyfa.flash_attn_func(q[None, c:c + m], k[None, c:c + m], v[None, c:c + m],
-                                                     backend="triton")[0]
+                                                     causal=True, backend="triton")[0]
                                 for c, m in zip(starts, lens)])
         for label, fn in calls.items():
             out = fn()
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             rec = dict(batch=name, label=label, sequences=n, tokens=sum(lens), err_fp64_last_rows=rel_err(out[rows_], ref))
             if label in ("zyfa-bf16 one launch", "zyfa-bf16 ptx one launch"):
                 per_seq = dense_bf16 if "ptx" not in label else torch.cat(
-                    [zyfa.flash_attn_func(q[None, c:c + m], k[None, c:c + m], v[None, c:c + m], backend="ptx")[0]
+                    [zyfa.flash_attn_func(q[None, c:c + m], k[None, c:c + m], v[None, c:c + m], causal=True, backend="ptx")[0]
                      for c, m in zip(starts, lens)])
                 rec["equals_per_sequence_calls"] = bool(torch.equal(out, per_seq))
             if label == "zyfa-fp8 ptx one launch":

@@ -73,3 +73,15 @@ def test_fp8_gfx950_uses_fp8_mfma(head_dims):
     info = inspect("gfx950", fp8=True, p_rule="lean_cubic", head_dim=head_dims[0], head_dim_v=head_dims[1],
                    **_tile((128, 64, 8, 2)))
     assert info["mfma_f8"] > 0, info
+
+
+@pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
+def test_sliding_window_kernel_compiles_without_spills(fp8):
+    """The windowed kernel (WINDOW: a masked left band before the unmasked blocks) compiles for
+    sm_90a, on the tensor cores and without spills, and for gfx950 (FP8 on MFMA)."""
+    tile = _tile((128, 128, 8, 2) if fp8 else (128, 64, 8, 3))
+    info = inspect("sm90", fp8=fp8, p_rule="exact", window=True, **tile)
+    assert info["spill_bytes"] == 0 and info["registers"] <= 255, info
+    assert info["qgmma_sass" if fp8 else "hgmma_sass"] > 0, info
+    amd = inspect("gfx950", fp8=fp8, p_rule="lean_cubic", window=True, **_tile((128, 64, 8, 2)))
+    assert amd["mfma_f8"] > 0 if fp8 else amd["v_exp_f32"] > 0, amd

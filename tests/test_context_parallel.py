@@ -254,7 +254,7 @@ def test_errors_group_of_one_and_gather(spawned):
         assert "ranks [1]" in r["rank_shapes"] and "(1, 8, 4, 64)" in r["rank_shapes"]
         assert "seqlen_q == seqlen_k" in r["seqlen_q_ne_k"]
     kw = _inputs(CASES[0])
-    ref = zyfa.flash_attn_func(return_lse=True, backend="reference", **kw)
+    ref = zyfa.flash_attn_func(causal=True, return_lse=True, backend="reference", **kw)
     out = unshard_sequence([r["bf16_causal_gqa"][0] for r in per_rank])
     lse = unshard_sequence([r["bf16_causal_gqa"][1] for r in per_rank], dim=2)
     for r in per_rank:
@@ -272,7 +272,7 @@ def test_shard_roundtrip_and_errors():
     # no process group: the single-process call
     kw = _inputs(CASES[0])
     assert torch.equal(_cp(kw),
-                       zyfa.flash_attn_func(backend="reference", **kw))
+                       zyfa.flash_attn_func(causal=True, backend="reference", **kw))
 
 
 def test_scaling_script_runs_on_the_cpu(tmp_path):

@@ -49,8 +49,8 @@ def test_cuts_the_end_to_end_error(kind, bound):
     is E4M3's rounding of V and P."""
     q, k, v = _bf16(kind, 512, 8, 2, 128)
     ref = attention_fp64(q, k, v)
-    e4m3 = rel_err(zyfa.flash_attn_func(**zyfa.quantize_fp8(q, k, v).kwargs(), backend="reference"), ref)
-    int8 = rel_err(zyfa.flash_attn_func(**zyfa.quantize_int8_qk(q, k, v).kwargs(), backend="reference"), ref)
+    e4m3 = rel_err(zyfa.flash_attn_func(causal=True, **zyfa.quantize_fp8(q, k, v).kwargs(), backend="reference"), ref)
+    int8 = rel_err(zyfa.flash_attn_func(causal=True, **zyfa.quantize_int8_qk(q, k, v).kwargs(), backend="reference"), ref)
     assert int8 <= bound * e4m3, (int8, e4m3)
 
 
@@ -68,7 +68,7 @@ def test_a_nonfinite_element_reaches_only_the_rows_that_see_it(backend, where):
     else:
         k[0, 60, 1, 7] = float("nan")
     key_block = 16 if where.endswith("16") else 128
-    out = zyfa.flash_attn_func(**zyfa.quantize_int8_qk(q, k, v, key_block=key_block).kwargs(), backend=backend).float()
+    out = zyfa.flash_attn_func(causal=True, **zyfa.quantize_int8_qk(q, k, v, key_block=key_block).kwargs(), backend=backend).float()
     bad = ~torch.isfinite(out).all(-1)
     sees = torch.zeros_like(bad)
     if where == "q":
@@ -82,9 +82,9 @@ def test_checks():
     q, k, v = _bf16("gaussian", 16, 2, 1, 64)
     x = zyfa.quantize_int8_qk(q, k, v)
     with pytest.raises(TypeError, match="int8 q and k with float8_e4m3fn v"):
-        zyfa.flash_attn_func(x.q, k, v, q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
+        zyfa.flash_attn_func(x.q, k, v, causal=True, q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
     with pytest.raises(TypeError, match="int8 q and k with float8_e4m3fn v"):
-        zyfa.flash_attn_func(x.q, x.k, x.k, q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
+        zyfa.flash_attn_func(x.q, x.k, x.k, causal=True, q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
     with pytest.raises(ValueError, match="key_block"):
         zyfa.quantize_int8_qk(q, k, v, key_block=0)
     # the generated kernels say why they do not take it
@@ -98,7 +98,7 @@ def test_checks():
     # per-token one may carry NaN
     cpu = {name: t.cpu() for name, t in x.kwargs().items()}
     with pytest.raises(ValueError, match="v_descale holds NaN"):
-        zyfa.flash_attn_func(**{**cpu, "v_descale": cpu["v_descale"] * float("nan")})
+        zyfa.flash_attn_func(causal=True, **{**cpu, "v_descale": cpu["v_descale"] * float("nan")})
 
 
 def test_scales_map_each_token_and_key_block_to_the_int8_range():
@@ -131,9 +131,9 @@ def test_k_descales_a_key_block_mean_their_keys_descales():
     b = fp8_attention_spec(**{**x.kwargs(), "k_descale": per_token}, p_rule="lean_cubic")
     assert torch.equal(a, b)
     with pytest.raises(ValueError, match=r"\(1, 2, 300\) or \(1, 2, 3\) \(a block of 128 keys\)"):
-        zyfa.flash_attn_func(**{**x.kwargs(), "k_descale": x.k_descale[..., :2]})
+        zyfa.flash_attn_func(causal=True, **{**x.kwargs(), "k_descale": x.k_descale[..., :2]})
     with pytest.raises(ValueError, match="q_descale has shape"):        # q takes no block form
-        zyfa.flash_attn_func(**{**x.kwargs(), "q_descale": x.q_descale[..., :1].expand(1, 4, 3).contiguous()})
+        zyfa.flash_attn_func(causal=True, **{**x.kwargs(), "q_descale": x.q_descale[..., :1].expand(1, 4, 3).contiguous()})
 
 
 def test_generated_kernel_takes_k_descales_a_block_or_coarser(monkeypatch):
@@ -166,14 +166,14 @@ def test_call_tells_the_dispatcher_whether_k_descales_are_per_key(monkeypatch):
     monkeypatch.setattr(dispatch, "select", lambda p, requested="auto": seen.append(p) or real(p, requested))
     q, k, v = _bf16("realistic", 40, 4, 2, 64, Sk=300)
     x = zyfa.quantize_int8_qk(q, k, v)
-    zyfa.flash_attn_func(**x.kwargs(), backend="reference")
+    zyfa.flash_attn_func(causal=True, **x.kwargs(), backend="reference")
     y = zyfa.quantize_int8_qk(q, k, v, key_block=16)
-    zyfa.flash_attn_func(**y.kwargs(), backend="reference")
+    zyfa.flash_attn_func(causal=True, **y.kwargs(), backend="reference")
     assert [(p.int8_qk, p.k_descale_per_key) for p in seen] == [(True, False), (True, True)]
     seen.clear()
     cu_q, cu_k = (torch.tensor([0, n], dtype=torch.int32, device=q.device) for n in (40, 300))
     ones = torch.ones(1, 2, device=q.device)           # varlen: descales a (sequence, kv head)
-    zyfa.flash_attn_varlen_func(x.q[0], x.k[0], x.v[0], cu_q, cu_k, 40, 300, q_descale=ones, k_descale=ones,
+    zyfa.flash_attn_varlen_func(x.q[0], x.k[0], x.v[0], cu_q, cu_k, 40, 300, causal=True, q_descale=ones, k_descale=ones,
                                 v_descale=ones, backend="reference")
     assert seen and seen[0].int8_qk and seen[0].packed
 
@@ -190,7 +190,7 @@ def test_varlen_int8_equals_the_spec_per_sequence():
     qd, kd, vd = (t.expand(n, -1).contiguous() for t in (x.q_descale / 8, x.k_descale / 8, x.v_descale))
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
     block_n, fused = (32, False) if not HAS_GPU else (128, True)      # the interpreter's tiles and FMAs
-    out = zyfa.flash_attn_varlen_func(q8[0], k8[0], x.v[0], cu, cu, max(lens), max(lens), q_descale=qd,
+    out = zyfa.flash_attn_varlen_func(q8[0], k8[0], x.v[0], cu, cu, max(lens), max(lens), causal=True, q_descale=qd,
                                       k_descale=kd, v_descale=vd)
     for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         spec = fp8_attention_spec(q8[:, a:b], k8[:, a:b], x.v[:, a:b], qd[i:i + 1], kd[i:i + 1], vd[i:i + 1],

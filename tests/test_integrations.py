@@ -36,12 +36,12 @@ def test_eager_calls_skip_the_op_with_its_results(monkeypatch):
         raise AssertionError("an eager call without autograd went through the custom op")
 
     monkeypatch.setattr(zyfa.api, "flash_attn_op", no_op)
-    got = [zyfa.flash_attn_func(q, k, v, return_lse=True, backend="reference"),
-           zyfa.flash_attn_func(**x.kwargs(), return_lse=True, backend="reference")]
+    got = [zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True, backend="reference"),
+           zyfa.flash_attn_func(causal=True, **x.kwargs(), return_lse=True, backend="reference")]
     for (o, lse), (eo, else_) in zip(got, expected):
         assert torch.equal(o, eo) and torch.equal(lse, else_)
     with pytest.raises(AssertionError, match="custom op"):       # autograd records the op
-        zyfa.flash_attn_func(q.clone().requires_grad_(), k, v, backend="reference")
+        zyfa.flash_attn_func(q.clone().requires_grad_(), k, v, causal=True, backend="reference")
     monkeypatch.undo()
 
     def no_backend(*args):
@@ -51,7 +51,7 @@ def test_eager_calls_skip_the_op_with_its_results(monkeypatch):
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode() as mode:                                # fake tensors: the op's fake implementation
         fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
-        out, lse = zyfa.flash_attn_func(fq, fk, fv, return_lse=True, backend="reference")
+        out, lse = zyfa.flash_attn_func(fq, fk, fv, causal=True, return_lse=True, backend="reference")
     assert out.shape == q.shape and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
 
 
@@ -60,7 +60,7 @@ def test_compile_fullgraph_matches_eager():
 
     def block(q, k, v, q8, k8, v8, qd, kd, vd):
         o = zyfa.flash_attn_func(q * 0.5, k, v, causal=True)
-        o8, lse = zyfa.flash_attn_func(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True)
+        o8, lse = zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True)
         return o.float() + o8.float(), lse
 
     args = (q, k, v, x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale)
@@ -75,29 +75,29 @@ def test_cuda_graph_capture_replays_eager():
     q, k, v, x = _inputs(seed=3, S=1000)
     static = [t.clone() for t in (q, k, v)]
     torch.cuda.synchronize()
-    zyfa.flash_attn_func(*static)                                  # compile outside the capture
-    zyfa.flash_attn_func(**x.kwargs())
+    zyfa.flash_attn_func(*static, causal=True)                                  # compile outside the capture
+    zyfa.flash_attn_func(causal=True, **x.kwargs())
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = zyfa.flash_attn_func(*static)
-        out8 = zyfa.flash_attn_func(**x.kwargs())
+        out = zyfa.flash_attn_func(*static, causal=True)
+        out8 = zyfa.flash_attn_func(causal=True, **x.kwargs())
     q2, k2, v2, x2 = _inputs(seed=4, S=1000)
     for s, t in zip(static, (q2, k2, v2)):
         s.copy_(t)
     g.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2))
-    assert torch.equal(out8, zyfa.flash_attn_func(**x.kwargs()))
+    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2, causal=True))
+    assert torch.equal(out8, zyfa.flash_attn_func(causal=True, **x.kwargs()))
 
 
 def _eager_then_captured(B, S, Hq, Hkv, D, seed):
     """Static inputs, flash_attn_func's eager output on them, and a CUDA graph of the same call
     with its output tensor."""
     static = [t.clone() for t in make("realistic", B, S, Hq, Hkv, D, seed=seed, device=DEVICE)]
-    eager = zyfa.flash_attn_func(*static)
+    eager = zyfa.flash_attn_func(*static, causal=True)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = zyfa.flash_attn_func(*static)
+        out = zyfa.flash_attn_func(*static, causal=True)
     return static, eager, g, out
 
 
@@ -112,7 +112,7 @@ def test_cuda_graph_capture_of_a_short_dense_batch():
         s.copy_(t)
     g.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2))
+    assert torch.equal(out, zyfa.flash_attn_func(q2, k2, v2, causal=True))
     assert not torch.equal(out, eager)
 
 
@@ -253,27 +253,100 @@ def test_padded_batch_runs_varlen_per_sequence(tiny_model, caplog, side):
         assert kl_zyfa <= 2 * kl_quant + 1e-6, (b, kl_zyfa, kl_quant)
 
 
-def test_sliding_window_and_decode_fall_back_to_sdpa(tiny_model, caplog):
+def test_sliding_window_runs_on_zyfa_and_custom_masks_and_decode_fall_back(tiny_model, caplog):
     from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
     ids, mask, _, _ = _padded_batch("right")
     padding = sdpa_mask(2, 40, 40, attention_mask=mask.bool(), device=DEVICE)
     window = sdpa_mask(2, 40, 40, mask_function=sliding_window_causal_mask_function(8), attention_mask=mask.bool(),
                        device=DEVICE)
-    assert zt._padding(padding, 40) is not None and zt._padding(window, 40) is None
+    assert zt._mask_layout(padding, 40, -1) is not None and zt._mask_layout(window, 40, -1) is None
+    assert zt._mask_layout(window, 40, 7) is not None           # transformers' window 8: FlashAttention's left 7
     zt._logged.clear()
-    q = torch.randn(2, 4, 40, 64, dtype=torch.bfloat16, device=DEVICE)
-    kv = torch.randn(2, 2, 40, 64, dtype=torch.bfloat16, device=DEVICE)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 40, 64, generator=g).to(DEVICE, torch.bfloat16)
+    kv = torch.randn(2, 2, 40, 64, generator=g).to(DEVICE, torch.bfloat16)
     module = torch.nn.Module()
     module.is_causal, module.num_key_value_groups = True, 2
     with caplog.at_level(logging.WARNING, logger="zyfa"):
-        zt.attention_forward(module, q, kv, kv, window, scaling=0.125)
-    assert sum("other than causal over padding" in r.message for r in caplog.records) == 1
+        out, _ = zt.attention_forward(module, q, kv, kv, window, scaling=0.125, sliding_window=8)
+    assert not [r.message for r in caplog.records if "falling back" in r.message]
+    valid = mask.bool()
+    for b in range(2):
+        n = int(valid[b].sum())
+        ref = attention_fp64(q[b:b + 1, :, :n].transpose(1, 2), kv[b:b + 1, :, :n].transpose(1, 2),
+                             kv[b:b + 1, :, :n].transpose(1, 2), causal=True, window_size=(7, 0), softmax_scale=0.125)
+        assert rel_err(out[b:b + 1, :n], ref) < 1e-2
+        assert not out[b, n:].any()                                 # padded rows: zeros
+    custom = window.clone()
+    custom[0, 0, 5, 1] = ~custom[0, 0, 5, 1]
+    with caplog.at_level(logging.WARNING, logger="zyfa"):
+        zt.attention_forward(module, q, kv, kv, custom, scaling=0.125, sliding_window=8)
+    assert sum("other than causal" in r.message for r in caplog.records) == 1
     tiny_model.set_attn_implementation("zyfa")
     with caplog.at_level(logging.WARNING, logger="zyfa"):
         out = tiny_model.generate(ids[:1], max_new_tokens=2, do_sample=False)
     assert out.shape[1] == ids.shape[1] + 2
     assert sum("decode step" in r.message for r in caplog.records) == 1
     assert all(r.name == "zyfa" and r.levelno == logging.WARNING for r in caplog.records if "falling back" in r.message)
+
+
+def _cache_model(kind):
+    common = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+                  initializer_range=0.2)
+    if kind == "gemma3":           # a sliding layer and a full one: the hybrid cache
+        cfg = transformers.Gemma3TextConfig(**common, sliding_window=16,
+                                            layer_types=["sliding_attention", "full_attention"])
+    elif kind == "mistral":        # every layer sliding
+        cfg = transformers.MistralConfig(**common, sliding_window=16)
+    else:
+        cfg = transformers.LlamaConfig(**common)
+    torch.manual_seed(1)
+    return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
+                                                         dtype=torch.bfloat16).to(DEVICE).eval()
+
+
+@pytest.mark.parametrize("kind,cache", [("llama", "dynamic"), ("llama", "static"), ("gemma3", "dynamic"),
+                                        ("gemma3", "static"), ("mistral", "dynamic")])
+def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
+    """Greedy tokens of a left-padded batch (40-token prompts) equal SDPA's with a DynamicCache,
+    a StaticCache (its free slots after the queries) and the sliding/hybrid caches of sliding-window
+    layers; the prefill runs on zyfa (a spy counts the calls, with the window of sliding layers)
+    and only the decode steps go to SDPA, said once."""
+    _register()
+    model = _cache_model(kind)
+    g = torch.Generator().manual_seed(9)
+    ids = torch.randint(1, 256, (2, 40), generator=g).to(DEVICE)
+    mask = torch.ones_like(ids)
+    mask[0, :11] = 0
+    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    with torch.no_grad():
+        res = model.generate(ids, **kw, output_scores=True, return_dict_in_generate=True)
+    want, scores = res.sequences, res.scores
+    windows = []
+    real = zyfa.flash_attn_varlen_func
+
+    def spy(*a, **k):
+        windows.append(k.get("window_size"))
+        return real(*a, **k)
+    model.set_attn_implementation("zyfa")
+    zt._logged.clear()
+    with caplog.at_level(logging.WARNING, logger="zyfa"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(zyfa, "flash_attn_varlen_func", spy)
+        with torch.no_grad():
+            got = model.generate(ids, **kw)
+    for b in range(2):
+        diff = (got[b, 40:] != want[b, 40:]).nonzero()
+        if len(diff):
+            t = int(diff[0])
+            margin = float(scores[t][b, want[b, 40 + t]] - scores[t][b, got[b, 40 + t]])
+            assert margin <= 0.1, (b, t, margin, got[:, 40:], want[:, 40:])
+    fallbacks = [r.message for r in caplog.records if "falling back" in r.message]
+    assert len(fallbacks) == 1 and "decode step" in fallbacks[0], fallbacks
+    expected = {"llama": [(-1, 0)] * 2, "gemma3": [(15, 0), (-1, 0)], "mistral": [(15, 0)] * 2}[kind]
+    assert windows == expected, windows
 
 
 def test_backends_run_zyfa(tiny_model, monkeypatch):

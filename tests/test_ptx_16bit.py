@@ -346,9 +346,9 @@ def test_16bit_kernel_peaked_scores():
 @hopper
 def test_16bit_kernel_repeatable_and_every_element_written():
     q, k, v = _inputs(2, 333, 333, 4, 1, 128, 128, seed=11)
-    a = zyfa.flash_attn_func(q, k, v, backend="ptx")
+    a = zyfa.flash_attn_func(q, k, v, causal=True, backend="ptx")
     torch.full((1 << 24,), float("nan"), device="cuda")   # poison the allocator's free memory
-    b = zyfa.flash_attn_func(q, k, v, backend="ptx")
+    b = zyfa.flash_attn_func(q, k, v, causal=True, backend="ptx")
     assert torch.isfinite(b).all()
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 
@@ -413,14 +413,14 @@ def test_routed_calls_on_several_streams_keep_their_own_tile_counters():
     (kernels._order_on_device, zeroed before each launch): calls racing on two streams and
     calls back to back on one must each draw every tile once, so all equal the first bit for bit."""
     q, k, v = _inputs(8, 1000, 1000, 8, 2, 128, 128, seed=5)
-    first = zyfa.flash_attn_func(q, k, v, backend="ptx").clone()
+    first = zyfa.flash_attn_func(q, k, v, causal=True, backend="ptx").clone()
     streams = [torch.cuda.Stream() for _ in range(2)]
     outs = []
     torch.cuda.synchronize()
     for _ in range(4):
         for s in streams:
             with torch.cuda.stream(s):
-                outs.append(zyfa.flash_attn_func(q, k, v, backend="ptx"))
+                outs.append(zyfa.flash_attn_func(q, k, v, causal=True, backend="ptx"))
     torch.cuda.synchronize()
     for out in outs:
         assert torch.equal(out.view(torch.int16), first.view(torch.int16)), describe_mismatch(out, first)
@@ -430,7 +430,7 @@ def test_routed_calls_on_several_streams_keep_their_own_tile_counters():
 def test_dispatch_selects_ptx_for_16bit_head_dims_it_takes():
     for D, Dv in attn.HEAD_DIMS_16:
         q, k, v = _inputs(1, 64, 64, 4, 2, D, Dv)
-        assert zyfa.explain(q, k, v).startswith("selected: ptx")
+        assert zyfa.explain(q, k, v, causal=True).startswith("selected: ptx")
 
 
 _TRITON_DOT = """

@@ -396,24 +396,24 @@ def test_other_head_dims_vs_float64(shape, head_dim):
 @hopper
 def test_dispatch_selects_ptx_for_fp8_d128():
     x, causal = _case((1, 64, 64, 4, 2, True))
-    assert zyfa.explain(**x.kwargs()).startswith("selected: ptx")
+    assert zyfa.explain(causal=True, **x.kwargs()).startswith("selected: ptx")
     for head_dim in (64, 192, 256):
         other, _ = _case((1, 64, 64, 4, 2, True), head_dim=head_dim)
-        assert zyfa.explain(**other.kwargs()).startswith("selected: ptx")
+        assert zyfa.explain(causal=True, **other.kwargs()).startswith("selected: ptx")
     fine, _ = _case((1, 64, 64, 4, 2, True), granularity="fine")
-    assert zyfa.explain(**fine.kwargs()).startswith("selected: triton")
-    assert zyfa.explain(**x.kwargs(), p_rule="exact").startswith("selected: ptx")
-    assert zyfa.explain(**x.kwargs(), ref_rule="running").startswith("selected: ptx")
-    assert "fast mode" in zyfa.explain(**x.kwargs(), ref_rule="running")
-    assert zyfa.explain(**x.kwargs(), ref_rule="block_pow2").startswith("selected: triton")
+    assert zyfa.explain(causal=True, **fine.kwargs()).startswith("selected: triton")
+    assert zyfa.explain(causal=True, **x.kwargs(), p_rule="exact").startswith("selected: ptx")
+    assert zyfa.explain(causal=True, **x.kwargs(), ref_rule="running").startswith("selected: ptx")
+    assert "fast mode" in zyfa.explain(causal=True, **x.kwargs(), ref_rule="running")
+    assert zyfa.explain(causal=True, **x.kwargs(), ref_rule="block_pow2").startswith("selected: triton")
 
 
 @hopper
 def test_ptx_repeatable_and_every_element_written():
     x, causal = _case((2, 333, 333, 4, 1, True))
-    a = zyfa.flash_attn_func(**x.kwargs(), backend="ptx")
+    a = zyfa.flash_attn_func(causal=True, **x.kwargs(), backend="ptx")
     torch.full((1 << 24,), float("nan"), device="cuda")   # poison the allocator's free memory
-    b = zyfa.flash_attn_func(**x.kwargs(), backend="ptx")
+    b = zyfa.flash_attn_func(causal=True, **x.kwargs(), backend="ptx")
     assert torch.isfinite(b).all()
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 
@@ -449,10 +449,10 @@ def test_fallback_is_logged_once(caplog):
     q, k, v = make("gaussian", 1, 8, 2, 1, 64)
     with caplog.at_level(logging.INFO, logger="zyfa"):
         for _ in range(3):
-            zyfa.explain(q, k, v)
-            zyfa.flash_attn_func(q, k, v, backend="reference")
-        zyfa.flash_attn_func(q, k, v)
-        zyfa.flash_attn_func(q, k, v)
+            zyfa.explain(q, k, v, causal=True)
+            zyfa.flash_attn_func(q, k, v, causal=True, backend="reference")
+        zyfa.flash_attn_func(q, k, v, causal=True)
+        zyfa.flash_attn_func(q, k, v, causal=True)
     notes = [r.message for r in caplog.records if r.message.startswith("zyfa: using")]
     assert len(notes) <= 1 and all("ptx" in n for n in notes), notes
 

@@ -23,8 +23,8 @@ def _inputs(dtype, B=1, Sq=48, Sk=80, Hq=4, Hkv=2, D=64, seed=0):
 
 def _call(q, k, v, fp8, backend):
     if fp8:
-        return zyfa.flash_attn_func(**zyfa.quantize_fp8(q, k, v).kwargs(), backend=backend)
-    return zyfa.flash_attn_func(q, k, v, backend=backend)
+        return zyfa.flash_attn_func(causal=True, **zyfa.quantize_fp8(q, k, v).kwargs(), backend=backend)
+    return zyfa.flash_attn_func(q, k, v, causal=True, backend=backend)
 
 
 _KERNEL_V_GAP = pytest.mark.xfail(strict=True, reason=(
@@ -75,7 +75,7 @@ def test_cpu_default_runs_the_spec_at_the_gpu_kernels_blocks():
     from zyfa.triton_kernels.tuning import CANDIDATES, keep
     q, k, v = _inputs(torch.bfloat16, Sq=200, Sk=300)
     x = zyfa.quantize_fp8(q, k, v)
-    out, lse = zyfa.flash_attn_func(**x.kwargs(), backend="reference", return_lse=True)
+    out, lse = zyfa.flash_attn_func(causal=True, **x.kwargs(), backend="reference", return_lse=True)
     spec, spec_lse = fp8_attention_spec(**x.kwargs(), block_n=KEY_BLOCK, return_lse=True)
     assert torch.equal(out, spec.to(torch.bfloat16)) and torch.equal(lse, spec_lse.float())
     fp8_tiles = {c.block_n for c in CANDIDATES if keep(c, 128, 128, True)}
@@ -91,7 +91,7 @@ def test_interpreter_triton_equals_the_spec_run_its_way():
     from zyfa.triton_kernels.tuning import PINNED_INTERPRETER
     q, k, v = _inputs(torch.bfloat16, Sq=70, Sk=100)
     x = zyfa.quantize_fp8(q, k, v)
-    out, lse = zyfa.flash_attn_func(**x.kwargs(), backend="triton", return_lse=True)
+    out, lse = zyfa.flash_attn_func(causal=True, **x.kwargs(), backend="triton", return_lse=True)
     spec, spec_lse = fp8_attention_spec(**x.kwargs(), block_n=PINNED_INTERPRETER.block_n, fused_fma=False,
                                         return_lse=True)
     # bf16 outputs: equal but where the float32 sums, whose rounding is relative to the terms
@@ -125,7 +125,7 @@ print("ok")
 
 def test_backward_raises_forward_only():
     q, k, v = (t.requires_grad_() for t in _inputs(torch.bfloat16))
-    out = zyfa.flash_attn_func(q, k, v)
+    out = zyfa.flash_attn_func(q, k, v, causal=True)
     with pytest.raises(NotImplementedError, match="forward-only"):
         out.float().sum().backward()
 
@@ -138,12 +138,12 @@ def test_version():
 def test_bad_arguments_raise_clearly():
     q, k, v = _inputs(torch.bfloat16)
     for scale in (float("inf"), float("nan"), 0.0, -1.0, True):
-        with pytest.raises(ValueError, match="softmax_scale"):
-            zyfa.flash_attn_func(q, k, v, softmax_scale=scale)
+        with pytest.raises(TypeError if scale is True else ValueError, match="softmax_scale"):
+            zyfa.flash_attn_func(q, k, v, causal=True, softmax_scale=scale)
     with pytest.raises(ValueError, match="p_rule apply to FP8 inputs only"):
-        zyfa.flash_attn_func(q, k, v, p_rule="lean")
+        zyfa.flash_attn_func(q, k, v, causal=True, p_rule="lean")
     with pytest.raises(ValueError, match="ref_rule apply to FP8 inputs only"):
-        zyfa.flash_attn_func(q, k, v, ref_rule="running")
+        zyfa.flash_attn_func(q, k, v, causal=True, ref_rule="running")
     x = zyfa.quantize_fp8(q.cpu(), k.cpu(), v.cpu())
     for name in ("q_descale", "k_descale", "v_descale"):
         for value in (float("nan"), float("inf")):
@@ -151,7 +151,7 @@ def test_bad_arguments_raise_clearly():
             kw[name] = kw[name].clone()
             kw[name].view(-1)[0] = value
             with pytest.raises(ValueError, match=f"{name} holds NaN or Inf"):
-                zyfa.flash_attn_func(**kw)
+                zyfa.flash_attn_func(causal=True, **kw)
     for bad in (torch.ones(2, 3, dtype=torch.int32).expand(1, 48, 4, 64) if False else
                 torch.ones(1, 48, 4, 64, dtype=torch.int32), x.q):
         with pytest.raises(TypeError, match="floating-point tensor to quantize"):
@@ -161,7 +161,7 @@ def test_bad_arguments_raise_clearly():
     rotated = zyfa.quantize_fp8(q, k, v, hadamard=True)
     with pytest.raises(ValueError, match="restore_output"):
         rotated.kwargs()
-    out = zyfa.flash_attn_func(**rotated.kwargs(rotated_v=True))
+    out = zyfa.flash_attn_func(causal=True, **rotated.kwargs(rotated_v=True))
     assert rotated.restore_output(out).shape == out.shape
     for wrong in (out[..., :32], out[:, :10], out[0]):
         with pytest.raises(ValueError, match="restore_output takes the attention output"):

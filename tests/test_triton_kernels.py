@@ -237,7 +237,7 @@ def test_lazy_reference_moves(ref_rule):
 @pytest.mark.parametrize("ref_rule", ["running", "block_pow2"])
 def test_fp8_reference_rules(ref_rule):
     x, ref, causal = _fp8_case((1, 80, 80, 2, 1, 64, 64, True), kind="gaussian")
-    out = zyfa.flash_attn_func(**x.kwargs(), ref_rule=ref_rule, backend="triton")
+    out = zyfa.flash_attn_func(causal=True, **x.kwargs(), ref_rule=ref_rule, backend="triton")
     spec = fp8_attention_spec(**x.kwargs(), ref_rule=ref_rule, block_n=32 if not HAS_GPU else 128,
                               fused_fma=HAS_GPU)
     _check_fp8_vs_spec(out, spec, ref_rule)
@@ -245,7 +245,7 @@ def test_fp8_reference_rules(ref_rule):
 
 def test_fp8_per_token_scales():
     x, ref, causal = _fp8_case((1, 64, 64, 2, 1, 64, 64, True), granularity="fine")
-    out = zyfa.flash_attn_func(**x.kwargs(), backend="triton")
+    out = zyfa.flash_attn_func(causal=True, **x.kwargs(), backend="triton")
     spec = fp8_attention_spec(**x.kwargs(), block_n=32 if not HAS_GPU else 128, fused_fma=HAS_GPU)
     _check_fp8_vs_spec(out, spec, "per-token scales")
     assert_rel(out, ref, 1.1 * rel_err(spec, ref) + _rounding(ref, out.dtype), "per-token scales vs fp64")
@@ -253,17 +253,17 @@ def test_fp8_per_token_scales():
 
 def test_repeatable_and_every_element_written():
     x, _, _ = _fp8_case((1, 50, 50, 2, 1, 64, 64, True))
-    a = zyfa.flash_attn_func(**x.kwargs(), backend="triton")
+    a = zyfa.flash_attn_func(causal=True, **x.kwargs(), backend="triton")
     if HAS_GPU:    # poison the allocator's free memory so unwritten output would show
         torch.full((1 << 24,), float("nan"), device=DEVICE)
-    b = zyfa.flash_attn_func(**x.kwargs(), backend="triton")
+    b = zyfa.flash_attn_func(causal=True, **x.kwargs(), backend="triton")
     assert torch.isfinite(b).all()
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
 def test_explain_names_a_backend():
     q, k, v = make("gaussian", 1, 8, 2, 1, 64, device=DEVICE)
-    text = zyfa.explain(q, k, v)
+    text = zyfa.explain(q, k, v, causal=True)
     assert text.startswith("selected: triton"), text
     with pytest.raises(ValueError, match="backend must be"):
-        zyfa.flash_attn_func(q, k, v, backend="nope")
+        zyfa.flash_attn_func(q, k, v, causal=True, backend="nope")

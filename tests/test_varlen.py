@@ -129,7 +129,7 @@ def test_lse_values_and_no_lse_by_default():
     lens = [5, 12]
     q, k, v, _ = _inputs(lens, lens, False, seed=7)
     out, lse = _varlen(q, k, v, {}, lens, lens, "reference")
-    assert torch.equal(zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 12, 12, backend="reference"), out)
+    assert torch.equal(zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 12, 12, causal=True, backend="reference"), out)
     a = 0
     for n in lens:
         s = torch.einsum("qhd,khd->hqk", q[a:a + n].double(), k[a:a + n].double().expand(-1, 2, -1)) / D ** 0.5
@@ -160,7 +160,7 @@ def _bad_cases():
         (dict(q=_rand(8, 2, 0)[None]), "q"),
         (dict(k=_rand(8, 1, 1)[None]), "k"),
         (dict(q_descale=torch.ones(())), "q_descale"),
-        (dict(block_table=_t([[0], [1]]), seqused_k=_t([3, 5])), "cu_seqlens_k"),
+        (dict(block_table=_t([[0], [1]]), seqused_k=_t([3, 4])), "cu_seqlens_k"),      # the two lengths disagree
         (dict(block_table=_t([[0], [1]]), cu_seqlens_k=None), "seqused_k"),
         (dict(block_table=torch.zeros(2, 1, dtype=torch.int64), **_pool()), "block_table"),
         (dict(block_table=_t([0, 1]), **_pool()), "block_table"),
@@ -185,7 +185,7 @@ def test_bad_arguments_name_the_argument(change, word):
     lens_q, lens_k = [3, 5], [3, 5]
     q, k, v, _ = _inputs(lens_q, lens_k, False)
     args = dict(q=q, k=k, v=v, cu_seqlens_q=_cu(lens_q), cu_seqlens_k=_cu(lens_k), max_seqlen_q=5, max_seqlen_k=5,
-                backend="reference")
+                causal=True, backend="reference")
     args.update(change)
     with pytest.raises((ValueError, TypeError), match=word):
         zyfa.flash_attn_varlen_func(**args)
@@ -302,10 +302,10 @@ def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_woul
     monkeypatch.setattr(varlen.api, "flash_attn_func", lambda *a, **kw: calls.append(1) or
                         zyfa.flash_attn_func(*a, **{**kw, "backend": "triton"}))
     monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 10)
-    out = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9)
+    out = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9, causal=True)
     assert calls == []                                   # one launch
     monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 4)
-    again = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9)
+    again = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9, causal=True)
     assert len(calls) == 3 and torch.equal(out, again)   # a call a sequence, the same answer
 
 
@@ -389,11 +389,11 @@ def test_host_lengths_run_without_a_device_sync(backend, fp8):
     q, k, v, ds = _inputs(lens, lens, fp8, hq=4, hkv=2, seed=31, d=128)
     want = _varlen(q, k, v, ds, lens, lens, backend)
     cu = _cu(lens).cpu()
-    zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), backend=backend, **ds)    # compiled
+    zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, backend=backend, **ds)    # compiled
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        out = zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), return_lse=True, backend=backend, **ds)
+        out = zyfa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, return_lse=True, backend=backend, **ds)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])

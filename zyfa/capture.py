@@ -72,8 +72,9 @@ def capture(model, input_ids: torch.Tensor, layers=None, path: str | None = None
     finally:
         model.set_attn_implementation(previous)
     if wanted is not None and wanted - set(records):
-        raise ValueError(f"layers {sorted(wanted - set(records))} were not reached; "
-                         f"the model has layers {sorted(records) or 'none recorded'}")
+        count = getattr(model.config, "num_hidden_layers", None)
+        has = f"the model has {count} layers (0..{count - 1})" if count else "the model's decoder layers were not found"
+        raise ValueError(f"layers {sorted(wanted - set(records))} were not reached; {has}")
     out = [records[i] for i in sorted(records)]
     if path is not None:
         save_capture(out, path, model_type=getattr(model.config, "model_type", "unknown"))

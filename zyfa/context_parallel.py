@@ -72,6 +72,9 @@ def unshard_sequence(shards, dim: int = 1) -> torch.Tensor:
 
 def gather_sequence(x_local: torch.Tensor, group=None, dim: int = 1) -> torch.Tensor:
     """All-gather every rank's shard and unshard them: the full sequence on every rank."""
+    if not dist.is_available() or (group is None and not dist.is_initialized()):
+        raise RuntimeError("gather_sequence needs torch.distributed initialized (dist.init_process_group) or a "
+                           "process group; with one process the sequence is already whole")
     world = dist.get_world_size(group)
     parts = [torch.empty_like(x_local) for _ in range(world)]
     dist.all_gather(parts, x_local.contiguous(), group=group)

@@ -46,9 +46,9 @@ def run(seqlen: int | None = None) -> None:
         return out, flops / ms / 1e9, ms / 1e3
 
     x = zyfa.quantize_fp8(q, k, v)
-    runs = [("zyfa bf16", lambda: zyfa.flash_attn_func(q, k, v)),
-            (f"zyfa fp8 ({DEFAULT_P_RULE} P)", lambda: zyfa.flash_attn_func(**x.kwargs())),
-            ("zyfa fp8 (naive lean P)", lambda: zyfa.flash_attn_func(**x.kwargs(), p_rule="lean"))]
+    runs = [("zyfa bf16", lambda: zyfa.flash_attn_func(q, k, v, causal=True)),
+            (f"zyfa fp8 ({DEFAULT_P_RULE} P)", lambda: zyfa.flash_attn_func(causal=True, **x.kwargs())),
+            ("zyfa fp8 (naive lean P)", lambda: zyfa.flash_attn_func(causal=True, **x.kwargs(), p_rule="lean"))]
     if gpu:
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
         runs.append(("torch sdpa bf16", lambda: torch.nn.functional.scaled_dot_product_attention(
@@ -60,6 +60,6 @@ def run(seqlen: int | None = None) -> None:
         err = rel_err(out[:, rows], ref)
         tf = f"{tflops:9.0f}" if tflops else f"{'-':>9s}"
         print(f"{name:38s} {err:12.3e} {tf} {sec * 1e3:7.1f}ms")
-    print("backend:", zyfa.explain(**x.kwargs()).splitlines()[0])
+    print("backend:", zyfa.explain(causal=True, **x.kwargs()).splitlines()[0])
     print("err = ||out - ref|| / ||ref|| against float64 attention on the unquantized inputs"
           + (" (last 512 query rows)" if gpu else ""))

@@ -32,6 +32,12 @@ class Problem:
     int8_qk: bool = False                 # int8 q and k (INT8 Q.K^T, E4M3 v)
     k_descale_per_key: bool = False       # k descales per token (not per key block or coarser)
     packed: bool = False                  # a packed (varlen) batch in one launch
+    window: tuple = (-1, -1)              # window_size (left, right) as validated; (-1, -1): none
+
+    @property
+    def windowed(self) -> bool:
+        """A sliding window beyond the causal mask (zyfa.spec.reference.key_limits)."""
+        return self.window != (-1, -1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,13 +13,18 @@ from typing import Optional
 import torch
 
 from . import dispatch
+from .spec.reference import NO_WINDOW
 from .spec.shapes import out_dtype
 
 
-def run_backend(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend):
-    """Run the named backend (already chosen by dispatch.select). Returns (out, lse)."""
+def run_backend(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend,
+                window_left=-1, window_right=-1):
+    """Run the named backend (already chosen by dispatch.select). Returns (out, lse). The window
+    (validation.check_window's) goes only to backends that take one: those that refuse none."""
     run = dispatch.by_name(backend).run
     kw = dict(softmax_scale=softmax_scale, causal=causal)
+    if (window_left, window_right) != NO_WINDOW:
+        kw["window_size"] = (window_left, window_right)
     if v.dtype == torch.float8_e4m3fn:                  # FP8 (q, k E4M3 or int8)
         kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, p_rule=p_rule, ref_rule=ref_rule)
     return run(q, k, v, **kw)
@@ -38,13 +43,15 @@ def needs_op(*tensors) -> bool:
 def flash_attn_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                   causal: bool, q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
                   v_descale: Optional[torch.Tensor], p_rule: str, ref_rule: str,
-                  backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+                  backend: str, window_left: int = -1, window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """run_backend as a custom op."""
-    return run_backend(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend)
+    return run_backend(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend,
+                       window_left, window_right)
 
 
 @flash_attn_op.register_fake
-def _flash_attn_fake(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend):
+def _flash_attn_fake(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule, backend,
+                     window_left=-1, window_right=-1):
     B, Sq, Hq, _ = q.shape
     out = q.new_empty((B, Sq, Hq, v.shape[-1]), dtype=out_dtype(q.dtype))
     lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)

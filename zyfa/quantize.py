@@ -169,12 +169,21 @@ def check_inputs(q, k, v, granularity: str, block_size: int, seed: int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if granularity not in ("head", "tensor", "fine"):
         raise ValueError(f"granularity must be 'head', 'tensor' or 'fine', got {granularity!r}")
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError("q, k, v must be 4-D (batch, seqlen, heads, head_dim)")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (batch, seqlen, heads, head_dim), got shape {tuple(x.shape)}")
+        if x.numel() == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); every dimension must be >= 1")
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
     B, Sq, Hq, D = q.shape
     Hkv, Dv = k.shape[2], v.shape[-1]
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must agree in (batch, seqlen_k, kv_heads): k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape[0] != B:
+        raise ValueError(f"q and k must have the same batch size, got q {B}, k {k.shape[0]}")
+    if k.shape[-1] != D:
+        raise ValueError(f"q and k must have the same head_dim, got q {D}, k {k.shape[-1]}")
     if Hq % Hkv:
         raise ValueError(f"heads ({Hq}) must be divisible by kv_heads ({Hkv})")
     return B, Sq, Hq, D, Hkv, Dv
@@ -303,3 +312,48 @@ def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed
     kd = torch.where(k_ok, kd[..., 0], nan).permute(0, 2, 1).contiguous()                # (B, Hkv, Sk)
     v8, vd = _to_e4m3(vf, _finite_abs(vf).amax(dim=(1, 3))[:, None, :, None])
     return FP8Inputs(q8, k8, _transpose_v(v8), qd, per_key_block(kd, key_block), vd[:, 0, :, 0].contiguous())
+
+
+def quantize_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, **options) -> FP8Inputs:
+    """quantize_fp8 for a packed (varlen) batch: q (total_q, heads, d), k, v (total_k, kv_heads,
+    d[_v]) with int32 cu_seqlens as flash_attn_varlen_func takes them. Each sequence is quantized
+    on its own (``options`` as quantize_fp8's; granularity "head" or "tensor"), so its descales
+    come from its own tokens: q_descale, k_descale, v_descale (batch, kv_heads), the shape
+    flash_attn_varlen_func takes; q, k, v packed in E4M3 (v contiguous). Pass
+    ``**x.kwargs()`` with the cu_seqlens (and max_seqlen) to flash_attn_varlen_func."""
+    from .varlen import _lengths
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a 3-D packed tensor (total, heads, head_dim), got {got}")
+    if options.get("granularity", "head") not in ("head", "tensor"):
+        raise ValueError(f"granularity must be 'head' or 'tensor' for a packed batch (descales per sequence and "
+                         f"kv head), got {options['granularity']!r}")
+    if options.get("hadamard"):
+        raise ValueError("hadamard=True is not supported for a packed batch (its output rotation is per dense batch)")
+    q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
+    k_lens = _lengths("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total tokens of k (k.shape[0])")
+    if len(q_lens) != len(k_lens):
+        raise ValueError(f"cu_seqlens_q has {len(q_lens) + 1} entries, cu_seqlens_k {len(k_lens) + 1}: "
+                         "q and k must have the same batch size")
+    if k.shape[:2] != v.shape[:2]:
+        raise ValueError(f"k and v must agree in (total_k, kv_heads): k {tuple(k.shape)}, v {tuple(v.shape)}")
+    hkv = k.shape[1]
+    parts, a, c = [], 0, 0
+    for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
+        if sq == 0 or sk == 0:           # nothing to scale: zero bytes, unit descales
+            qi, ki, vi = (x[None, s:s + n].clone() for x, s, n in ((q, a, sq), (k, c, sk), (v, c, sk)))
+            ones = torch.ones(1, hkv, dtype=torch.float32, device=q.device)
+            x = FP8Inputs(qi.to(torch.float8_e4m3fn), ki.to(torch.float8_e4m3fn), vi.to(torch.float8_e4m3fn),
+                          ones, ones, ones)
+        else:
+            x = quantize_fp8(q[None, a:a + sq], k[None, c:c + sk], v[None, c:c + sk], **options)
+        parts.append(x)
+        a, c = a + sq, c + sk
+
+    def per_sequence(d):       # () per tensor or (1, kv_heads) per head -> (1, kv_heads)
+        return d.reshape(-1).expand(hkv).reshape(1, hkv) if d.numel() == 1 else d.reshape(1, hkv)
+    return FP8Inputs(torch.cat([x.q[0] for x in parts]), torch.cat([x.k[0] for x in parts]),
+                     torch.cat([x.v[0].contiguous() for x in parts]),
+                     *(torch.cat([per_sequence(getattr(x, n)) for x in parts]).contiguous()
+                       for n in ("q_descale", "k_descale", "v_descale")))

@@ -3,6 +3,8 @@ names the argument, what it got and what is allowed. Nothing is silently reinter
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 
 import torch
 
@@ -62,9 +64,7 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
     if causal and Sq > Sk:
         raise ValueError(f"causal attention needs seqlen_q <= seqlen_k (bottom-right alignment), "
                          f"got seqlen_q {Sq} > seqlen_k {Sk}")
-    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
-                                          and 0 < softmax_scale < math.inf):
-        raise ValueError(f"softmax_scale must be a positive finite number or None, got {softmax_scale!r}")
+    softmax_scale_value(softmax_scale)
     for name, x in (("q", q), ("k", k)):
         if x.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension, got strides {x.stride()}")
@@ -96,3 +96,77 @@ def validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale) ->
                 and not bool(torch.isfinite(d).all()):
             raise ValueError(f"{name} holds NaN or Inf values; descales must be finite")
     return True
+
+
+def softmax_scale_value(softmax_scale) -> float | None:
+    """softmax_scale as a Python float (None stays None): any real scalar -- int, float, a NumPy
+    scalar, a 0-d real CPU tensor -- positive and finite."""
+    value = softmax_scale
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"softmax_scale as a tensor must be a 0-d real tensor, got shape {tuple(value.shape)} "
+                            f"dtype {value.dtype}")
+        if value.device.type != "cpu":
+            raise ValueError(f"softmax_scale is a tensor on {value.device}; pass a Python number or a CPU tensor "
+                             "(reading a GPU value would synchronize the device)")
+        value = value.item()
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"softmax_scale must be a real number (int, float, NumPy scalar, 0-d CPU tensor) or None, "
+                        f"got {type(softmax_scale).__name__}")
+    value = float(value)
+    if not 0 < value < math.inf:
+        raise ValueError(f"softmax_scale must be a positive finite number or None, got {softmax_scale!r}")
+    return value
+
+
+def check_window(window_size, causal: bool, seqlen_q: int | None = None, seqlen_k: int | None = None):
+    """(causal, (left, right)) from FlashAttention's window_size: query i sees keys
+    i + o - left <= j <= i + o + right (o = seqlen_k - seqlen_q; -1: unbounded; None: (-1, -1)).
+    causal fixes right at 0, and (-1, 0) is the causal mask itself, returned as causal with no
+    window. With a right bound every row must see a key: seqlen_q <= seqlen_k + right."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if window_size is None:
+        window_size = (-1, -1)
+    try:
+        left, right = (operator.index(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size must be a pair of ints (left, right), -1 for unbounded, got {window_size!r}") from None
+    for name, w in (("left", left), ("right", right)):
+        if w < -1:
+            raise ValueError(f"window_size's {name} must be >= 0, or -1 for unbounded, got {window_size!r}")
+    if causal and right > 0:
+        raise ValueError(f"causal=True fixes window_size's right at 0 (no key after the diagonal), got {window_size!r}")
+    if causal or (left, right) == (-1, 0):
+        causal, right = True, -1
+    bound = 0 if causal else right
+    if bound >= 0 and seqlen_q is not None and seqlen_q > seqlen_k + bound:
+        what = "causal attention" if causal else f"window_size right {bound}"
+        raise ValueError(f"{what} needs seqlen_q <= seqlen_k + {bound} (bottom-right alignment: every query "
+                         f"row must see a key), got seqlen_q {seqlen_q}, seqlen_k {seqlen_k}")
+    return causal, (left, right)
+
+
+def refuse_unsupported(dropout_p=0.0, softcap=0.0, alibi_slopes=None, qv=None, attention_chunk=0,
+                       seqused_q=None) -> None:
+    """FlashAttention options zyfa does not implement, each allowed only at its neutral value."""
+    if not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
+        raise NotImplementedError(f"dropout_p={dropout_p!r}: zyfa is inference-only, dropout_p must be 0.0")
+    if not isinstance(softcap, numbers.Real) or softcap != 0:
+        raise NotImplementedError(f"softcap={softcap!r}: zyfa has no soft-capping, softcap must be 0.0")
+    for name, x in (("alibi_slopes", alibi_slopes), ("qv", qv), ("seqused_q", seqused_q)):
+        if x is not None:
+            raise NotImplementedError(f"{name} is not implemented in zyfa; it must be None")
+    if attention_chunk not in (0, None):
+        raise NotImplementedError(f"attention_chunk={attention_chunk!r} is not implemented in zyfa; it must be 0")
+
+
+def check_out(out, shape: tuple, dtype: torch.dtype, device) -> None:
+    """``out=``: a tensor the result is written into."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device:
+        raise ValueError(f"out must have shape {tuple(shape)}, dtype {dtype} on {device}, got shape "
+                         f"{tuple(out.shape)}, dtype {out.dtype} on {out.device}")

@@ -16,8 +16,8 @@ import torch
 from . import api, dispatch
 from .device import device_arch, to_device
 from .spec.descales import check_descale
-from .spec.shapes import Packed, starts_of
-from .validation import validate
+from .spec.shapes import Packed, out_dtype, starts_of
+from .validation import check_out, check_window, refuse_unsupported, softmax_scale_value, validate
 
 PAGE_SIZES = range(16, 257, 16)
 # backend="auto": a packed batch whose sequences average at most this many queries runs in one
@@ -61,6 +61,8 @@ def _lengths(name: str, cu, total: int, total_name: str) -> list[int]:
 
 
 def _check_max(name: str, given, lengths: list[int], what: str) -> None:
+    if given is None:                          # computed from the lengths
+        return
     if not isinstance(given, int) or isinstance(given, bool):
         raise TypeError(f"{name} must be an int, got {type(given).__name__}")
     longest = max(lengths, default=0)
@@ -73,8 +75,8 @@ def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
     start offset (packed)."""
     if block_table is None:
         if cu_seqlens_k is None:
-            raise ValueError("cu_seqlens_k is None: pass cu_seqlens_k for packed k/v, or block_table and "
-                             "seqused_k for a paged KV cache")
+            raise ValueError("cu_seqlens_k is None: pass cu_seqlens_k for packed k/v, or block_table with seqused_k "
+                             "(or cu_seqlens_k) for a paged KV cache")
         _check_tensor_dim("k", k, 3, "(total_k, kv_heads, head_dim)")
         lens = _lengths("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total tokens of k (k.shape[0])")
         if len(lens) != batch:
@@ -89,12 +91,22 @@ def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
                 raise ValueError(f"seqused_k[{i}] ({used[i]}) exceeds sequence {i}'s keys in cu_seqlens_k ({lens[i]})")
             lens = used
         return lens, starts
+    # a paged cache's key counts: seqused_k (FlashAttention-3, vLLM) or cu_seqlens_k's prefix sums
+    # (FlashAttention-2); both given, they must agree
+    if seqused_k is None and cu_seqlens_k is None:
+        raise ValueError("block_table was given without seqused_k or cu_seqlens_k: a paged KV cache needs the keys "
+                         "each sequence uses, seqused_k (batch,) int32 or cu_seqlens_k (batch + 1,) int32")
+    used = _seqused(seqused_k, batch) if seqused_k is not None else None
     if cu_seqlens_k is not None:
-        raise ValueError("block_table was given with cu_seqlens_k: a paged KV cache takes seqused_k "
-                         "for its lengths and cu_seqlens_k=None")
-    if seqused_k is None:
-        raise ValueError("block_table was given without seqused_k: a paged KV cache needs seqused_k "
-                         "(batch,) int32, the keys each sequence uses")
+        c = _int32_list("cu_seqlens_k", cu_seqlens_k, 1)
+        from_cu = _lengths("cu_seqlens_k", cu_seqlens_k, c[-1] if c else 0, "sum of the key counts")
+        if len(from_cu) != batch:
+            raise ValueError(f"cu_seqlens_k has {len(from_cu) + 1} entries but cu_seqlens_q has {batch + 1}: "
+                             "q and k must have the same batch size")
+        if used is not None and used != from_cu:
+            raise ValueError(f"seqused_k {used} and cu_seqlens_k's lengths {from_cu} disagree; a paged cache "
+                             "takes either, or both equal")
+        used = from_cu
     _check_tensor_dim("k", k, 4, "(num_pages, page_size, kv_heads, head_dim) with block_table")
     num_pages, page_size = k.shape[:2]
     if page_size not in PAGE_SIZES:
@@ -102,7 +114,6 @@ def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
     table = _int32_list("block_table", block_table, 2)
     if len(table) != batch:
         raise ValueError(f"block_table has {len(table)} rows but cu_seqlens_q has batch {batch}")
-    used = _seqused(seqused_k, batch)
     pages = []
     for i, u in enumerate(used):
         n = -(-u // page_size)
@@ -141,29 +152,38 @@ def _check_descales(descales, batch, hkv) -> None:
         check_descale(name, d, batch, hkv, ())
 
 
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
-                           causal=True, q_descale=None, k_descale=None, v_descale=None, block_table=None,
-                           seqused_k=None, return_lse=False, backend="auto", p_rule=None, ref_rule=None):
-    """Attention over a packed batch of sequences of different lengths, FlashAttention's varlen API.
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                           seqused_q=None, seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None,
+                           k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                           num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False, *,
+                           block_table=None, dropout_p=0.0, alibi_slopes=None, return_softmax_lse=False, out=None,
+                           return_lse=False, backend="auto", p_rule=None, ref_rule=None):
+    """Attention over a packed batch of sequences of different lengths, FlashAttention-3's varlen
+    signature (FlashAttention-2's keywords too; zyfa.flash_attn_func says which options run).
 
     q: (total_q, heads, head_dim) with cu_seqlens_q int32 (batch + 1,) prefix sums of the query
     lengths. Keys either packed -- k, v (total_k, kv_heads, head_dim[_v]) with cu_seqlens_k
     (optionally seqused_k (batch,) int32: sequence i uses only its first seqused_k[i] keys) --
     or a paged KV cache: k, v (num_pages, page_size, kv_heads, head_dim[_v]) (page_size a
     multiple of 16 in 16..256), block_table (batch, max_pages) int32 naming each sequence's
-    pages in order, seqused_k (batch,) int32 its key count, and cu_seqlens_k=None.
-    max_seqlen_q/k: ints at least the longest sequence's query/key count. The index tensors
-    may live on the CPU or the GPU; their values are read on the host (validation, tables), so
-    CPU tensors spare the device synchronization that reading GPU ones costs every call.
+    pages in order, and the key counts either as seqused_k (batch,) int32 (FlashAttention-3,
+    vLLM; cu_seqlens_k None) or as cu_seqlens_k's prefix sums (FlashAttention-2), the same result.
+    max_seqlen_q/k: ints at least the longest sequence's query/key count (None: computed). The
+    index tensors may live on the CPU or the GPU; their values are read on the host (validation,
+    tables), so CPU tensors spare the device synchronization that reading GPU ones costs every call.
 
-    causal=True aligns the mask bottom-right per sequence (query i of a sequence sees keys
-    j <= i + seqlen_k - seqlen_q), so a chunk of new queries over a longer cached prefix is one
-    call; seqlen_q > seqlen_k is then an error. Sequences with 0 queries are skipped.
-    FP8 descales are per (sequence, kv head): (batch, kv_heads), or () / (kv_heads,) shared.
+    causal (default False, as in FlashAttention) aligns the mask bottom-right per sequence (query
+    i of a sequence sees keys j <= i + seqlen_k - seqlen_q), so a chunk of new queries over a
+    longer cached prefix is one call; seqlen_q > seqlen_k is then an error. window_size=(left,
+    right) adds a sliding window per sequence, as in flash_attn_func. Sequences with 0 queries
+    are skipped.
+    FP8 descales are per (sequence, kv head): (batch, kv_heads), or () / (kv_heads,) shared
+    (zyfa.quantize_fp8_varlen makes them).
     V may be contiguous or in zyfa.quantize_fp8's transposed layout (seqlen contiguous).
 
-    Returns out (total_q, heads, head_dim_v) and, with return_lse, the float32 natural-log
-    LSE (heads, total_q), as FlashAttention's varlen function does.
+    Returns out (total_q, heads, head_dim_v) and, with return_attn_probs / return_softmax_lse /
+    return_lse, (out, lse) with the float32 natural-log LSE (heads, total_q), as FlashAttention's
+    varlen function does; ``out=`` writes the output into a given tensor.
 
     The backend is chosen as for one sequence of the longest lengths; where that is the
     generated Hopper kernel or the Triton kernel (also, with "auto", where gfx950's kernel
@@ -172,7 +192,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     module's note). Otherwise one zyfa.flash_attn_func call a sequence on ``backend``,
     concatenated.
     """
+    refuse_unsupported(dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes, qv=qv,
+                       attention_chunk=attention_chunk, seqused_q=seqused_q)
     _check_tensor_dim("q", q, 3, "(total_q, heads, head_dim)")
+    if q.shape[0] == 0:
+        raise ValueError(f"q is empty (total_q 0, shape {tuple(q.shape)}); at least one sequence needs queries")
     q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
     batch = len(q_lens)
     k_lens, where = _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch)
@@ -188,20 +212,34 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     kv_view = (lambda x: x[:1]) if block_table is not None else (lambda x: x.unsqueeze(0))
     is_fp8 = validate(q.unsqueeze(0), kv_view(k), kv_view(v), False, softmax_scale,
                       *(_descale_for(d, 0) for d in descales.values()))
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    given_causal = causal
+    causal, window = check_window(window_size, causal)
     for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
-        if sq and (sk == 0 or (causal and sq > sk)):
-            raise ValueError(f"sequence {i} has seqlen_q {sq} and seqlen_k {sk}: " +
-                             ("causal attention needs seqlen_q <= seqlen_k" if sk else "queries need at least one key"))
-    if q.shape[0] == 0:
-        raise ValueError("q is empty (total_q 0); at least one sequence needs queries")
+        if sq and sk == 0:
+            raise ValueError(f"sequence {i} has seqlen_q {sq} and seqlen_k 0: queries need at least one key")
+        if sq:
+            try:
+                check_window(window_size, given_causal, sq, sk)
+            except ValueError as e:
+                raise ValueError(f"sequence {i}: {e}") from None
+    if out is not None:
+        check_out(out, (q.shape[0], q.shape[1], v.shape[-1]), out_dtype(q.dtype), q.device)
 
     p_rule, ref_rule = api._rules(is_fp8, p_rule, ref_rule, q.dtype)
-    fused = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, softmax_scale,
-                        causal, descales, backend, p_rule, ref_rule, is_fp8, block_table)
-    if fused is not None:
-        return fused if return_lse else fused[0]
+    scale = softmax_scale_value(softmax_scale)
+    result = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, scale,
+                         causal, descales, backend, p_rule, ref_rule, is_fp8, block_table, window=window)
+    if result is None:
+        result = _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descales, backend,
+                               p_rule, ref_rule, is_fp8, block_table)
+    if out is not None:
+        result = (out.copy_(result[0]), result[1])
+    return result if (return_lse or return_softmax_lse or return_attn_probs) else result[0]
+
+
+def _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descales, backend, p_rule, ref_rule,
+                  is_fp8, block_table):
+    """(out, lse) from one zyfa.flash_attn_func call a sequence, concatenated."""
     rules = {"p_rule": p_rule, "ref_rule": ref_rule} if is_fp8 else {}
     outs, lses, q_start = [], [], 0
     for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
@@ -213,17 +251,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         else:
             pages = to_device(where[i], k.device, torch.long)       # one copy of the page list for k and v
             ks, vs = (x.index_select(0, pages).flatten(0, 1)[:sk].unsqueeze(0) for x in (k, v))
-        out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=softmax_scale,
-                                       causal=causal, return_lse=True, backend=backend, **rules,
-                                       **{n: _descale_for(d, i) for n, d in descales.items()})
+        out, lse = api.flash_attn_func(q[q_start - sq:q_start].unsqueeze(0), ks, vs, softmax_scale=scale,
+                                       causal=causal, window_size=window, return_lse=True, backend=backend,
+                                       **rules, **{n: _descale_for(d, i) for n, d in descales.items()})
         outs.append(out[0])
         lses.append(lse[0])
-    out = torch.cat(outs, 0)
-    return (out, torch.cat(lses, 1)) if return_lse else out
+    return torch.cat(outs, 0), torch.cat(lses, 1)
 
 
 def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal,
-                descales, backend, p_rule, ref_rule, is_fp8, block_table=None, v_pages=None):
+                descales, backend, p_rule, ref_rule, is_fp8, block_table=None, v_pages=None, window=(-1, -1)):
     """(out, lse) from one launch over the packed batch -- the generated Hopper kernel's packed
     variant where it is the backend chosen for the longest sequence, else the Triton kernel --
     or None when that backend is another one (with "auto": the Triton kernel also where a
@@ -234,7 +271,7 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule,
-                               int8_qk=q.dtype == torch.int8, packed=True)
+                               int8_qk=q.dtype == torch.int8, packed=True, window=window)
     chosen = dispatch.select(problem, backend).name
     short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
     use_triton = chosen == "triton" or (backend == "auto" and short and chosen in ("ptx", "gfx950")
@@ -251,7 +288,7 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
                 return None
             k, v, starts, v_pages = _gathered_pages(k, v, starts, is_fp8)
             return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal, descales,
-                               backend, p_rule, ref_rule, is_fp8, v_pages=v_pages)
+                               backend, p_rule, ref_rule, is_fp8, v_pages=v_pages, window=window)
     if chosen == "ptx" and block_table is None:
         return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8,
                                                      key_order=True, v_pages=v_pages),
@@ -268,9 +305,8 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     else:
         v, packed = _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, v_pages=v_pages)
         k = k.unsqueeze(0)
-    scale = None if softmax_scale is None else float(softmax_scale)
-    out, lse = triton_attention(q.unsqueeze(0), k, v, scale, causal, **descales, p_rule=p_rule, ref_rule=ref_rule,
-                                config=tile, packed=packed)
+    out, lse = triton_attention(q.unsqueeze(0), k, v, softmax_scale, causal, **descales, p_rule=p_rule,
+                                ref_rule=ref_rule, config=tile, packed=packed, window_size=window)
     return out[0], lse[0]
 
 

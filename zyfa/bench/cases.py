@@ -25,6 +25,7 @@ class Case:
     input: str = "realistic"
     softmax_scale: float | None = None
     lengths: tuple[int, ...] | None = None    # a packed (varlen) batch: each sequence's tokens
+    window: tuple[int, int] = (-1, -1)        # window_size (left, right), as FlashAttention takes it
 
     @property
     def decode(self) -> bool:
@@ -38,14 +39,20 @@ class Case:
     @property
     def flops(self) -> float:
         if self.lengths:
-            return sum(attention_flops(1, self.Hq, n, n, self.D, self.Dv, self.causal) for n in self.lengths)
-        return attention_flops(self.B, self.Hq, self.Sq, self.Sk, self.D, self.Dv, self.causal)
+            return sum(attention_flops(1, self.Hq, n, n, self.D, self.Dv, self.causal, self.window)
+                       for n in self.lengths)
+        return attention_flops(self.B, self.Hq, self.Sq, self.Sk, self.D, self.Dv, self.causal, self.window)
 
 
-def attention_flops(B, H, Sq, Sk, Dqk, Dv, causal) -> float:
+def attention_flops(B, H, Sq, Sk, Dqk, Dv, causal, window=(-1, -1)) -> float:
     """2·B·H·(pairs)·(Dqk + Dv), pairs counted exactly: with bottom-right causal alignment
-    query i sees i + 1 + Sk − Sq keys (Sq·Sk/2 ≈ FlashAttention's convention when Sq = Sk)."""
-    if causal:
+    query i sees i + 1 + Sk − Sq keys (Sq·Sk/2 ≈ FlashAttention's convention when Sq = Sk); a
+    sliding window counts the keys each row sees (zyfa.spec.reference.key_limits)."""
+    if tuple(window) != (-1, -1):
+        from zyfa.spec.reference import key_limits
+        first, last = key_limits(Sq, Sk, causal, tuple(window))
+        pairs = float((last - first + 1).clamp(min=0).sum())
+    elif causal:
         pairs = Sq * (Sk - Sq) + Sq * (Sq + 1) / 2
     else:
         pairs = Sq * Sk
@@ -113,11 +120,19 @@ def decode_cases() -> list[Case]:
             for b, s in ((32, 8192), (128, 2048), (8, 32768))]
 
 
+def window_cases() -> list[Case]:
+    """Sliding-window attention as Mistral-7B's layers run it at long context: a window of 4096
+    keys (FlashAttention's window_size (4096, 0), causal) over 32K tokens, GQA 32/8, d128. zyfa
+    skips the key blocks outside the window; FA3 with the same window_size is the anchor."""
+    return [Case("window", "sliding window 4096 over 32K GQA 32/8", 1, 32768, 32768, 32, 8, 128, 128,
+                 window=(4096, 0))]
+
+
 def cases_for(names: str) -> list[Case]:
-    """Case groups by name: quick, sweep, models, varlen, frontier, decode, all, or one head dim of
-    the sweep (sweep-d128)."""
+    """Case groups by name: quick, sweep, models, varlen, frontier, decode, window, all, or one head
+    dim of the sweep (sweep-d128)."""
     table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases,
-             "frontier": frontier_cases, "decode": decode_cases}
+             "frontier": frontier_cases, "decode": decode_cases, "window": window_cases}
     for d, dv in SWEEP_DIMS:
         table[f"sweep-d{d}"] = functools.partial(sweep_cases, dims=((d, dv),))
     out = []

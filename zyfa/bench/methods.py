@@ -70,8 +70,8 @@ class Inputs:
         if self.case.lengths:             # the last sequence's own keys
             first = sum(self.case.lengths[:-1])
             k, v = k[:, first:], v[:, first:]
-        return attention_fp64(q[:, self.ref_rows()], k, v, causal=self.case.causal,
-                              softmax_scale=self.scale, return_lse=True)
+        return attention_fp64(q[:, self.ref_rows()], k, v, causal=self.case.causal, softmax_scale=self.scale,
+                              return_lse=True, window_size=self.case.window)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +124,7 @@ def _zyfa_unsupported(backend: str, is_fp8: bool, p_rule: str | None, int8_qk: b
                                    head_dims=(case.D, case.Dv), causal=case.causal, seqlen_q=case.Sq,
                                    seqlen_k=case.Sk, p_rule=p_rule or DEFAULT_P_RULE,
                                    ref_rule=ref_rule or DEFAULT_REF_RULE,
-                                   int8_qk=int8_qk, per_token_descales=int8_qk)
+                                   int8_qk=int8_qk, per_token_descales=int8_qk, window=case.window)
         if backend == "auto":
             try:
                 dispatch.select(problem)
@@ -140,7 +140,8 @@ def _zyfa_fp8(rule, backend, quant="head", ref_rule=None):
     def build(inp: Inputs):
         x = inp.fp8(quant)
         return lambda: zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal,
-                                            p_rule=rule, ref_rule=ref_rule, return_lse=True, backend=backend)
+                                            window_size=inp.case.window, p_rule=rule, ref_rule=ref_rule,
+                                            return_lse=True, backend=backend)
     return build
 
 
@@ -152,7 +153,7 @@ def _zyfa_quantize(quantizer, ref_rule=None):
         def call():
             x = quantizer(inp.q, inp.k, inp.v)
             return zyfa.flash_attn_func(**x.kwargs(), softmax_scale=inp.scale, causal=inp.case.causal,
-                                        ref_rule=ref_rule, return_lse=True)
+                                        window_size=inp.case.window, ref_rule=ref_rule, return_lse=True)
         return call
     return build
 
@@ -183,7 +184,7 @@ def _zyfa_varlen(dtype: str, page_size: int | None = None):
 
         def call():
             out, lse = zyfa.flash_attn_varlen_func(**a, softmax_scale=inp.scale, causal=inp.case.causal,
-                                                   return_lse=True)
+                                                   window_size=inp.case.window, return_lse=True)
             return out[None], lse[None]
         return call
     return build
@@ -192,7 +193,7 @@ def _zyfa_varlen(dtype: str, page_size: int | None = None):
 def _zyfa_bf16(backend):
     def build(inp: Inputs):
         return lambda: zyfa.flash_attn_func(inp.q, inp.k, inp.v, softmax_scale=inp.scale, causal=inp.case.causal,
-                                            return_lse=True, backend=backend)
+                                            window_size=inp.case.window, return_lse=True, backend=backend)
     return build
 
 
@@ -219,11 +220,12 @@ def _fa3_build(dtype):
     def build(inp: Inputs):
         fa, c = _fa3(), inp.case
         if dtype == "bf16":
-            return lambda: _split(fa(inp.q, inp.k, inp.v, softmax_scale=inp.scale, causal=c.causal))
+            return lambda: _split(fa(inp.q, inp.k, inp.v, softmax_scale=inp.scale, causal=c.causal,
+                                     window_size=c.window))
         x = inp.fp8("head")
         v = x.v.contiguous()           # FA3 reads V in the normal layout
         return lambda: _split(fa(x.q, x.k, v, softmax_scale=inp.scale, causal=c.causal, q_descale=x.q_descale,
-                                 k_descale=x.k_descale, v_descale=x.v_descale))
+                                 k_descale=x.k_descale, v_descale=x.v_descale, window_size=c.window))
     return build
 
 
@@ -235,7 +237,7 @@ def _fa3_varlen_build(dtype):
             a["v"] = a["v"].contiguous()          # FA3 reads V in the normal layout
 
         def call():
-            out, lse = _split(fa(**a, softmax_scale=inp.scale, causal=inp.case.causal))
+            out, lse = _split(fa(**a, softmax_scale=inp.scale, causal=inp.case.causal, window_size=inp.case.window))
             return out[None], None if lse is None else lse[None]
         return call
     return build
@@ -358,6 +360,11 @@ def _gpu_missing():
     return None if torch.cuda.is_available() else "no CUDA GPU"
 
 
+def _no_window(case: Case) -> str | None:
+    """Anchors without a sliding window (cuDNN's FP8 graph and SDPA as called here)."""
+    return "no sliding window in this anchor's call" if case.window != (-1, -1) else None
+
+
 def all_methods(backend: str = "triton") -> list[Method]:
     zm = _zyfa_missing(backend)
     out = [Method("zyfa", backend, "fp8", "head", _zyfa_fp8(r, backend), zm, p_rule=r,
@@ -391,9 +398,11 @@ def all_methods(backend: str = "triton") -> list[Method]:
             Method("fa3", "fa3", "bf16", None, _fa3_varlen_build("bf16"), _fa3_missing, varlen=True)]
     out += [Method("fa3", "fa3", "fp8", "head", _fa3_build("fp8"), _fa3_missing),
             Method("fa3", "fa3", "bf16", None, _fa3_build("bf16"), _fa3_missing),
-            Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing),
-            Method("sdpa_cudnn", "sdpa", "bf16", None, _sdpa_build("sdpa_cudnn"), _gpu_missing),
-            Method("sdpa_flash", "sdpa", "bf16", None, _sdpa_build("sdpa_flash"), _gpu_missing),
+            Method("cudnn", "cudnn", "fp8", "tensor", _cudnn_fp8_build, _cudnn_fe_missing, unsupported=_no_window),
+            Method("sdpa_cudnn", "sdpa", "bf16", None, _sdpa_build("sdpa_cudnn"), _gpu_missing,
+                   unsupported=_no_window),
+            Method("sdpa_flash", "sdpa", "bf16", None, _sdpa_build("sdpa_flash"), _gpu_missing,
+                   unsupported=_no_window),
             Method("sageattention", "sage", "int8", None, _sage_build, _sage_missing, unsupported=_sage_unsupported,
                    with_quantize=True)]
     from .decode_methods import decode_methods

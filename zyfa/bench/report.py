@@ -174,7 +174,9 @@ def _frontier_plot(plt, recs: list[dict], path: str) -> str:
 def e2e_markdown(e: dict, source: str) -> str:
     """The transformers end-to-end table (bench/e2e_transformers.py)."""
     profiled = any("kernel_seconds" in r for r in e["records"])
-    lines = ["## End-to-end prefill in transformers", "",
+    # one heading per model, so that each table has its own anchor
+    trained = "trained" in str(e.get("model", "")).split(",")[0]
+    lines = ["## End-to-end prefill in transformers" + (": a trained model" if trained else ""), "",
              f"{e['model']}, {e['seqlen']} tokens. From `{source}` ({e['gpu']}, {e['date']}, transformers "
              f"{e['versions'].get('transformers')}). Wall time of one forward (median of "
              f"{len(e['records'][0].get('seconds_all', [])) or '?'}"

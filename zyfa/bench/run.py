@@ -1,7 +1,7 @@
 """`zyfa bench`: run the cases, record them in bench/results/<gpu>.json under today's run
 (zyfa.bench.store), and write RESULTS.md and plots.
 
-    zyfa bench [--cases quick|sweep|models|all] [--activations FILE] [--out DIR]
+    zyfa bench [--cases quick|sweep|models|varlen|window|all] [--activations FILE] [--out DIR]
 
 Records of an earlier run of the same day are kept unless the same (case, method) is
 measured again, so a suite can be run in parts.
@@ -62,7 +62,7 @@ def _record(inp: Inputs, m: Method) -> dict:
     return dict(gpu=gpu_name(), date=datetime.date.today().isoformat(), method=m.method, backend=m.backend,
                 p_rule=m.p_rule, ref_rule=m.ref_rule, dtype=m.dtype, label=m.label, case=c.name, group=c.group, input=c.input,
                 B=c.B, Sq=c.Sq, Sk=c.Sk, Hq=c.Hq, Hkv=c.Hkv, Dqk=c.D, Dv=c.Dv, causal=c.causal,
-                flops=c.flops)
+                flops=c.flops, **({"window_size": list(c.window)} if c.window != (-1, -1) else {}))
 
 
 def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None) -> tuple[dict, object]:
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, "
-                    "varlen, frontier, decode, all; comma-separated")
+                    "varlen, frontier, decode, window, all; comma-separated")
     ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")

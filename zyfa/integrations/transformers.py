@@ -10,13 +10,16 @@ per-key-block scales, E4M3 v; the most accurate FP8 path).
 The names are registered with AttentionInterface (the attention call) and with
 AttentionMaskInterface (the mask builder; without it transformers would hand a custom
 backend no causal information). The mask builder is SDPA's: it returns None when the
-mask is plain causal, which zyfa runs with flash_attn_func. A boolean mask that is causal
-over padded sequences (checked element by element) runs with flash_attn_varlen_func: the
-batch is unpadded by the mask, attended, and padded back (zeros at padded query positions).
-Anything else -- a sliding-window or other custom mask, a decode step (one query), dropout,
-soft-capping, attention sinks, a head size or dtype zyfa does not take, a padded batch in the
-INT8 mode (its per-token scales do not go through the varlen call) -- goes to SDPA, with one
-log line per reason.
+mask is plain causal, which zyfa runs with flash_attn_func. A boolean mask that is causal --
+or sliding-window causal, for the layers of Mistral, Gemma 2/3, gpt-oss-style hybrids --
+over the valid tokens (checked element by element; the queries may sit anywhere in the cache,
+as in a StaticCache) runs with flash_attn_func on the filled keys when nothing is padded,
+else with flash_attn_varlen_func: the batch is unpadded by the mask, attended, and padded back
+(zeros at padded query positions). The window goes to zyfa as window_size.
+Anything else -- another custom mask, a decode step (one query: zyfa has no decode kernels
+yet), dropout, soft-capping, attention sinks, a head size or dtype zyfa does not take, a padded
+batch in the INT8 mode (its per-token scales do not go through the varlen call) -- goes to
+SDPA, with one log line per reason.
 """
 from __future__ import annotations
 
@@ -65,40 +68,75 @@ def _sdpa(module, query, key, value, attention_mask, reason, **kwargs):
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
-def _zyfa_layout(module, query, key, value, kwargs):
-    """(B, H, S, D) -> FlashAttention layout, with SDPA's causal handling of an empty static cache."""
+def _window_left(module, kwargs) -> int:
+    """FlashAttention's window left for the layer: transformers' sliding window W lets query i see
+    keys j > i - W, W keys with its own (left = W - 1); -1 for a full-attention layer."""
+    w = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
+    return int(w) - 1 if w else -1
+
+
+def _is_causal(module, kwargs) -> bool:
     is_causal = kwargs.get("is_causal")
-    causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
-    q_len = query.shape[2]
-    if causal and key.shape[2] > q_len:
-        # the mask builder returned None with kv_len > q_len only for an empty StaticCache:
-        # the keys past q_len are unfilled slots (as sdpa_attention_forward slices them)
-        key, value = key[:, :, :q_len], value[:, :, :q_len]
-    return query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal
+    return bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
 
 
-def _padding(mask, q_len):
-    """(valid_q (B, Q), valid_k (B, KV)) when ``mask`` (bool, (B, 1, Q, KV)) is exactly causal over
-    padded sequences -- query i (key position i + KV - Q) sees the valid keys at positions <= its
-    own -- else None. Padded query rows are not checked: their outputs are zeros and no valid
-    token attends to them."""
-    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[-1] < q_len:
+def _unmasked_keys(query, key, kwargs) -> int:
+    """Keys a causal call without a mask reads: up to the last query's slot (cache_position, where
+    transformers passes it), else all -- but for an empty StaticCache (kv_len > q_len with no mask),
+    whose keys past q_len are unfilled slots (as sdpa_attention_forward slices them)."""
+    cache_position = kwargs.get("cache_position")
+    if isinstance(cache_position, torch.Tensor) and cache_position.numel():
+        return int(cache_position[-1]) + 1
+    return min(key.shape[2], query.shape[2])
+
+
+def _mask_layout(mask, q_len: int, left: int):
+    """(valid_q (B, Q), valid_k (B, KV)) when ``mask`` (bool, (B, 1, Q, KV)) is exactly what
+    flash_attn_varlen_func computes on the valid tokens -- causal, with a sliding window of
+    ``left`` keys (-1: none), bottom-right aligned -- else None.
+
+    The queries sit in q_len consecutive key slots from s0 (the last q_len of a dynamic cache,
+    the first free ones of a static cache; transformers does not always say which): a valid query
+    sees its own slot last, so s0 is the largest (last key seen - row). A query is valid where
+    its slot is a key some query sees; padded rows are left out and come back as zeros."""
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != q_len:
         return None
     m = mask[:, 0]
-    kv_len = m.shape[-1]
+    B, Q, KV = m.shape
+    cols = torch.arange(KV, device=m.device)
+    last = torch.where(m, cols, -1).amax(-1)                                 # (B, Q)
+    s0 = int((last - torch.arange(Q, device=m.device)).amax())
+    if s0 < 0 or s0 + Q > KV:
+        return None
     valid_k = m.any(1)
-    valid_q = valid_k[:, kv_len - q_len:]
-    pos = torch.arange(kv_len, device=m.device)
-    seen = pos[None, :] <= pos[kv_len - q_len:, None]                       # (Q, KV) causal
+    valid_q = valid_k[:, s0:s0 + Q]
+    ck = valid_k.cumsum(1) - 1                                               # compacted key index
+    cq = ck[:, s0:s0 + Q]
+    n_k, n_q = valid_k.sum(1, keepdim=True), valid_q.sum(1, keepdim=True)
+    # bottom-right: the valid queries are the last valid keys, in order
+    if not torch.equal(torch.where(valid_q, cq, 0), torch.where(valid_q, n_k - n_q + valid_q.cumsum(1) - 1, 0)):
+        return None
+    seen = ck[:, None, :] <= cq[:, :, None]
+    if left >= 0:
+        seen &= ck[:, None, :] >= cq[:, :, None] - left
     expected = valid_q[:, :, None] & valid_k[:, None, :] & seen
     return (valid_q, valid_k) if torch.equal(m & valid_q[:, :, None], expected) else None
+
+
+def _dense_keys(valid_q, valid_k) -> int | None:
+    """The key count n where every query is valid and every sequence's valid keys are slots [0, n)
+    (no padding): the call is then one dense flash_attn_func on the first n keys."""
+    if not bool(valid_q.all()):
+        return None
+    n = int(valid_k[0].sum())
+    return n if bool(valid_k[:, :n].all()) and not bool(valid_k[:, n:].any()) else None
 
 
 def _cu(valid):
     return torch.nn.functional.pad(valid.sum(1).cumsum(0), (1, 0)).to(torch.int32)
 
 
-def _varlen(query, key, value, valid_q, valid_k, scaling, fp8):
+def _varlen(query, key, value, valid_q, valid_k, scaling, fp8, left):
     """Unpad by the mask, flash_attn_varlen_func, pad back: (B, Q, H, Dv) in the query's dtype.
     FP8 scales are per (sequence, kv head), taken over the valid tokens only."""
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
@@ -109,32 +147,44 @@ def _varlen(query, key, value, valid_q, valid_k, scaling, fp8):
         kw = dict(q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale, ref_rule=REF_RULES["fp8"])
     lens_q, lens_k = valid_q.sum(1), valid_k.sum(1)
     packed = zyfa.flash_attn_varlen_func(q[valid_q], k[valid_k], v[valid_k], _cu(valid_q), _cu(valid_k),
-                                         int(lens_q.max()), int(lens_k.max()), softmax_scale=scaling, causal=True, **kw)
+                                         int(lens_q.max()), int(lens_k.max()), softmax_scale=scaling, causal=True,
+                                         window_size=(left, 0), **kw)
     out = packed.new_zeros(*q.shape[:3], value.shape[-1])
     out[valid_q] = packed
     return out.to(query.dtype)
 
 
+def _dense(query, key, value, n_keys, scaling, causal, left, quant):
+    """One flash_attn_func call on the first n_keys keys, FlashAttention layout."""
+    q, k, v = query.transpose(1, 2), key[:, :, :n_keys].transpose(1, 2), value[:, :, :n_keys].transpose(1, 2)
+    window = (left, 0 if causal else -1)
+    if quant is None:
+        return zyfa.flash_attn_func(q, k, v, softmax_scale=scaling, causal=causal, window_size=window)
+    x = QUANTIZERS[quant](q, k, v)
+    return zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=causal, window_size=window,
+                                ref_rule=REF_RULES[quant]).to(query.dtype)
+
+
 def _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, quant=None):
     """``quant``: None (BF16/FP16), "fp8" or "int8" (QUANTIZERS)."""
     reason = _fallback_reason(module, query, key, value, dropout, kwargs)
-    padding = None
+    causal, left = _is_causal(module, kwargs), _window_left(module, kwargs)
+    layout = n_keys = None
     if reason is None and attention_mask is not None:
-        padding = _padding(attention_mask, query.shape[2])
-        if padding is None:
-            reason = "an attention mask other than causal over padding (sliding window or custom)"
-        elif quant == "int8":
-            reason = "a padded batch in the INT8 mode (per-token scales do not go through the varlen call)"
+        layout = _mask_layout(attention_mask, query.shape[2], left) if causal else None
+        if layout is None:
+            reason = "an attention mask other than causal (or sliding-window causal) over padding"
+        else:
+            n_keys = _dense_keys(*layout)
+            if n_keys is None and quant == "int8":
+                reason = "a padded batch in the INT8 mode (per-token scales do not go through the varlen call)"
     if reason:
         return _sdpa(module, query, key, value, attention_mask, reason, dropout=dropout, scaling=scaling, **kwargs)
-    if padding is not None:
-        return _varlen(query, key, value, *padding, scaling, quant == "fp8"), None
-    q, k, v, causal = _zyfa_layout(module, query, key, value, kwargs)
-    if quant is None:
-        return zyfa.flash_attn_func(q, k, v, softmax_scale=scaling, causal=causal), None
-    x = QUANTIZERS[quant](q, k, v)
-    out = zyfa.flash_attn_func(**x.kwargs(), softmax_scale=scaling, causal=causal, ref_rule=REF_RULES[quant])
-    return out.to(query.dtype), None
+    if layout is not None and n_keys is None:
+        return _varlen(query, key, value, *layout, scaling, quant == "fp8", left), None
+    if n_keys is None:
+        n_keys = _unmasked_keys(query, key, kwargs) if causal else key.shape[2]
+    return _dense(query, key, value, n_keys, scaling, causal, left if causal else -1, quant), None
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import attention_fp64, fp8_attention_spec
+from .reference import NO_WINDOW, attention_fp64, fp8_attention_spec
 from .rules import DEFAULT_P_RULE, DEFAULT_REF_RULE
 from .shapes import out_dtype
 
@@ -14,13 +14,14 @@ def supports(p) -> tuple[bool, str]:
 
 
 def run(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
-        v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE):
+        v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE, window_size=NO_WINDOW):
     if v.dtype == torch.float8_e4m3fn:                  # FP8 (q, k E4M3 or int8)
         out, lse = fp8_attention_spec(q, k, v, q_descale, k_descale, v_descale, causal=causal,
                                       softmax_scale=softmax_scale, p_rule=p_rule, ref_rule=ref_rule,
-                                      return_lse=True)
+                                      return_lse=True, window_size=window_size)
     else:
-        out, lse = attention_fp64(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
+        out, lse = attention_fp64(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True,
+                                  window_size=window_size)
     # contiguous, as every kernel writes it and the custom op's fake implementation promises
     return out.to(out_dtype(q.dtype)).contiguous(), lse.float().contiguous()
 

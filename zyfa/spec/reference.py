@@ -4,7 +4,11 @@ Layouts follow FlashAttention: q (batch, seqlen_q, heads, head_dim), k/v
 (batch, seqlen_k, kv_heads, head_dim[_v]); query heads are grouped
 consecutively onto kv heads (head h reads kv head h // (heads // kv_heads)).
 
-Causal masks are aligned bottom-right: query i sees keys j <= i + seqlen_k - seqlen_q.
+Masks are aligned bottom-right (``key_limits``): with the offset o = seqlen_k - seqlen_q,
+causal query i sees keys j <= i + o; a sliding window (left, right), FlashAttention's
+``window_size`` (-1: unbounded; causal fixes right at 0), keys i + o - left <= j <= i + o + right.
+Key blocks no row sees are skipped, which for a row that sees none of a block's keys is
+exactly what processing the block would do (its P are 0 and its reference stays).
 
 ``fp8_attention_spec`` is the contract every FP8 kernel is held to. It runs the
 blockwise algorithm (docs/algorithm.md) over key blocks of ``block_n`` in ascending
@@ -61,8 +65,48 @@ def causal_limit(seqlen_q: int, seqlen_k: int, device=None) -> torch.Tensor:
     return torch.arange(seqlen_q, device=device) + (seqlen_k - seqlen_q)
 
 
+NO_WINDOW = (-1, -1)
+
+
+def window_first(seqlen_q: int, seqlen_k: int, left: int, device=None) -> torch.Tensor:
+    """First key index each query row may see under a sliding window reaching ``left`` keys
+    back from the row's diagonal key (-1: unbounded), shape (Sq,); may be past the last key
+    only for rows that see no key at all."""
+    if left < 0:
+        return torch.zeros(seqlen_q, dtype=torch.long, device=device)
+    return (causal_limit(seqlen_q, seqlen_k, device) - left).clamp(min=0)
+
+
+def key_limits(seqlen_q: int, seqlen_k: int, causal: bool, window=NO_WINDOW, device=None):
+    """(first, last): the key range [first[i], last[i]] query row i sees, shape (Sq,) each.
+    ``window`` (left, right) as FlashAttention's window_size; causal means right = 0."""
+    left, right = window
+    right = 0 if causal else right
+    first = window_first(seqlen_q, seqlen_k, left, device)
+    if right < 0:
+        last = torch.full((seqlen_q,), seqlen_k - 1, dtype=torch.long, device=device)
+    else:
+        last = (causal_limit(seqlen_q, seqlen_k, device) + right).clamp(max=seqlen_k - 1)
+    return first, last
+
+
+def visible_keys(seqlen_q: int, seqlen_k: int, causal: bool, window=NO_WINDOW, keys=None, device=None):
+    """(Sq, len(keys)) bool: which of ``keys`` (default: all) each query row sees."""
+    first, last = key_limits(seqlen_q, seqlen_k, causal, window, device)
+    keys = torch.arange(seqlen_k, device=device) if keys is None else keys
+    return (keys[None, :] >= first[:, None]) & (keys[None, :] <= last[:, None])
+
+
+def seen_blocks(seqlen_q: int, seqlen_k: int, causal: bool, window, block_n: int) -> range:
+    """The key blocks of ``block_n`` that some query row sees; the others are never read."""
+    first, last = key_limits(seqlen_q, seqlen_k, causal, window)
+    if seqlen_q == 0 or bool((first > last).all()):
+        return range(0)
+    return range(int(first.min()) // block_n, int(last.max()) // block_n + 1)
+
+
 def attention_fp64(q, k, v, causal: bool = True, softmax_scale: float | None = None,
-                   return_lse: bool = False, chunk: int = 1024):
+                   return_lse: bool = False, chunk: int = 1024, window_size=NO_WINDOW):
     """Exact attention in float64 on any-dtype inputs (FP8 inputs must be dequantized first).
 
     Chunked over query rows so a 32K-token head fits in memory. Returns (B, Sq, Hq, Dv)
@@ -76,12 +120,12 @@ def attention_fp64(q, k, v, causal: bool = True, softmax_scale: float | None = N
     vh, bad_keys = confined_values(_expand_kv(v, Hq).double())
     out = torch.empty(B, Hq, Sq, v.shape[-1], dtype=torch.float64, device=q.device)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float64, device=q.device)
-    limit = causal_limit(Sq, Sk, q.device)
+    first, last = key_limits(Sq, Sk, causal, window_size, q.device)
     keys = torch.arange(Sk, device=q.device)
     for i0 in range(0, Sq, chunk):
         i1 = min(i0 + chunk, Sq)
         s = torch.einsum("bhid,bhjd->bhij", qh[:, :, i0:i1], kh) * scale
-        visible = keys[None, :] <= limit[i0:i1, None] if causal else torch.ones_like(s[0, 0], dtype=torch.bool)
+        visible = (keys[None, :] >= first[i0:i1, None]) & (keys[None, :] <= last[i0:i1, None])
         s = s.masked_fill(~visible, float("-inf"))
         m = s.amax(-1, keepdim=True)
         p = torch.exp(s - m)
@@ -111,7 +155,7 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
                        causal: bool = True, softmax_scale: float | None = None,
                        p_rule: str = DEFAULT_P_RULE, ref_rule: str = DEFAULT_REF_RULE,
                        block_n: int = KEY_BLOCK, rescale_threshold: float = RESCALE_THRESHOLD,
-                       fused_fma: bool = True, return_lse: bool = False):
+                       fused_fma: bool = True, return_lse: bool = False, window_size=NO_WINDOW):
     """The blockwise FP8 algorithm (module docstring), bit for bit in the P bits.
 
     q/k/v are float8_e4m3fn in FlashAttention layout (v may be a transposed view), or q and
@@ -144,21 +188,18 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
             return c[..., None]
     v_fac = vs.repeat_interleave(group, dim=1).double()                    # (B, Hq, Dv)
 
-    limit = causal_limit(Sq, Sk, q8.device)
+    first, last = key_limits(Sq, Sk, causal, window_size, q8.device)
     A = torch.full((B, Hq, Sq), NEG_FLOOR, dtype=torch.float32, device=q8.device)
     total = torch.zeros(B, Hq, Sq, Dv, dtype=torch.float64, device=q8.device)
     l = torch.zeros(B, Hq, Sq, dtype=torch.float64, device=q8.device)
     sees_bad = torch.zeros(B, Hq, Sq, dtype=torch.bool, device=q8.device)
-    n_blocks = (Sk + block_n - 1) // block_n
-    for j in range(n_blocks):
+    for j in seen_blocks(Sq, Sk, causal, window_size, block_n):
         k0, k1 = j * block_n, min((j + 1) * block_n, Sk)
         acc = torch.einsum("bhid,bhjd->bhij", qv, kv[:, :, k0:k1]).float()
         fac = factor(k0, k1)
         t = acc * fac
         keys = torch.arange(k0, k1, device=q8.device)
-        valid = torch.ones(Sq, k1 - k0, dtype=torch.bool, device=q8.device)
-        if causal:
-            valid = keys[None, :] <= limit[:, None]
+        valid = (keys[None, :] >= first[:, None]) & (keys[None, :] <= last[:, None])
         t = t.masked_fill(~valid, float("-inf"))
         m = torch.clamp(t.amax(-1), min=NEG_FLOOR)        # all-masked rows keep the floor
         if ref_rule == "running":

@@ -58,27 +58,40 @@ def wgmma_key_order(p):
 
 
 @triton.jit
-def block_bounds(start_m, Sq, Sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """(band_start, band_end): keys [0, band_start) need no mask, [band_start, band_end) do.
+def block_bounds(start_m, Sq, Sk, win_left, win_right, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """(lo, left_end, band_start, band_end): the key blocks a query tile reads, [lo, band_end),
+    in three parts: the masked left band [lo, left_end) (sliding window's lower edge), the
+    unmasked off-band part [left_end, band_start) and the masked diagonal band
+    [band_start, band_end). Blocks outside [lo, band_end) are never loaded.
 
-    Causal is bottom-right aligned: query i sees keys j <= i + Sk - Sq.
+    Bottom-right aligned (zyfa.spec.reference.key_limits), o = Sk - Sq: CAUSAL masks keys
+    j > i + o + win_right (causal: win_right 0), WINDOW keys j < i + o - win_left.
     """
     full_end = (Sk // BLOCK_N) * BLOCK_N
     if CAUSAL:
-        first_row_limit = start_m + (Sk - Sq) + 1          # keys below this are seen by every row
+        first_row_limit = start_m + (Sk - Sq) + win_right + 1     # keys below this are seen by every row
         band_start = tl.minimum((first_row_limit // BLOCK_N) * BLOCK_N, full_end)
-        band_end = tl.minimum(start_m + BLOCK_M + (Sk - Sq), Sk)
+        band_end = tl.minimum(start_m + BLOCK_M + (Sk - Sq) + win_right, Sk)
     else:
         band_start = full_end
         band_end = Sk
-    return band_start, band_end
+    if WINDOW:
+        first_key = tl.maximum(start_m + (Sk - Sq) - win_left, 0)                  # the tile's first row's
+        lo = tl.minimum((first_key // BLOCK_N) * BLOCK_N, band_start)
+        last_first = tl.maximum(start_m + BLOCK_M - 1 + (Sk - Sq) - win_left, 0)   # its last row's first key
+        left_end = tl.minimum(tl.maximum(tl.cdiv(last_first, BLOCK_N) * BLOCK_N, lo), band_start)
+    else:
+        lo = 0
+        left_end = 0
+    return lo, left_end, band_start, band_end
 
 
 @triton.jit
 def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc, kd_ptrs,
-                 tb, v_tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk,
+                 tb, v_tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk, win_left, win_right,
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
-                 REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                 REF_RULE: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
                  D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
                  UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr, WGMMA_KEY_ORDER: tl.constexpr,
                  QK_INT8: tl.constexpr):
@@ -112,7 +125,9 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
     if MASKED:
         valid = cols[None, :] < Sk
         if CAUSAL:
-            valid = valid & (cols[None, :] <= offs_m[:, None] + (Sk - Sq))
+            valid = valid & (cols[None, :] <= offs_m[:, None] + (Sk - Sq) + win_right)
+        if WINDOW:
+            valid = valid & (cols[None, :] >= offs_m[:, None] + (Sk - Sq) - win_left)
     if IS_FP8 and not PER_TOKEN_QK and not QK_INT8:
         # FP8 with one c > 0 for the row (Q's signs flipped otherwise): rounding is
         # monotone, so max(S c) = max(S) c bit for bit, without a multiply a score (+4% on
@@ -195,13 +210,13 @@ def _block_offsets(tb, k_off, v_off, start_n, page, PAGE: tl.constexpr, IS_FP8: 
 def attention_fwd_kernel(
         q_desc, q_tail_desc, k_desc, k_tail_desc, v_desc, o_desc, LSE, QD, KD, VD,
         Sq, Sk, Hq, Hkv, qk_scale_log2, O, CU_Q, K_START, K_LEN, V_START, o_row_stride, lse_head_stride,
-        BLOCK_TABLE, block_table_stride,
+        BLOCK_TABLE, block_table_stride, win_left, win_right,
         IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
         REF_RULE: tl.constexpr, CAUSAL: tl.constexpr,
         D: tl.constexpr, D_TAIL: tl.constexpr, DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, HW_ROUND: tl.constexpr = False,
         WGMMA_KEY_ORDER: tl.constexpr = False, VARLEN: tl.constexpr = False, PAGE: tl.constexpr = 0,
-        QK_INT8: tl.constexpr = False):
+        QK_INT8: tl.constexpr = False, WINDOW: tl.constexpr = False):
     """Grid (query tiles, batch * heads). q/k/o descriptors are 4-D (B, S, H, D) with
     blocks (1, BLOCK, 1, D); v is (B, Sk, Hkv, Dv), or (B, Hkv, Dv, Sk) for FP8.
 
@@ -270,28 +285,39 @@ def attention_fwd_kernel(
     l_sum = tl.zeros([BLOCK_M], tl.float32)
     A = tl.zeros([BLOCK_M], tl.float32) + _NEG_FLOOR
 
-    band_start, band_end = block_bounds(start_m, Sq, Sk, BLOCK_M, BLOCK_N, CAUSAL)
+    lo_0, left_end, band_start, band_end = block_bounds(start_m, Sq, Sk, win_left, win_right, BLOCK_M, BLOCK_N,
+                                                         CAUSAL, WINDOW)
     table = BLOCK_TABLE + b * block_table_stride
-    for masked in tl.static_range(2):         # the unmasked blocks, then the masked band
-        lo = band_start if masked else 0
-        hi = band_end if masked else band_start
-        # a paged cache: each block's page read one block ahead (loop-carried), so that the TMA
-        # coordinates come from no load in the loop and K/V are prefetched as deep as for
-        # contiguous keys (a load in the loop cost the pipeliner a stage)
-        if PAGE > 0:
-            next_page = tl.load(table + lo // PAGE, mask=lo < hi, other=0)
-        else:
-            next_page = 0
-        for start_n in range(lo, hi, BLOCK_N):
-            page = next_page
+    # the window's masked left band (WINDOW only), the unmasked blocks, the masked diagonal band
+    for part in tl.static_range(3):
+        if WINDOW or part > 0:
+            if part == 0:
+                lo = lo_0
+                hi = left_end
+            elif part == 1:
+                lo = left_end
+                hi = band_start
+            else:
+                lo = band_start
+                hi = band_end
+            # a paged cache: each block's page read one block ahead (loop-carried), so that the TMA
+            # coordinates come from no load in the loop and K/V are prefetched as deep as for
+            # contiguous keys (a load in the loop cost the pipeliner a stage)
             if PAGE > 0:
-                next_page = tl.load(table + (start_n + BLOCK_N) // PAGE, mask=start_n + BLOCK_N < hi, other=0)
-            v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, page, PAGE, IS_FP8)
-            total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
-                                           kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
-                                           IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL, masked == 1,
-                                           D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
-                                           WGMMA_KEY_ORDER, QK_INT8)
+                next_page = tl.load(table + lo // PAGE, mask=lo < hi, other=0)
+            else:
+                next_page = 0
+            for start_n in range(lo, hi, BLOCK_N):
+                page = next_page
+                if PAGE > 0:
+                    next_page = tl.load(table + (start_n + BLOCK_N) // PAGE, mask=start_n + BLOCK_N < hi, other=0)
+                v_tb, kn, vn = _block_offsets(tb, k_off, v_off, start_n, page, PAGE, IS_FP8)
+                total, l_sum, A = _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc,
+                                               kd_ptrs, tb, v_tb, kvh, kn, vn, start_n, offs_m, offs_n, Sq, Sk,
+                                               win_left, win_right, IS_FP8, PER_TOKEN_QK, P_RULE, REF_RULE, CAUSAL,
+                                               WINDOW, part != 1,
+                                               D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
+                                               WGMMA_KEY_ORDER, QK_INT8)
 
     # epilogue
     out = total / l_sum[:, None]

@@ -69,14 +69,16 @@ def default_tile(device: torch.device, is_fp8: bool, dqk: int, dv: int, causal: 
 def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None,
                      v_descale=None, p_rule=DEFAULT_P_RULE, ref_rule=DEFAULT_REF_RULE,
                      config: TileConfig | None = None, hw_round: bool | None = None,
-                     permute_keys: bool | None = None, packed: Packed | None = None):
+                     permute_keys: bool | None = None, packed: Packed | None = None, window_size=(-1, -1)):
     """Run the Triton kernel; inputs already validated. Returns (out, lse). ``hw_round``:
     the exact rule's E4M3 rounding by the GPU's conversion instruction (None: wherever it
     exists, hardware_rounding()) instead of integer arithmetic; the codes are the same.
     ``permute_keys``: the FP8 kernel's key reorder (None: wherever it saves shuffles,
     wgmma_key_order()); it changes only the order of P.V's sums. ``packed``: q, k, v are a
     packed batch's tokens as batch 1, (1, total, heads, dim); out (1, total_q, Hq, Dv) and
-    LSE (1, Hq, total_q) as for one sequence of all the tokens, each row from its own one."""
+    LSE (1, Hq, total_q) as for one sequence of all the tokens, each row from its own one.
+    ``window_size``: (left, right) as validated (zyfa.validation.check_window: causal means
+    right 0); the kernel skips the key blocks outside it."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     out_shape, lse_shape, total_q = (B, Sq, Hq, Dv), (B, Hq, Sq), Sq
@@ -120,12 +122,13 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
         if paged and packed.page_size % bn:
             raise ValueError(f"a paged cache needs pages of a multiple of the key tile ({bn}), got {packed.page_size}")
         table = packed.block_table if paged else lse
+        left, right = window_size
         attention_fwd_kernel[grid](
             q_desc, q_tail, k_desc, k_tail, v_desc, o_desc, lse, qd, kd, vd,
             Sq, Sk, Hq, Hkv, scale * LOG2E, out, cu_q, k_start, k_len, v_start, Hq * Dv, total_q,
-            table, table.stride(0) if paged else 0,
+            table, table.stride(0) if paged else 0, max(left, 0), 0 if causal else max(right, 0),
             IS_FP8=is_fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule],
-            REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal,
+            REF_RULE=REF_RULE_IDS[ref_rule], CAUSAL=causal or right >= 0, WINDOW=left >= 0,
             D=d_main, D_TAIL=d_tail, DV=Dv, BLOCK_M=bm, BLOCK_N=bn, UPCAST_DOT=interp and not is_fp8,
             HW_ROUND=hw, WGMMA_KEY_ORDER=key_order, VARLEN=packed is not None, PAGE=packed.page_size if paged else 0,
             QK_INT8=qk_int8,

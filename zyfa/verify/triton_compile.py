@@ -22,7 +22,7 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
                       block_m: int = 128, block_n: int = 128, num_warps: int = 8, num_stages: int = 2,
                       head_dim: int = 128, head_dim_v: int = 128, per_token: bool = False,
                       hw_round: bool = False, wgmma_key_order: bool = False, varlen: bool = False, page: int = 0,
-                      qk_int8: bool = False):
+                      qk_int8: bool = False, window: bool = False):
     el = "fp8e4nv" if fp8 else "bf16"
     qk_el = "i8" if qk_int8 else el
     d_main, d_tail = (128, 64) if head_dim == 192 else (head_dim, 0)
@@ -39,10 +39,12 @@ def compile_attention(target: str = "sm90", fp8: bool = True, p_rule: str = "lea
            "LSE": "*fp32", "QD": "*fp32", "KD": "*fp32", "VD": "*fp32",
            "Sq": "i32", "Sk": "i32", "Hq": "i32", "Hkv": "i32", "qk_scale_log2": "fp32",
            "O": "*bf16", "CU_Q": "*i32", "K_START": "*i32", "K_LEN": "*i32", "V_START": "*i32", "o_row_stride": "i32",
-           "lse_head_stride": "i32", "BLOCK_TABLE": "*i32", "block_table_stride": "i32"}
+           "lse_head_stride": "i32", "BLOCK_TABLE": "*i32", "block_table_stride": "i32",
+           "win_left": "i32", "win_right": "i32"}
     consts = dict(IS_FP8=fp8, PER_TOKEN_QK=per_token, P_RULE=P_RULE_IDS[p_rule], REF_RULE=0, CAUSAL=True,
                   D=d_main, D_TAIL=d_tail, DV=head_dim_v, BLOCK_M=block_m, BLOCK_N=block_n, UPCAST_DOT=False,
-                  HW_ROUND=hw_round, WGMMA_KEY_ORDER=wgmma_key_order, VARLEN=varlen, PAGE=page, QK_INT8=qk_int8)
+                  HW_ROUND=hw_round, WGMMA_KEY_ORDER=wgmma_key_order, VARLEN=varlen, PAGE=page, QK_INT8=qk_int8,
+                  WINDOW=window)
     for k in consts:
         sig[k] = "constexpr"
     src = ASTSource(attention_fwd_kernel, sig, consts, {})
@@ -139,10 +141,10 @@ def summarize_sm90(k) -> dict:
 
 def inspect(target: str, fp8: bool, p_rule: str, block_m: int, block_n: int, num_warps: int, num_stages: int,
             head_dim: int = 128, head_dim_v: int = 128, hw_round: bool = False,
-            wgmma_key_order: bool = False) -> dict:
+            wgmma_key_order: bool = False, window: bool = False) -> dict:
     k = compile_attention(target, fp8=fp8, p_rule=p_rule, block_m=block_m, block_n=block_n,
                           num_warps=num_warps, num_stages=num_stages, head_dim=head_dim, head_dim_v=head_dim_v,
-                          hw_round=hw_round, wgmma_key_order=wgmma_key_order)
+                          hw_round=hw_round, wgmma_key_order=wgmma_key_order, window=window)
     if target == "sm90":
         return summarize_sm90(k)
     asm = k.asm["amdgcn"]

@@ -19,6 +19,9 @@ def _fits(head_dim: int, value_dim: int) -> bool:
 
 def supports(p) -> tuple[bool, str]:
     """(can run, why) for a zyfa.dispatch.Problem."""
+    if p.windowed:
+        return False, (f"the generated gfx950 kernel has no sliding window (window_size {p.window}); "
+                       "the Triton kernel has")
     if p.device.type != "cuda" or not is_rocm():
         return False, "generated gfx950 assembly runs on AMD GPUs under ROCm"
     if p.arch != "gfx950":

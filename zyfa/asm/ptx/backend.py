@@ -20,6 +20,8 @@ INT8_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
 
 def supports(p) -> tuple[bool, str]:
     """(can run, why) for a zyfa.dispatch.Problem."""
+    if p.windowed:
+        return False, f"the generated PTX kernels have no sliding window (window_size {p.window}); the Triton kernel has"
     if p.device.type != "cuda" or is_rocm():
         return False, f"generated PTX runs on NVIDIA GPUs, tensors are on {p.device.type}" + (
             " (ROCm)" if is_rocm() and p.device.type == "cuda" else "")

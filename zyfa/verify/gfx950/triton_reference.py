@@ -132,8 +132,8 @@ def emulate_triton_attention(text: str, q, k, v, q_descale, k_descale, v_descale
                mem.alloc(kd.float().contiguous().numpy()), mem.alloc(vd.float().contiguous().numpy()),
                Sq, Sk, Hq, Hkv, float(1.0 / math.sqrt(D) * LOG2E),
                # the packed-batch arguments (O, CU_Q, K_START, K_LEN, V_START, strides, block table
-               # and its stride), unused here
-               lse_ptr, lse_ptr, lse_ptr, lse_ptr, lse_ptr, Hq * Dv, Sq, lse_ptr, 0, 0, 0])
+               # and its stride) and the window's (left, right), unused here
+               lse_ptr, lse_ptr, lse_ptr, lse_ptr, lse_ptr, Hq * Dv, Sq, lse_ptr, 0, 0, 0, 0, 0])
     kernel = E.parse(text)
     E.launch(kernel, mem, (-(-Sq // bm), B * Hq), 64 * ATTENTION["num_warps"],
              pack(*kernel_args(text, kernel.name), args))
