@@ -97,7 +97,7 @@ def test_host_time_a_call_is_recorded_and_reported_only_where_measured(tmp_path)
     exceeds it timed the host); the report shows that table only for records that have it."""
     from zyfa.bench.run import case_inputs, time_one
     m = next(m for m in all_methods() if m.label == "zyfa-bf16")
-    inp = case_inputs(TINY, "cpu")
+    inp = case_inputs(TINY, "cuda" if HAS_GPU else "cpu")    # where the Triton kernel runs
     calls = []
     rec, _ = time_one(inp, m, timer=lambda fn: 1.0, host_timer=lambda fn: (calls.append(fn()), 0.25)[1])
     assert rec["status"] == "ok" and rec["host_us"] == 250.0 and len(calls) == 1
