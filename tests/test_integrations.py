@@ -370,3 +370,30 @@ def test_backends_run_zyfa(tiny_model, monkeypatch):
         calls.clear()
         _logits(tiny_model, impl, ids)
         assert calls == [(dtype, scaling, True, ref)] * layers, (impl, calls)
+
+
+def test_model_scaling_reaches_every_path(tiny_model):
+    """A model whose attention scale is not 1/sqrt(head_dim) (Gemma's query_pre_attn_scalar,
+    Granite's attention_multiplier): zyfa takes the scaling transformers passes on the plain
+    causal path and the padded (varlen) path alike, so its logits stay as close to float64
+    attention as SDPA's."""
+    modules = [m for m in tiny_model.modules() if hasattr(m, "scaling") and hasattr(m, "head_dim")]
+    assert modules
+    saved = [m.scaling for m in modules]
+    try:
+        for m in modules:
+            m.scaling = 0.37 * m.head_dim ** -0.5 * 8          # far from the default
+        ids, mask, pos, _ = _padded_batch("left")
+        for kw in ({}, dict(attention_mask=mask, position_ids=pos)):
+            ref = _logits(tiny_model, "fp64_ref" if not kw else "sdpa", ids, **kw)
+            if kw:                                              # padded: float64 attention takes no mask
+                got, base = _logits(tiny_model, "zyfa", ids, **kw), ref
+                rows = mask.bool()
+                assert rel_err(got[rows], base[rows]) <= 2e-2, rel_err(got[rows], base[rows])
+                continue
+            err_sdpa = rel_err(_logits(tiny_model, "sdpa", ids), ref)
+            err_zyfa = rel_err(_logits(tiny_model, "zyfa", ids), ref)
+            assert err_zyfa <= 2 * err_sdpa + 1e-3, (err_zyfa, err_sdpa)
+    finally:
+        for m, s in zip(modules, saved):
+            m.scaling = s
