@@ -15,7 +15,7 @@ from .device import device_arch, interpreter_active, to_device
 from .spec import backend as _reference
 from .spec.kv_cache import check_cache_descale
 from .triton_kernels import backend as _triton
-from .validation import FP8_DTYPE, HALF_DTYPES
+from .validation import FP8_DTYPE, HALF_DTYPES, check_index_tensor
 from .varlen import PAGE_SIZES
 
 MAX_QUERIES = 16        # queries a sequence the decode kernel packs into its tile (speculative decoding)
@@ -243,12 +243,7 @@ def _check_pages(table, lens, page, num_pages):
 
 
 def _index_tensor(name, x, dims, device):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be an int32 torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.int32:
-        raise TypeError(f"{name} must have dtype torch.int32, got {x.dtype}")
-    if x.dim() != dims:
-        raise ValueError(f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
+    check_index_tensor(name, x, dims)
     if device is not None and x.device.type not in ("cpu", device.type):
         raise ValueError(f"{name} is on {x.device}; pass it on the CPU or on q's device {device}")
     return x

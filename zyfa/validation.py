@@ -170,3 +170,15 @@ def check_out(out, shape: tuple, dtype: torch.dtype, device) -> None:
     if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device:
         raise ValueError(f"out must have shape {tuple(shape)}, dtype {dtype} on {device}, got shape "
                          f"{tuple(out.shape)}, dtype {out.dtype} on {out.device}")
+
+
+def check_index_tensor(name: str, x, dims: int) -> torch.Tensor:
+    """An int32 index tensor (cu_seqlens, a block / page table, sequence lengths) of ``dims``
+    dimensions, or a TypeError / ValueError naming it."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype torch.int32, got {x.dtype}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
+    return x

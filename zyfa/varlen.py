@@ -17,7 +17,8 @@ from . import api, dispatch
 from .device import device_arch, to_device
 from .spec.descales import check_descale
 from .spec.shapes import Packed, out_dtype, starts_of
-from .validation import check_out, check_window, refuse_unsupported, softmax_scale_value, validate
+from .validation import (check_index_tensor, check_out, check_window, refuse_unsupported, softmax_scale_value,
+                         validate)
 
 PAGE_SIZES = range(16, 257, 16)
 # backend="auto": a packed batch whose sequences average at most this many queries runs in one
@@ -36,13 +37,7 @@ def _check_tensor_dim(name: str, x, dims: int, layout: str) -> None:
 
 def _int32_list(name: str, x, dims: int) -> list:
     """An int32 index tensor's values on the host."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be an int32 torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.int32:
-        raise TypeError(f"{name} must have dtype torch.int32, got {x.dtype}")
-    if x.dim() != dims:
-        raise ValueError(f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
-    return x.tolist()
+    return check_index_tensor(name, x, dims).tolist()
 
 
 def _lengths(name: str, cu, total: int, total_name: str) -> list[int]:

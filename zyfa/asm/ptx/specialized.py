@@ -263,52 +263,59 @@ def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot:
 
 
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg, running: bool = False) -> None:
-    """The pipelined FP8 consumer: S(j) and P(j - 1) V^T in one GEMM phase. ``running`` (the
-    running-max reference): P(j - 1) V^T adds to the total itself, which block j's alpha then
-    rescales (FlashAttention-3's order); the freed fold registers let Dv 256 keep this
-    schedule (128 output registers beside S)."""
-    if running:
-        _emit_consumer_running(prog, c, tiles, rule, ones)
-        return
+    """The pipelined FP8 consumer: S(j) and P(j - 1) V^T in one GEMM phase, then the softmax of
+    S(j) while P(j - 1) V^T runs. Block references: P(j - 1) V^T into a fresh accumulator,
+    folded into the total once done. ``running`` (the running-max reference): P(j - 1) V^T
+    adds to the total itself, which block j's alpha then rescales (FlashAttention-3's order);
+    without the fold's registers Dv 256 fits this schedule too (128 output registers beside S)."""
     emit = prog.emit
     _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
 
-    total, A, l = emit_accumulators(prog)
+    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
     emit("mov.u32", slot, base)
     s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)      # int8_qk: int32 scores, then float
     p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
-    alpha, beta = prog.regs("f32", 2), prog.regs("f32", 2)
+    alpha, beta = (None, None) if running else (prog.regs("f32", 2), prog.regs("f32", 2))
 
     def keep(sm) -> None:
-        """P, alpha (unless the reference update left it in place) and beta of this block for
-        its P V^T, issued in the next GEMM phase."""
+        """P of this block for its P V^T, issued in the next GEMM phase; block references: its
+        alpha (unless the reference update left it in place) and beta too."""
         for k in range(len(p_regs)):
             for r in range(4):
                 emit("mov.b32", p_regs[k][r], sm.p_regs[k][r])
-        for half in (0, 1):
+        for half in (() if running else (0, 1)):
             if sm.alpha is not None:
                 emit("mov.f32", alpha[half], sm.alpha[half])
             emit("mov.f32", beta[half], sm.beta[half])
 
     def fold(o, tag: str) -> None:
-        emit_rescale(prog, total, alpha, tag)
-        emit_fold(prog, o, total, beta)
+        if not running:
+            emit_rescale(prog, total, alpha, tag)
+            emit_fold(prog, o, total, beta)
 
     def issue_pv(block_slot):
+        """P(j - 1) V^T issued: into a fresh accumulator (returned), or running into the total."""
         _, v_tile, _, _ = stage(prog, c, block_slot)
-        return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile))
+        if not running:
+            return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile))
+        for half, part in enumerate(v_halves(prog, v_tile, len(total))):
+            emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * ACC:(half + 1) * ACC])
+        return None
 
-    prog.comment("block 0: its GEMM phase has Q K^T alone")
+    prog.comment("block 0: its GEMM phase has Q K^T alone" + ("; the total is still 0 (no rescale)" if running else ""))
     facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "_FIRST")
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs)
+    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs, running=running)
     emit_row_update(prog, sm, l, A)
     keep(sm)
 
-    prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1. Two copies")
-    prog.comment("of the loop: the blocks below the masked band (no mask test, no masked-row guard), the band's")
+    if running:
+        prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T into the total; softmax of S(j); total *= alpha(j)")
+    else:
+        prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1. Two copies")
+        prog.comment("of the loop: the blocks below the masked band (no mask test, no masked-row guard), the band's")
     band = prog.reg("pred")
     for tag, masked in BLOCK_LOOPS:
         emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
@@ -321,18 +328,21 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
         o = issue_pv(prev_slot)
         facs = _emit_block_factors(prog, c, rows, j)
-        emit("wgmma.wait", 1)                              # S(j); P(j - 1) V^T may still run
+        emit("wgmma.wait", 1 + (len(total) > ACC))         # S(j); P(j - 1) V^T may still run
         _emit_int8_scores(prog, c, s, facs, tag)
         sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
-                          deferred=True, facs=facs)
+                          deferred=not running, facs=facs, running=running)
         emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
         emit_release(prog, c, free_bar(prog, c, prev_slot))
-        fold(o, tag)
-        prog.comment("block j's references: one exponential a row; alpha and the moves only when a row's")
-        prog.comment("maximum passed A + 8 (a warp-uniform branch); block j - 1 is folded, so alpha may change")
-        for half in (0, 1):
-            emit("mov.f32", alpha[half], f32(1.0))
-        emit_reference_moves(prog, sm, None, A, l, tag, alpha)
+        if running:
+            emit_rescale(prog, total, sm.alpha, tag)
+        else:
+            fold(o, tag)
+            prog.comment("block j's references: one exponential a row; alpha and the moves only when a row's")
+            prog.comment("maximum passed A + 8 (a warp-uniform branch); block j - 1 is folded, so alpha may change")
+            for half in (0, 1):
+                emit("mov.f32", alpha[half], f32(1.0))
+            emit_reference_moves(prog, sm, None, A, l, tag, alpha)
         emit_row_update(prog, sm, l, A)
         keep(sm)
         emit("bra", f"BLOCK_LOOP{tag}")
@@ -343,70 +353,6 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     emit_release(prog, c, free_bar(prog, c, prev_slot))
     emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     fold(o, "_LAST")
-    emit_epilogue(prog, c, rows, total, A, l)
-    emit_tile_end(prog, c, tiles, t, it, base)
-
-
-def _emit_consumer_running(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
-    """_emit_consumer with the running reference: per block j, S(j) and P(j - 1) V^T (into
-    the total) issued together, the softmax of S(j), then total *= alpha(j) once P(j - 1) V^T
-    is done (only where a row's max moved)."""
-    emit = prog.emit
-    _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
-
-    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
-    j, start_n, slot, prev_slot = prog.regs("u32", 4)
-    emit("mov.u32", j, 0)
-    emit("mov.u32", start_n, 0)
-    emit("mov.u32", slot, base)
-    s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)
-    p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
-
-    def keep(sm) -> None:
-        for k in range(len(p_regs)):
-            for r in range(4):
-                emit("mov.b32", p_regs[k][r], sm.p_regs[k][r])
-
-    def issue_pv(block_slot) -> None:
-        _, v_tile, _, _ = stage(prog, c, block_slot)
-        for half, part in enumerate(v_halves(prog, v_tile, len(total))):
-            emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * ACC:(half + 1) * ACC])
-
-    prog.comment("block 0: its GEMM phase has Q K^T alone; the total is still 0 (no rescale)")
-    facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "_FIRST")
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs, running=True)
-    emit_row_update(prog, sm, l, A)
-    keep(sm)
-
-    prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T into the total; softmax of S(j); total *= alpha(j)")
-    band = prog.reg("pred")
-    for tag, masked in BLOCK_LOOPS:
-        emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
-        if masked:
-            prog.label("BAND")
-        else:
-            emit("setp.ge.u32", band, start_n, rows.band_start)
-            emit("bra", "BAND", guard=band)
-        emit_kv_wait(prog, c, slot, tag)
-        emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
-        issue_pv(prev_slot)
-        facs = _emit_block_factors(prog, c, rows, j)
-        emit("wgmma.wait", 1 + (len(total) > ACC))         # S(j); P(j - 1) V^T may still run
-        _emit_int8_scores(prog, c, s, facs, tag)
-        sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
-                          facs=facs, running=True)
-        emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
-        emit_release(prog, c, free_bar(prog, c, prev_slot))
-        emit_rescale(prog, total, sm.alpha, tag)
-        emit_row_update(prog, sm, l, A)
-        keep(sm)
-        emit("bra", f"BLOCK_LOOP{tag}")
-
-    prog.label("LAST_PV")
-    issue_pv(prev_slot)
-    emit("wgmma.wait", 0)
-    emit_release(prog, c, free_bar(prog, c, prev_slot))
-    emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     emit_epilogue(prog, c, rows, total, A, l)
     emit_tile_end(prog, c, tiles, t, it, base)
 
