@@ -226,7 +226,7 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
                int8_qk: bool = False, long: bool = False) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (the measurements:
     docs/decisions.md). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two
-    stages (the warp-specialized kernels were no faster there below 32K keys); E4M3 d64 the
+    stages (the warp-specialized kernels measured no faster on short rows; see ``long``); E4M3 d64 the
     same, its rows 64 bytes. MLA's Dqk 192, whose K tiles leave room for two such CTAs only:
     the producer / two-consumer kernel ("specialized"), its producer up to three blocks ahead
     in four stages.
