@@ -13,7 +13,7 @@ Where in the kernel warps stall (samples per SASS instruction):
     ncu -i prof.ncu-rep --page source --csv --print-source sass > stalls.csv
 
 The first call of each is a warm-up (compilation, caches), the second is the one profiled;
-the case's head dims pick the kernel's schedule (2026-12-02's profiles: bench/PTX_NOTES.md).
+the case's head dims pick the kernel's schedule (2026-12-02's profiles: notes/PTX_NOTES.md).
 """
 from __future__ import annotations
 

@@ -196,12 +196,12 @@ def test_report_shows_the_bench_runs_not_the_other_records(tmp_path):
 
 
 def test_error_repeat_script_records_errors_and_repeatability(tmp_path):
-    """bench/error_repeat.py on the CPU (reference backend, tiny): an error per input and length,
+    """notes/ab/error_repeat.py on the CPU (reference backend, tiny): an error per input and length,
     the last rows beyond 2x --last-rows, and a repeatability count."""
     import subprocess
     import sys
     out = tmp_path / "er.json"
-    r = subprocess.run([sys.executable, "bench/error_repeat.py", "--backend", "reference", "--dtype", "fp8",
+    r = subprocess.run([sys.executable, "notes/ab/error_repeat.py", "--backend", "reference", "--dtype", "fp8",
                         "--seqlens", "64,200", "--last-rows", "32", "--launches", "2", "--repeat-seqlen", "64",
                         "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -306,10 +306,10 @@ def test_trace_decodes_sm_and_gaps_between_ctas():
 
 
 def test_sustained_reads_nvidia_smi_samples_into_window_means():
-    """bench/sustained.py: nvidia-smi's csv lines become samples (others are skipped), and a
+    """notes/ab/sustained.py: nvidia-smi's csv lines become samples (others are skipped), and a
     window's means take only the samples after its settling time."""
     import sys
-    sys.path.insert(0, "bench")
+    sys.path.insert(0, "notes/ab")
     from sustained import parse_sample, window_means
     lines = ["2026/12/04 20:27:30.000, 1500, 670.5, 59, 0x0000000000000004",
              "2026/12/04 20:27:30.600, 1520, 671.5, 60, 0x0000000000000004",

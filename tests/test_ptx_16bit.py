@@ -114,7 +114,7 @@ def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, pac
     assert layout.threads == 128 * (1 + layout.consumers) and layout.threads * a.registers <= 64 * 1024
     assert layout_fits(dims, dtype)
     # the block loop's wgmma descriptors stay in uniform registers: moved there from vector
-    # registers a block (R2UR), they cost 2-8% (bench/PTX_NOTES.md, runs 75-77); packed d64
+    # registers a block (R2UR), they measured slower (docs/decisions.md); packed d64
     # moves one Q descriptor
     loop = sass_code.block_loop(sass_code.instructions(sass), dqk // 16 + bn // 16)
     assert sum(i.mnemonic == "R2UR" for i in loop) <= 1, "\n".join(i.text for i in loop)

@@ -40,7 +40,7 @@ def to_device(values, device: torch.device, dtype: torch.dtype = torch.int32) ->
     """Host integers (a list or a CPU tensor) as a tensor on ``device`` without synchronizing:
     on a GPU staged in pinned memory and copied asynchronously. (torch.tensor(..., device=cuda)
     and .to(cuda) from pageable memory wait for every queued kernel, which exposed the host's
-    whole share of a varlen call; bench/NOTES.md.) A tensor already on ``device`` is returned."""
+    whole share of a varlen call.) A tensor already on ``device`` is returned."""
     if isinstance(values, torch.Tensor) and values.device == device:
         return values.to(dtype)
     host = torch.as_tensor(values, dtype=dtype, device="cpu")
@@ -67,7 +67,7 @@ def interpreter_active() -> bool:
 def hardware_rounding(device: torch.device) -> bool:
     """Whether the exact rule can round P by cvt.rn.satfinite.e4m3x2.f32 (NVIDIA sm_89+, not
     under Triton's interpreter, whose casts round differently). It gives the integer
-    rounding's codes bit for bit (measured on the H200, bench/NOTES.md v4) in one instruction
+    rounding's codes bit for bit (measured on the H200) in one instruction
     for two values instead of ~8 for each."""
     if device.type != "cuda" or is_rocm() or interpreter_active():
         return False

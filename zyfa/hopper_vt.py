@@ -9,7 +9,7 @@ here each program reads a (64 columns x 256 keys) tile in key order, permutes it
 registers and writes it contiguous, zeros past the last key. A packed batch went through a
 copy, a gather and that rewrite (573 us at zyfa bench's 64K-key varlen case on the H200);
 here each slot finds its sequence and key in the same launch (64 us, its loads told to run
-along keys; bench/NOTES.md). The spec's function stays the contract. Both Hopper paths call
+along keys). The spec's function stays the contract. Both Hopper paths call
 it (the generated kernel's host code and the Triton kernel's), so it lives outside either
 kernel package, as zyfa.tma does.
 """
@@ -44,7 +44,7 @@ def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, s
         pos = slot - tl.load(slot_start + seq)
         # runs of 16 contiguous keys (a 16-slot group lies in one sequence): said to the
         # compiler, a warp's loads run along keys where V's keys are contiguous, as in the
-        # dense case (unsaid, along columns: 32 rows a load, 0.2-0.45 TB/s; bench/NOTES.md)
+        # dense case (unsaid, along columns: 32 rows a load, 0.2-0.45 TB/s)
         valid = pos < tl.load(key_count + seq)
         if PAGE:
             # a paged pool: the key's page from the sequence's row of the table, the same for
@@ -59,7 +59,7 @@ def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, s
         valid = slot < seqlen_k
         key_at = b.to(tl.int64) * stride_b + slot.to(tl.int64) * stride_k
     # keys in their own order, so a load runs along whichever of keys and columns is contiguous
-    # (bytes singly through the permutation ran at 480 GB/s, bench/PTX_NOTES.md)
+    # (bytes singly through the permutation ran at 480 GB/s)
     x = tl.load(src + h.to(tl.int64) * stride_h + d[:, None].to(tl.int64) * stride_d + key_at[None, :],
                 mask=(d[:, None] < dv) & valid[None, :], other=0)
     if KEY_ORDER:

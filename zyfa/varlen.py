@@ -22,9 +22,8 @@ from .validation import (check_index_tensor, check_out, check_window, refuse_uns
 
 PAGE_SIZES = range(16, 257, 16)
 # backend="auto": a packed batch whose sequences average at most this many queries runs in one
-# Triton launch even where a generated kernel would take each sequence. On the H200 (bench/NOTES.md,
-# "Packed (varlen) batches"): one FP8 launch 3.8x and 7.5x the generated kernel called a
-# sequence at a time at means of 1,196 and 287 queries, 0.6x at 4,817.
+# Triton launch even where a generated kernel would take each sequence: one launch measured
+# faster on the H200 than a generated kernel a sequence below this, slower above (docs/decisions.md).
 SHORT_MEAN_QUERIES = 2048
 
 
@@ -275,7 +274,7 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     tile = None
     if block_table is not None:
         # the generated kernel reads gathered pages (since a packed batch's V^T takes one
-        # launch, faster than the Triton kernel reading them in place; H200, bench/NOTES.md)
+        # launch, faster than the Triton kernel reading them in place on the H200)
         if use_triton:
             tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
         if not (use_triton and _pages_fit(k, v, is_fp8, tile.block_n)):

@@ -5,7 +5,6 @@ written from a per-target op table, labels, loops unrolled in Python, and regist
 declarations generated at the end. ``zyfa.asm.ptx`` is the sm_90a target: its op table,
 ptxas assembly and SASS inspection, a cuda-python loader, and the generated kernels.
 
-Status: the framework and the first generated building block (the FP8 P-code kernel of
-the lean rules) exist; the generated attention kernel does not yet, so the dispatcher
-still registers only the Triton and reference backends (issue 5).
+``zyfa.asm.gfx950`` is the MI355X target, written in stages. Each target's backend.py is
+what the dispatcher registers (zyfa.backends).
 """

@@ -156,7 +156,7 @@ def _progress(items, desc):
 
 
 # Rounds of timings a case, the methods taking turns; a record keeps its fastest. One round put
-# whichever method came first right after the idle GPU of the inputs' making (bench/PTX_NOTES.md).
+# whichever method came first right after the idle GPU of the inputs' making, which runs faster.
 ROUNDS = 2
 
 

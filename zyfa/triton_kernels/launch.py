@@ -52,11 +52,11 @@ def transposed_v(v: torch.Tensor, wgmma_key_order: bool = False) -> torch.Tensor
 
 def wgmma_key_order(device: torch.device, seqlen_k: int, group: int, head_dim: int) -> bool:
     """Whether the FP8 kernel reorders keys so that P feeds the P.V wgmma straight from the
-    QK^T accumulator's registers (Hopper, not under the interpreter; bench/NOTES.md v8).
+    QK^T accumulator's registers (Hopper, not under the interpreter).
 
     The kernel gets faster, but V^T is then reordered on every call, a copy that grows with
-    Sk where the kernel grows with Sk^2 * (Hq / Hkv): measured +2.8-6.6% at Sk 16K with 4
-    query heads a KV head, +0.1-1.7% at 32K with 1, -12% at 4K with 1 (-5% on MLA's 192/128)."""
+    Sk where the kernel grows with Sk^2 * (Hq / Hkv): it pays only at d128 with Sk times the
+    group size from 32K, not on MLA's 192/128 (measured: docs/decisions.md)."""
     return (device_arch(device) == "sm90" and not interpreter_active() and head_dim == 128
             and seqlen_k * group >= 32768)
 

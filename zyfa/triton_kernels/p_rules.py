@@ -103,7 +103,7 @@ def exact_p_bits(y8):
 def e4m3_rne(x):
     """int8 E4M3 codes of float32 x, rounded to nearest-even by the NVIDIA GPU's conversion
     (sm_89+, saturating), four values an instruction pair. Inline PTX: Triton 3.6's own
-    float32 -> float8e4nv cast, fed to a dot, gave NaN outputs on the H200 (bench/NOTES.md v4)."""
+    float32 -> float8e4nv cast, fed to a dot, gave NaN outputs on the H200."""
     return tl.inline_asm_elementwise(
         "{ .reg .b16 lo, hi;\n"
         "cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;\n"

@@ -47,9 +47,8 @@ def tile_rows(block_d: int) -> int:
     """Rows of a 2048-element tile (16 values a thread of 4 warps), for the passes that keep
     several copies of a tile live: the INT8 launch's q and k (rotation, row amax, codes: at 32
     x 128 it took 167 registers a thread, 3 programs an SM; at 2048 elements 96-111 for head
-    dims 64-256, ptxas for sm_90a), the FP8 passes that rotate (H200, 2026-12-03: 0.87 ->
-    0.73 ms at DeepSeek-V2-Lite 16K; the plain passes keep BLOCK_S rows, 0.42 -> 0.53 ms at d256
-    with 8) and smooth_k's float64 sums."""
+    dims 64-256, ptxas for sm_90a), the FP8 passes that rotate (faster on the H200; the plain
+    passes keep BLOCK_S rows, slower with 8: docs/decisions.md) and smooth_k's float64 sums."""
     return max(1, 2048 // block_d)
 
 

@@ -12,8 +12,8 @@ consumers) for Dqk 192 and for 16-bit inputs (attention_kernel_16, whose block s
   lean_p.py     the P rules' instructions; fragments.py the wgmma fragments P moves through
 
 V^T arrives with its keys permuted inside each 16-key group (zyfa.spec.key_order.KEY_OF_SLOT) so P
-goes from the QK^T accumulator to the A operand without moving between threads. The other
-schedules and row-sum modes tried on the way are in bench/PTX_NOTES.md with their timings.
+goes from the QK^T accumulator to the A operand without moving between threads. Why each head
+dim runs the schedule it does: layout.layout_for and docs/hopper.md.
 """
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg]
 
 # Q steps whose descriptors are held across the block loop; more (16-bit Dqk 192 / 256: 12, 16)
 # did not fit the uniform registers beside K's and V's, and the loop moved them back from vector
-# registers before its HGMMAs (bench/PTX_NOTES.md, run 77: d256 +2-4% without)
+# registers before its HGMMAs, slower on the H200 (docs/decisions.md)
 Q_DESCRIPTORS_HELD = 8
 
 

@@ -36,7 +36,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     nothing after it: else ptxas serializes every wgmma.)
     Layout.early_pv_wait moves the P V wait into the softmax and the rescale before P V.
     The d128 / MLA consumers (dense and packed) take turns to issue their GEMM phases
-    (Layout.turns); an unconditional rescale after P V measured slower here (bench/PTX_NOTES.md)."""
+    (Layout.turns); an unconditional rescale after P V measured slower here."""
     emit = prog.emit
     _, _, q_descs = emit_consumer_start(prog, c)
     scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
@@ -228,7 +228,7 @@ def _emit_tile_after_tile(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Re
                           p_regs: list[list[Reg]]) -> None:
     """LAST_PV at Dv 256, whose 128 output registers leave no room for the next tile's S(0)
     and softmax beside the last P V (spills), at Dqk 192 (the overlap measured 5% slower
-    at 1K, H200 run 48), and in dense launches, whose CTA runs one tile (the overlap's code,
+    at 1K on the H200), and in dense launches, whose CTA runs one tile (the overlap's code,
     never run there, spilled d64's 128 registers beside the staged epilogue): the last P V,
     the epilogue, then the next tile's head and block 0 alone."""
     emit = prog.emit

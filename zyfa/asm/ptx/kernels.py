@@ -57,7 +57,7 @@ def _batch(q, k, packed: Packed | None, dense_lse: bool = False) -> tuple[int, i
 def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) -> tuple:
     if layout.tile_counter:                        # one CTA an SM over the tiles: a packed batch's
         # short sequences leave each tile a few blocks, and a CTA's producer loads the next
-        # tile's Q and K/V while its consumers finish the last (bench/PTX_NOTES.md)
+        # tile's Q and K/V while its consumers finish the last
         return (max(1, min(order[1], sm_count(device))),)
     if layout.specialized:                         # a line of CTAs, one a 128-row tile
         return (-(-Sq // (layout.consumers * attn.BLOCK_M)) * B * Hq,)
@@ -93,13 +93,10 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
 
 # The last TAIL_PER_SM tiles an SM of a packed launch's order are re-sorted most keys first:
 # drawn head after head to the end, the last head's heaviest tiles came among the last and
-# the other SMs idled while they ran. H200, outputs bit-equal (bench/PTX_NOTES.md, run 53):
-# +0-6% on 11 of 12 shapes at 1K-8K keys against head after head to the end. A batch of equal
-# sequences (a short dense call takes this route) in the 16-bit kernels re-sorts fewer,
-# TAIL_PER_SM_EQUAL: its tiles are ordered nearly so already, and a re-sorted tile reads a
-# head's K and V out of order (L2). Runs 95-97: 2 against 4, +1.1% and +1.4% on the routed
-# dense shapes; on 128 mixed sequences of 16-512 tokens -15% (BF16) and -7% (FP8). FP8 has
-# no dense route, and its equal varlen batches were not timed: they keep 4.
+# the other SMs idled while they ran. A batch of equal sequences (a short dense call takes
+# this route) in the 16-bit kernels re-sorts fewer, TAIL_PER_SM_EQUAL: its tiles are ordered
+# nearly so already, and a re-sorted tile reads a head's K and V out of order (L2); mixed
+# lengths measured slower with 2. Both measured on the H200 (docs/decisions.md).
 TAIL_PER_SM = 4
 TAIL_PER_SM_EQUAL = 2
 
@@ -109,7 +106,7 @@ def _order_on_device(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, hea
                      device: torch.device, stream: int) -> torch.Tensor:
     """_order_words on the device, one copy a stream (allocated on it, so the memory of an
     evicted copy is reused only after that stream's launches). A copy a launch cost the
-    host 15-36 us and the GPU a host-to-device copy between kernels (H200, bench/PTX_NOTES.md)."""
+    host 15-36 us and the GPU a host-to-device copy between kernels (on the H200)."""
     return to_device(_order_words(q_lens, k_lens, rows, per_head, heads, tail), device)
 
 
@@ -122,9 +119,8 @@ def _order_words(q_lens: tuple, k_lens: tuple, rows: int, per_head: int, heads: 
     """_tile_order's words on the host (int32): the sequences most keys first, each
     sequence's heads in turn and each head's query tiles last first (causal: most keys
     first), then the last ``tail`` tiles re-sorted most keys first (TAIL_PER_SM[_EQUAL]). One
-    head's tiles in a row keep its K and V in L2 while they run. Measured on the H200
-    against (query tile, sequence) slots most keys first with heads in a row: +5% (BF16
-    d128, the bench's batch) to +61% (d64, 32 sequences of 64-2048 tokens), bench/NOTES.md."""
+    head's tiles in a row keep its K and V in L2 while they run: faster on the H200 than
+    (query tile, sequence) slots with heads in a row, most at d64 (docs/decisions.md)."""
     q_lens, k_lens = torch.tensor(q_lens), torch.tensor(k_lens)
     seqs = torch.argsort(-k_lens, stable=True)
     tiles = (q_lens[seqs] + rows - 1) // rows                  # per sequence, in order
@@ -165,12 +161,8 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # A dense 16-bit call with at most this many keys (by Dqk) runs on the packed kernel: one CTA
 # an SM over a tile list, heaviest first, each CTA's producer loading the next tile while its
 # consumers finish the last (and at d64 / d128 run a tile's last P V beside the next tile's
-# first S), where one CTA a tile pays a launch and a first load per tile. H200, outputs
-# bit-equal (bench/PTX_NOTES.md, runs 48-49, 53, 60 and 98): packed / dense d64 1K +30%, 2K
-# +7-10%, 4K +3.4% (run 98, with TAIL_PER_SM_EQUAL), 8K -4%, 16K -9%; d128 1K +8-16%, 2K
-# +7-10%, 4K +4%, 8K 0-1%, 16K / 32K +2% / 0 with both waiting for P V early
-# (Layout.early_pv_wait; run 79); d192 1K +8%, 4K +3-5%, 16K -1%; d256 1K-4K +1.5-3.9% in
-# runs 69, 73 and 74 (8K +0.8-1.6% there, 0 / -5% in run 53: 8K stays dense).
+# first S), where one CTA a tile pays a launch and a first load per tile. Each limit is the
+# longest measured faster than the dense kernel on the H200, outputs bit-equal (docs/decisions.md).
 PACKED_ROUTE_KEYS = {64: 4096, 128: 8192, 192: 4096, 256: 4096}
 
 
@@ -238,8 +230,8 @@ def _cached_factor(value: float, B: int, Hkv: int, device: torch.device) -> torc
 
 def _constant_factor(value: float, B: int, Hkv: int, device: torch.device, capturing: bool) -> torch.Tensor:
     """The 16-bit kernel's score factor a (sequence, kv head), softmax_scale * log2(e): one
-    tensor a value and shape, only read, so each call does not pay a fill kernel (H200: ~10 us
-    of host time a call, bench/PTX_NOTES.md). A fresh one while a CUDA graph is captured (the
+    tensor a value and shape, only read, so each call does not pay a fill kernel (~10 us of
+    host time a call on the H200). A fresh one while a CUDA graph is captured (the
     graph's own memory, filled when the graph runs)."""
     if capturing:
         return torch.full((B, Hkv), value, dtype=torch.float32, device=device)

@@ -129,10 +129,8 @@ class Layout:
     @property
     def pins_softmax(self) -> bool:
         """16-bit kernels: each block's row sums are stored to a scratch word before P V(j - 1)
-        is waited for, which keeps ptxas from hoisting that wait above the softmax. Measured on
-        the H200 (bench/PTX_NOTES.md, 16-bit v4, v5): +2-7% at d128, even at d64; -16% at MLA
-        192/128 while K and V shared their mbarriers (the release after P V came later still),
-        +25% over that at MLA and +35% at d256 with split_kv."""
+        is waited for, which keeps ptxas from hoisting that wait above the softmax, where the
+        softmax would never overlap P V (measured on the H200: docs/decisions.md)."""
         return not self.is_fp8
 
     @property
@@ -140,11 +138,8 @@ class Layout:
         """16-bit kernels up to Dqk 192: P V(j - 1) is waited for after a few of block j's
         exponentials, not after its whole softmax, and the output is rescaled by block j - 1's
         alpha after S(j) is issued and before P(j - 1) V, so that packing P and the rescale no
-        longer run with no GEMM in flight (FlashAttention-3's order). Measured on the H200
-        (bench/PTX_NOTES.md, runs 56-59), dense against dense: +1-5% at d64 4K / 8K, d128 4K-32K
-        and MLA 192/128 4K / 16K, near the spread of one kernel against itself (3%); the packed
-        kernels -3% to +1% then, +1-3% over the same kernel without it at 1K-8K net of an
-        unchanged-kernel control in run 79; d256 -4%."""
+        longer run with no GEMM in flight (FlashAttention-3's order). Measured faster on the
+        H200 up to Dqk 192, slower at d256 (docs/decisions.md)."""
         return not self.is_fp8 and self.dqk <= 192
 
     @property
@@ -152,10 +147,8 @@ class Layout:
         """16-bit kernels with two consumers, the early P V wait and Dqk >= 128 (d128, MLA,
         dense and packed): the consumers take turns to issue their GEMM phases (named barriers,
         FlashAttention-3's scheduler barrier), so that one's softmax runs under the other's
-        GEMMs. With the block loop in two copies (consumer16): +1.4% mean at Mistral-7B 16K,
-        MLA 16K and d128 32K over neither (H200 run 88, bench/PTX_NOTES.md); the turns alone
-        -0.1% (run 83, 88). Packed d128 / MLA: +1.5% mean over their routed calls (run 100);
-        packed d64 (two consumers) lost 2.3% at 2K (run 90)."""
+        GEMMs. Measured faster on the H200 with the block loop in two copies (consumer16),
+        not alone; slower for packed d64 with two consumers (docs/decisions.md)."""
         return self.early_pv_wait and self.consumers == 2 and self.dqk >= 128
 
     @property
@@ -169,7 +162,7 @@ class Layout:
         order the host lists (the non-empty tiles, sequence by sequence) after a counter in global
         memory (the producer draws the next and hands it to the consumers in shared memory): a
         fixed stride over tiles of unequal length left some SMs 8-14% busier than the mean
-        (bench/tile_balance.py), and slots of a grid sized by the longest sequence are mostly
+        (a CPU model of the launch), and slots of a grid sized by the longest sequence are mostly
         empty (75% on the bench's batch)."""
         return self.packed and self.specialized
 
@@ -218,8 +211,8 @@ class Layout:
         return THREADS * (1 + self.consumers) if self.specialized else THREADS
 
 
-# FP8 d128 from this many keys: the producer / two-consumer kernel, +3.3-4.6% over serial at
-# 16K-64K and -1.8% at 8K, -6% at batch 4 4K (H200, 2026-12-03, bench/PTX_NOTES.md run 38)
+# FP8 d128 from this many keys: the producer / two-consumer kernel, whose overlap of one
+# consumer's softmax with the other's GEMMs pays only on long rows (H200: docs/decisions.md)
 LONG_KEYS = 16384
 
 
@@ -231,23 +224,21 @@ def long_keys(dqk: int, dv: int, seqlen_k: int, packed: bool = False) -> bool:
 @functools.cache                  # asked at every launch; a Layout is immutable
 def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False,
                int8_qk: bool = False, long: bool = False) -> Layout:
-    """The schedule measured fastest on the H200 for the head dims (bench/PTX_NOTES.md
-    v11-v15). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two stages (the
-    warp-specialized kernels were within +-3% at 16K-32K and 8% slower at batch 4 4K; with
-    the serial kernel's diet, -2% to -22% below 32K and +2.4% at 32K); E4M3
-    d64 the same, its rows 64 bytes (0.81-0.82x FA3 FP8 at 8K-32K). MLA's Dqk 192, whose K
-    tiles leave room for two such CTAs only: the producer / two-consumer kernel
-    ("specialized", +23%), its producer up to three blocks ahead in four stages.
+    """The schedule measured fastest on the H200 for the head dims (the measurements:
+    docs/decisions.md). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two
+    stages (the warp-specialized kernels measured no faster on short rows; see ``long``); E4M3 d64 the
+    same, its rows 64 bytes. MLA's Dqk 192, whose K tiles leave room for two such CTAs only:
+    the producer / two-consumer kernel ("specialized"), its producer up to three blocks ahead
+    in four stages.
     ``long`` (long_keys): E4M3 d128 in the specialized kernel, four stages, whose overlap of one
-    consumer's softmax with the other's GEMMs pays from 16K keys (run 38).
+    consumer's softmax with the other's GEMMs pays from 16K keys.
     E4M3 d256: the specialized kernel, three stages of 64 KB; its consumers take each block
     in turn (S, softmax, P V^T in two halves), the output's 128 registers leaving no room
     for the next S beside P V^T.
     16-bit inputs: the specialized kernel with as many stages as fit, up to four (K and V
     tiles twice the bytes: 64 KB a stage at d128, which fits three); at d64 three consumers
     (192-row tiles, FlashAttention-3's shape there): a 64-row block's GEMM phase, half of
-    d128's, is shorter than a consumer's softmax, so two left the tensor cores idle (three:
-    +5-12% at 2K-32K, -3.5% at 1K).
+    d128's, is shorter than a consumer's softmax, so two left the tensor cores idle.
     ``int8_qk`` (int8 Q and K, E4M3 V^T): the E4M3 kernel's schedule for the head dims,
     dense batches."""
     if int8_qk:

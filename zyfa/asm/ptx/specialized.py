@@ -15,7 +15,7 @@ in the same order), so the outputs are bit-identical to it. A CTA runs a loop ov
 (tile_loop.py: one tile a CTA for a dense launch; a packed launch's CTAs draw them from a
 counter) and counts its loads across them (the stage ring's position) and its tiles (the Q
 mbarriers' phases). Here: the producer and the FP8 consumers; consumer16.py the 16-bit one,
-consumer.py what they share. Versions and H200 timings: bench/PTX_NOTES.md (v11-v15).
+consumer.py what they share. Which head dims run this schedule, and why: layout.layout_for.
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _emit_producer(prog: Program, c: Cta, tiles: TileLoop) -> None:
     then its key blocks, each once its stage is free again; from a CTA's second tile on,
     key block 0 before Q, so that it lands while the consumers finish the last tile (whose
     final blocks free its stage), while a CTA's first Q goes ahead of its first K and V. A
-    packed launch also prefetches the tile's Q into L2 before key block 0 (run 60: +0-2%).
+    packed launch also prefetches the tile's Q into L2 before key block 0 (+0-2% on the H200).
     With split_kv (the 16-bit kernels) K goes a block ahead of V (_emit_split_producer)."""
     emit = prog.emit
     tile = c.tile

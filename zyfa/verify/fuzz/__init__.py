@@ -47,7 +47,7 @@ cases are the INT8 Q.K^T mode, quantize_int8_qk's int8 q and k, held to the same
              head dim (``lse_acc``): the H200's FP8 tensor cores keep ~13 fraction bits of each
              step's sum, and the truncations add up over the D/32 steps. Single-key cases
              (the spec exact, the score passed straight to the LSE) show it: on the H200
-             (2026-12-01) they reached 2^-11.1 smax at d192 and 2^-11.6 at d256, past an
+             they reached 2^-11.1 smax at d192 and 2^-11.6 at d256, past an
              earlier flat 2^-12, inside 6 * 2^-13 and 8 * 2^-13.
 """
 

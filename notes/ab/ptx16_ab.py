@@ -6,10 +6,10 @@ call, kernels.PACKED_ROUTE_KEYS), and this tree's through zyfa.flash_attn_func (
 public", as zyfa bench times it); each call's host time beside. Every output is compared bit for
 bit with the first baseline's dense one (the variants only reorder loads and waits). Each timed
 round starts one call later in the list, so that no call keeps its place in a round (the first
-place read 1-3% slower than the same PTX in the second in runs 79-83, bench/PTX_NOTES.md).
+place read 1-3% slower than the same PTX in the second in runs 79-83, notes/PTX_NOTES.md).
 
-    python bench/ptx16_ab.py --prepare-baseline main 4c43bdc   # CPU, writes _exp/ptx16_baseline.json
-    python bench/ptx16_ab.py --out results.json                # GPU (carry _exp)
+    python notes/ab/ptx16_ab.py --prepare-baseline main 4c43bdc   # CPU, writes _exp/ptx16_baseline.json
+    python notes/ab/ptx16_ab.py --out results.json                # GPU (carry _exp)
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, ROOT)
 BASELINE = os.path.join(ROOT, "_exp", "ptx16_baseline.json")
 # (name, B, S, Hq, Hkv, D, Dv): the models set's BF16 shapes, then the sweep's short cases
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
                 first = out if first is None else first
                 diffs[label] = float((out.float() - first.float()).abs().max())
         # round 0 is not kept: the GPU idled while cuDNN built its plans, and the first call timed
-        # after an idle GPU ran 5-10% faster than in later rounds (bench/PTX_NOTES.md, run 68)
+        # after an idle GPU ran 5-10% faster than in later rounds (notes/PTX_NOTES.md, run 68)
         order = list(calls.items())
         for r in range(a.rounds + 1):
             for label, (build, fn) in order[r % len(order):] + order[:r % len(order)]:
@@ -221,7 +221,7 @@ def main(argv=None) -> int:
         with open(a.out, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
     # the summary by the mean of the timed rounds, the statistic the notes compare (the fastest
-    # round swung 5-20% in run 74, bench/PTX_NOTES.md)
+    # round swung 5-20% in run 74, notes/PTX_NOTES.md)
     labels = list(dict.fromkeys(r["label"] for r in rows))
     print("\nTFLOP/s, mean of the timed rounds\n| case | " + " | ".join(labels) + " |")
     for case in dict.fromkeys(r["case"] for r in rows):

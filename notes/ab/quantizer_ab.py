@@ -1,6 +1,6 @@
 """The fused quantizers against an earlier copy of their module, in one process.
 
-    python bench/quantizer_ab.py BEFORE.py [OUT.json]
+    python notes/ab/quantizer_ab.py BEFORE.py [OUT.json]
 
 BEFORE.py: zyfa/triton_kernels/quantize.py as it was (e.g. `git show REV:zyfa/triton_kernels/
 quantize.py` with its relative imports made absolute). For each shape and call (quantize_fp8
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import torch  # noqa: E402
 

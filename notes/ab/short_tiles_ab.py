@@ -2,7 +2,7 @@
 from a list (Layout.tile_counter, the packed variants) faster than one CTA a tile where a
 tile has few key blocks? One process, FA3 and SDPA cuDNN beside.
 
-    python bench/short_tiles_ab.py [--out results.json] [--cases d64/64 1K,...]
+    python notes/ab/short_tiles_ab.py [--out results.json] [--cases d64/64 1K,...]
 
 Each sweep case runs as `zyfa bench` makes it (realistic inputs, causal) through
 flash_attn_func(backend="ptx") (dense: one CTA a tile) and through flash_attn_varlen_func
@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import torch  # noqa: E402
 

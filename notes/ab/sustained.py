@@ -5,8 +5,8 @@ call, not only its cycles. Each method runs back to back for --seconds, in turns
 nvidia-smi samples the clock and the power; per window the script prints ms a call, the mean
 SM clock, the mean power and the SM cycles a call (ms x MHz).
 
-    python bench/sustained.py --out sustained.json
-    python bench/sustained.py --shapes "Mistral-7B 16K" --rounds 5 --seconds 6
+    python notes/ab/sustained.py --out sustained.json
+    python notes/ab/sustained.py --shapes "Mistral-7B 16K" --rounds 5 --seconds 6
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 FIELDS = ("timestamp", "clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active")
 SHAPES = {"Mistral-7B 16K": (1, 16384, 32, 8, 128, 128), "d128 32 heads 32K": (1, 32768, 32, 32, 128, 128),
@@ -99,7 +99,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0, help="a window's length")
     ap.add_argument("--idle", type=float, default=1.0, help="seconds idle before each window")
     ap.add_argument("--baselines", action="store_true",
-                    help="also the kernels of bench/ptx16_ab.py's baseline file, dense and packed")
+                    help="also the kernels of notes/ab/ptx16_ab.py's baseline file, dense and packed")
     ap.add_argument("--methods", default=None, help="comma-separated labels to time (default: all)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()

@@ -1,8 +1,8 @@
 """Kernel-only error over long contexts and bitwise repeatability of one zyfa path, with
 FlashAttention-3 on the same inputs in the same process (the issues' error and determinism bars).
 
-    python bench/error_repeat.py --backend ptx --dtype fp8 --out fp8.json     # 2K and 64K, 7,200 launches
-    python bench/error_repeat.py --backend ptx --dtype bf16 --out bf16.json
+    python notes/ab/error_repeat.py --backend ptx --dtype fp8 --out fp8.json     # 2K and 64K, 7,200 launches
+    python notes/ab/error_repeat.py --backend ptx --dtype bf16 --out bf16.json
 
 Error: relative Frobenius norm against float64 attention on the values the kernel read (FP8:
 the dequantized E4M3 inputs; BF16: the BF16 inputs), GQA 8/2, d128, causal, Gaussian and
@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import torch  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Speed of the FP8 quantizer on the GPU beside a copy of the same tensors, in one process.
 
-    python bench/quantizer_speed.py [--out results.json]
+    python notes/ab/quantizer_speed.py [--out results.json]
 
 For each shape: the time of `quantize_fp8` (PyTorch path and fused Triton kernel, granularity
 "head", plain and smooth_k + hadamard), of `torch.Tensor.copy_` of q, k and v into
@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import torch  # noqa: E402
 

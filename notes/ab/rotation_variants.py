@@ -1,6 +1,6 @@
 """Ways to write the quantizer's Hadamard butterflies in Triton, timed on q's INT8 pass alone.
 
-    python bench/rotation_variants.py [--check] [OUT.json]
+    python notes/ab/rotation_variants.py [--check] [OUT.json]
 
 Each variant does what the INT8 quantizer's launch does for q (signs, the seven butterfly
 stages of d128, the scale, a descale a token, int8 codes, round half to even; the division by
@@ -15,7 +15,7 @@ the row's reciprocal, _quotient) with one way of moving the butterflies' partner
 in tiles of BS tokens with num_warps warps. --check: every variant's codes and descales equal
 zyfa.quantize_int8_qk's for q (the PyTorch path; on the CPU under TRITON_INTERPRET=1). On a
 GPU: each variant's time and bandwidth (2 bytes read, 1 written an element) beside a copy of q.
-Measured forms no longer here (bench/QUANTIZER.md): reshape / permute for every stage (through
+Measured forms no longer here (notes/QUANTIZER.md): reshape / permute for every stage (through
 shared memory, 2x slower), a select of two additions a stage, an IEEE division an element.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import torch  # noqa: E402
 import triton  # noqa: E402

@@ -1,6 +1,6 @@
 """Where a fused quantizer's time goes (default shape Mistral-7B 16K: GQA 32/8, d128, realistic BF16).
 
-    python bench/quantizer_profile.py [OUT.json] [--shape B,S,Hq,Hkv,D[,Dv] ...] [--only NAME,...]
+    python notes/ab/quantizer_profile.py [OUT.json] [--shape B,S,Hq,Hkv,D[,Dv] ...] [--only NAME,...]
 
 For quantize_fp8 (plain, hadamard, smooth_k + hadamard) and quantize_int8_qk (default, without
 smoothing, without rotation, neither): the call's median time (triton's do_bench, L2 cleared
@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import torch  # noqa: E402
 

@@ -2,7 +2,7 @@
 Hopper kernels), one call a sequence, paged caches, and FlashAttention-3's varlen function, in
 one process.
 
-    python bench/varlen_speed.py [--out results.json]
+    python notes/ab/varlen_speed.py [--out results.json]
 
 A batch of sequences with seeded random lengths (causal, GQA 32/8, d128, realistic values);
 FLOPs count each sequence's causal pairs exactly. Each zyfa output is checked against the
@@ -17,7 +17,7 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import torch  # noqa: E402
 

@@ -9,7 +9,7 @@ causal key blocks plus a fixed per-tile cost, and reports the busiest SM's load 
 mean (1.0: perfect balance) for that static striding and for dynamic assignment (each SM
 takes the next slot when it finishes, as an atomic tile counter would give).
 
-    python bench/tile_balance.py
+    python notes/ab/tile_balance.py
 """
 from __future__ import annotations
 
