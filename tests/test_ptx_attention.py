@@ -98,6 +98,11 @@ def test_running_kernels_have_no_fold(dqk, long):
     count = lambda a, op: len(re.findall(rf"\b{op}\b", a.sass()))   # noqa: E731
     name, ptx = attn.attention_kernel("exact", True, dqk=dqk, long=long, ref_rule="running")
     assert "_running" in name
+    # P V^T (A from registers) adds to the total from its first k-step: no scale-d of 0
+    pv = lambda text: [ln for ln in text.splitlines() if "e4m3.e4m3" in ln and "}, {%b32" in ln]  # noqa: E731
+    block_ptx = attn.attention_kernel("exact", True, dqk=dqk, long=long)[1]
+    assert pv(ptx) and not [ln for ln in pv(ptx) if ln.endswith(", 0, 1, 1;")]
+    assert [ln for ln in pv(block_ptx) if ln.endswith(", 0, 1, 1;")]      # the fold's fresh accumulator
     if dqk == 256:        # the default takes each block in turn; the fast mode waits for S(j) alone
         assert "wgmma.wait_group.sync.aligned 2;" in ptx
         return
