@@ -106,3 +106,35 @@ def test_epilogue_quad_transpose_gives_each_lane_a_column_group():
     ev = EV.Evaluator(regs).run(EV.render_body(prog))
     for k, reg in enumerate(out):
         np.testing.assert_array_equal(ev.regs[str(reg)], given[lanes & 3, (lanes & ~3) | k])
+
+
+def test_running_reference_is_the_running_max():
+    """The fast mode's reference (block._emit_running_reference, emitted PTX run on 64 lanes):
+    A_new = max(A, the row's max of S times c over the quad), alpha = 2^(A - A_new), and -A_new
+    for the P codes' FMA."""
+    from zyfa.asm.ptx.block import _emit_running_reference
+    from zyfa.asm.ptx.layout import ACC, acc_row_half
+    from zyfa.asm.ptx.target import program
+    prog = program()
+    s, facs, A = prog.regs("f32", ACC), prog.regs("f32", 2), prog.regs("f32", 2)
+    A_new, alpha, neg = _emit_running_reference(prog, s, facs, A, masked=False)
+    g = np.random.default_rng(4)
+    lanes = 64
+    S = (g.standard_normal((ACC, lanes)) * 40).astype(np.float32)
+    fac = np.float32(0.03)
+    A0 = (g.standard_normal((2, lanes)) * 1.5).astype(np.float32)     # some rows keep A, some move
+    bits = lambda a: a.astype(np.float32).view(np.uint32)  # noqa: E731
+    regs = {str(r): bits(S[i]) for i, r in enumerate(s)}
+    regs.update({str(facs[h]): bits(np.full(lanes, fac)) for h in (0, 1)})
+    regs.update({str(A[h]): bits(A0[h]) for h in (0, 1)})
+    ev = EV.Evaluator(regs).run(EV.render_body(prog))
+    val = lambda r: ev.regs[str(r)].view(np.float32)  # noqa: E731
+    for half in (0, 1):
+        rows = S[[i for i in range(ACC) if acc_row_half(i) == half]].max(0)
+        quad = rows.reshape(-1, 4).max(1).repeat(4)                   # the quad holds one row's columns
+        m = (quad.astype(np.float64) * fac).astype(np.float32)
+        want = np.maximum(A0[half], m)
+        assert (A0[half] < m).any() and (A0[half] > m).any()          # both cases occur
+        np.testing.assert_array_equal(val(A_new[half]), want)
+        np.testing.assert_array_equal(val(neg[half]), -want)
+        np.testing.assert_array_equal(val(alpha[half]), np.exp2((A0[half] - want).astype(np.float64)).astype(np.float32))

@@ -152,6 +152,12 @@ class Evaluator:
             r = x[0]
         elif op == "max.f32":
             r = _f32_bits(np.fmax(f[0], f[1]))
+        elif op == "max.NaN.f32":                              # a NaN operand gives NaN
+            r = _f32_bits(np.maximum(f[0], f[1]))
+        elif op == "mul.rn.f32":                               # the float64 product is exact: one rounding
+            r = _f32_bits((f[0].astype(np.float64) * f[1].astype(np.float64)).astype(np.float32))
+        elif op == "neg.f32":
+            r = _f32_bits(-f[0])
         elif op in ("add.rn.f32", "add.f32"):
             r = _f32_bits(_add(f[0], f[1], np.float32))
         elif op in ("sub.rn.f32", "sub.f32"):
