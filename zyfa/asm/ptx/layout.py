@@ -7,13 +7,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128     # HEAD_DIM: one 128-byte column tile (and Dv)
-# (Dqk, Dv) the FP8 kernel takes: d64 in one 64-byte column tile (64-byte swizzle); MLA's 192
-# as two tiles; d256 with V^T of 256 rows, P V^T in two halves of 128 columns
-HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
-# (Dqk, Dv) of the 16-bit kernel: rows in 128-byte column tiles; d256 in 64-key blocks (K and V
-# tiles of 128 keys would take 64 KB each)
-HEAD_DIMS_16 = ((64, 64), (128, 128), (192, 128), (256, 256))
+from ...spec.constants import KEY_BLOCK
+from ...spec.shapes import HEAD_DIMS_BY_QK
+
+# BLOCK_N: the spec's key block (a reference and an accumulator each), so that the kernel's
+# blocks are the spec's; HEAD_DIM: one 128-byte column tile (and Dv)
+BLOCK_M, BLOCK_N, HEAD_DIM = 64, KEY_BLOCK, 128
+# (Dqk, Dv) the FP8 kernel takes, every pair of the spec's: d64 in one 64-byte column tile
+# (64-byte swizzle); MLA's 192 as two tiles; d256 with V^T of 256 rows, P V^T in two halves
+# of 128 columns
+HEAD_DIMS = HEAD_DIMS_BY_QK
+# (Dqk, Dv) of the 16-bit kernel, every pair of the spec's too: rows in 128-byte column tiles;
+# d256 in 64-key blocks (K and V tiles of 128 keys would take 64 KB each)
+HEAD_DIMS_16 = HEAD_DIMS_BY_QK
 DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}      # input type -> bytes an element
 
 
