@@ -19,8 +19,8 @@ from ...spec.rules import HALF_RULES
 from ...spec.constants import NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .cta import Cta, Rows
-from .fragments import p_sources
-from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, acc_column, acc_row_half
+from .fragments import acc_column, acc_row_half, p_sources
+from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM
 from .lean_p import (
     HMMA_RULES,
     emit_p_code,

@@ -1,7 +1,7 @@
 """Where the generated Hopper kernel keeps things: tile sizes, the two schedules' shapes and
-shared-memory layouts for E4M3 and 16-bit (BF16 / FP16) inputs, kernel names and parameters,
-and the wgmma accumulator fragment (which row and column a thread's accumulator register
-holds)."""
+shared-memory layouts for E4M3 and 16-bit (BF16 / FP16) inputs, kernel names and parameters
+(the wgmma accumulator fragment, which row and column a thread's accumulator register holds,
+is fragments.py's)."""
 from __future__ import annotations
 
 import dataclasses
@@ -312,13 +312,3 @@ def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = Fal
 
 def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False) -> str:
     return f"zyfa_attn_{dtype}_d{dqk}_{dv}_{'causal' if causal else 'full'}{'_packed' if packed else ''}"
-
-
-def acc_row_half(i: int) -> int:
-    """0 for accumulator registers of row g, 1 for row g + 8."""
-    return (i % 4) // 2
-
-
-def acc_column(i: int) -> int:
-    """Column of accumulator register i, less the thread's 2q."""
-    return 8 * (i // 4) + i % 2
