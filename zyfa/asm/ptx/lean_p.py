@@ -39,7 +39,7 @@ def _steps(rule: str, family: tuple) -> tuple:
     """The steps of ``rule``, one of ``family`` (LEAN_RULES or HALF_RULES): any other rule is
     an error at generation time, naming it, rather than code for some other rule."""
     if rule not in family:
-        raise ValueError(f"the PTX generator emits P rules {family} here, got {rule!r}")
+        raise ValueError(f"generated P rules are {family}, got {rule!r}")
     return P_RULE_TABLE[rule].steps
 
 
