@@ -4,10 +4,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from ..spec.shapes import HEAD_DIMS
+
 SWEEP_SEQLENS = (1024, 2048, 4096, 8192, 16384, 32768)
 SWEEP_TOKENS = 32768
 SWEEP_HIDDEN = 2048                       # heads = 2048 / head_dim, FlashAttention's sweep
-SWEEP_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
+SWEEP_DIMS = HEAD_DIMS                    # every head dim pair the API takes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,9 +38,8 @@ def hopper_vt(v: torch.Tensor) -> torch.Tensor:
     pad = (-Sk) % HOPPER_GROUP
     if pad:
         u = torch.cat([u, u.new_zeros(B, pad, Hkv, Dv)], dim=1)
-    # key 16 g + 8 h + 2 q + e goes to slot 4 q + 2 h + e of group g
-    u = u.reshape(B, (Sk + pad) // 16, 2, 4, 2, Hkv, Dv).permute(0, 5, 6, 1, 3, 2, 4)
-    return u.reshape(B, Hkv, Dv, Sk + pad)
+    u = u.reshape(B, (Sk + pad) // HOPPER_GROUP, HOPPER_GROUP, Hkv, Dv)[:, :, list(KEY_OF_SLOT)]
+    return u.permute(0, 3, 4, 1, 2).reshape(B, Hkv, Dv, Sk + pad)
 
 
 def gfx950_vt(v: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,8 @@ import itertools
 import torch
 
 HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))     # (192, 128): MLA
+# the same pairs by Dqk: the order in which backends that run all of them list them
+HEAD_DIMS_BY_QK = tuple(sorted(HEAD_DIMS))
 
 
 def out_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -61,25 +61,47 @@ def lean_cubic_f16_bits(y):
     return w.to(tl.int16, bitcast=True).to(tl.int32) - _H_MAGIC_BITS
 
 
+@triton.constexpr_function
+def _no_branch(rule_id):
+    """The compile-time error of a P rule id no branch of lean_p_bits takes, naming the rule:
+    a rule added to the spec's registry gets an id here before it gets Triton code."""
+    name = R.P_RULES[rule_id] if 0 <= rule_id < len(R.P_RULES) else f"id {rule_id}"
+    return f"lean_p_bits has no branch for P rule {name!r} (zyfa.spec.rules.P_RULES): write its steps here"
+
+
+@triton.jit
+def _floor_split(y):
+    """(fl, f) of y clamped to the floor: its floor by the magic number (round-half-even(y -
+    0.5): floor(y), or y - 1 at integers) and the fraction; the float32 floor rules' first steps."""
+    y = tl.maximum(y, _Y_FLOOR)
+    fl = ((y - 0.5) + _MAGIC) - _MAGIC
+    return fl, y - fl
+
+
+@triton.jit
+def _code_of(w):
+    """The E4M3 code a float32 rule left in w = code + MAGIC, as int32."""
+    return w.to(tl.int32, bitcast=True) - _MAGIC_BITS
+
+
 @triton.jit
 def lean_p_bits(y, P_RULE: tl.constexpr):
-    """int32 E4M3 codes in [0, 120] of 2^(y + 8) for a lean rule (zyfa.spec.rules.p_bits)."""
+    """int32 E4M3 codes in [0, 120] of 2^(y + 8) for a lean rule (zyfa.spec.rules.p_bits):
+    one branch a rule, and a compile-time error for a rule without one."""
     if P_RULE == P_LEAN_CUBIC_F16:
-        return lean_cubic_f16_bits(y)
-    y = tl.maximum(y, _Y_FLOOR)
-    if P_RULE == P_LEAN:
-        w = tl.fma(y, 8.0, _ONE_BITS + _MAGIC)
+        codes = lean_cubic_f16_bits(y)
+    elif P_RULE == P_LEAN:
+        codes = _code_of(tl.fma(tl.maximum(y, _Y_FLOOR), 8.0, _ONE_BITS + _MAGIC))
+    elif P_RULE == P_LEAN_QUAD:
+        fl, f = _floor_split(y)
+        codes = _code_of(tl.fma(f, tl.fma(f, _QUAD_SLOPE, _QUAD_BASE), fl * 8.0 + (_ONE_BITS + _MAGIC)))
+    elif P_RULE == P_LEAN_CUBIC:
+        fl, f = _floor_split(y)
+        slope = tl.fma(f, tl.fma(f, _CUBIC_B, _CUBIC_AB), _CUBIC_1A) * 8.0
+        codes = _code_of(tl.fma(f, slope, fl * 8.0 + (_ONE_BITS + _MAGIC)))
     else:
-        a = (y - 0.5) + _MAGIC          # round-half-even(y - 0.5): floor(y), or y - 1 at integers
-        fl = a - _MAGIC
-        f = y - fl
-        if P_RULE == P_LEAN_QUAD:
-            slope = tl.fma(f, _QUAD_SLOPE, _QUAD_BASE)
-        else:
-            inner = tl.fma(f, _CUBIC_B, _CUBIC_AB)
-            slope = tl.fma(f, inner, _CUBIC_1A) * 8.0
-        w = tl.fma(f, slope, fl * 8.0 + (_ONE_BITS + _MAGIC))
-    return w.to(tl.int32, bitcast=True) - _MAGIC_BITS
+        tl.static_assert(False, _no_branch(P_RULE))
+    return codes
 
 
 @triton.jit

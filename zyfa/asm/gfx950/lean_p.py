@@ -30,11 +30,19 @@ class Constants:
     pairs: dict
 
 
+def _steps(rule: str) -> tuple:
+    """The steps of a float32 lean rule; any other rule is an error at generation time, naming
+    it, rather than code for some other rule."""
+    if rule not in LEAN_RULES:
+        raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
+    return P_RULE_TABLE[rule].steps
+
+
 def constant_values(rule: str) -> list:
     """The pair constants the rule's steps read: a constant c subtracted is added as -c, a
     value subtracted is an FMA by -1; max takes its constant as a literal."""
     needed = []
-    for step in P_RULE_TABLE[rule].steps:
+    for step in _steps(rule):
         for c in _pair_constants(step):
             if c not in needed:
                 needed.append(c)
@@ -70,8 +78,7 @@ def emit_p_codes(prog: Program, y: list[Reg], rule: str, c: Constants, out: list
 
     gfx950's registers are physical: a kernel that makes many codes passes ``out`` and six
     ``scratch`` pairs to reuse (y may be one of them: it is read first)."""
-    if rule not in LEAN_RULES:
-        raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
+    steps = _steps(rule)
     scratch = scratch if scratch is not None else [prog.aligned("v", 2, 2) for _ in range(6)]
     env = {"y": y, "w": out if out is not None else prog.aligned("v", 2, 2)}
     k = {value: span(pair) for value, pair in c.pairs.items()}
@@ -79,7 +86,7 @@ def emit_p_codes(prog: Program, y: list[Reg], rule: str, c: Constants, out: list
     def operand(a):
         return k[a] if not isinstance(a, str) else span(env[a])
 
-    for step in P_RULE_TABLE[rule].steps:
+    for step in steps:
         if step.out not in env:
             env[step.out] = scratch[SCRATCH[step.out]]
         d = env[step.out]

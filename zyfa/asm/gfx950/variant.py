@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...spec.shapes import HEAD_DIMS as SPEC_HEAD_DIMS
 from ..program import Program
 from .lean_p import LEAN_RULES
 
 QUERIES, BLOCK_N = 32, 64            # queries a wave (an MFMA's 32 columns); keys a block
 GROUP_WAVES, GROUPS = 4, 2
 WAVES = GROUP_WAVES * GROUPS         # 256 queries a workgroup share each K/V block in LDS
-HEAD_DIMS = (64, 128, 192, 256)      # in slices of 64 (192: MLA's query/key dim)
-VALUE_DIMS = (32, 64, 128)           # one, two or four 32-column O tiles
+# the spec's query/key dims, each in slices of 64 (192: MLA's); which pairs fit a wave's
+# registers, attention.fits says
+HEAD_DIMS = tuple(sorted({qk for qk, _ in SPEC_HEAD_DIMS}))
+VALUE_DIMS = (32, 64, 128)           # one, two or four 32-column O tiles (32, outside the spec's pairs: the emulator's one-tile cases)
 REF_RULES = ("block", "block_pow2")
 
 HAZARD_NOPS = (15, 1)       # after an MFMA 32x32 before its result is read (as LLVM writes it)

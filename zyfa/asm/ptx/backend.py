@@ -13,10 +13,6 @@ from .attention import REF_RULES
 from .layout import HEAD_DIMS, HEAD_DIMS_16
 
 
-# the INT8 Q.K^T kernel's head dims (Layout.int8_qk): the serial schedule's and the
-# warp-specialized ones' (MLA, d256)
-INT8_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
-
 
 def supports(p) -> tuple[bool, str]:
     """(can run, why) for a zyfa.dispatch.Problem."""
@@ -47,12 +43,12 @@ def supports(p) -> tuple[bool, str]:
 
 
 def _supports_int8(p) -> tuple[bool, str]:
-    """The INT8 Q.K^T kernel: dense batches, head dims INT8_HEAD_DIMS, k's descales a block of 128
+    """The INT8 Q.K^T kernel: dense batches, the E4M3 kernel's head dims (layout_for's int8_qk), k's descales a block of 128
     keys (or coarser: one factor a key block), q's any."""
     if p.packed:
         return False, "the generated INT8 Q.K^T kernel takes dense batches (packed ones run in the Triton kernel)"
-    if p.head_dims not in INT8_HEAD_DIMS:
-        return False, f"the generated INT8 Q.K^T kernel takes head dims {' or '.join(map(str, INT8_HEAD_DIMS))}, " \
+    if p.head_dims not in HEAD_DIMS:
+        return False, f"the generated INT8 Q.K^T kernel takes head dims {' or '.join(map(str, HEAD_DIMS))}, " \
                       f"not {p.head_dims}"
     if p.k_descale_per_key:
         return False, "the generated INT8 Q.K^T kernel takes k descales a block of 128 keys (quantize_int8_qk's " \

@@ -13,7 +13,8 @@ import dataclasses
 from ..program import Program, Reg
 from .block import emit_band_mask, emit_row_max
 from .cta import Cta, Rows
-from .layout import COLUMN_TILE, acc_row_half
+from .fragments import acc_row_half
+from .layout import COLUMN_TILE
 from .smem import emit_descriptor
 
 

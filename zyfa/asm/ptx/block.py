@@ -19,8 +19,8 @@ from ...spec.rules import HALF_RULES
 from ...spec.constants import NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from ..program import Program, Reg
 from .cta import Cta, Rows
-from .fragments import p_sources
-from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, acc_column, acc_row_half
+from .fragments import acc_column, acc_row_half, p_sources
+from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM
 from .lean_p import (
     HMMA_RULES,
     emit_p_code,
@@ -113,8 +113,9 @@ def emit_scores(prog: Program, c: Cta, q_descs: list[list[Reg]], j: Reg, s: list
         tiles.append((q_steps, width // 32, emit_descriptor(prog, k_col, width)))
     prog.comment("S = Q K^T")
     s_list = ", ".join(map(str, s))
-    op = ("wgmma.m64n128k32.s8.ss" if layout.int8_qk else "wgmma.m64n128k32.e4m3.ss" if layout.is_fp8
-          else f"wgmma.m64n{layout.block_n}k16.{layout.dtype}.ss")
+    shape = f"m64n{layout.block_n}"               # a row's scores for the block's keys
+    op = (f"wgmma.{shape}k32.s8.ss" if layout.int8_qk else f"wgmma.{shape}k32.e4m3.ss" if layout.is_fp8
+          else f"wgmma.{shape}k16.{layout.dtype}.ss")
     emit("wgmma.fence")
     first = True
     for q_steps, n_steps, dk_t in tiles:

@@ -15,13 +15,24 @@ multiplies key ``KEY_OF_SLOT[s]`` (the host writes V^T in that order, zyfa.spec.
 """
 from __future__ import annotations
 
+from ...spec.key_order import KEY_OF_SLOT
+
+
+def acc_row_half(i: int) -> int:
+    """0 for accumulator registers of row g, 1 for row g + 8."""
+    return (i % 4) // 2
+
+
+def acc_column(i: int) -> int:
+    """Column of accumulator register i, less the thread's 2q."""
+    return 8 * (i // 4) + i % 2
+
 
 def accumulator_position(thread: int, reg: int) -> tuple[int, int]:
     """(row, column) of accumulator register ``reg`` of ``thread`` (m64nN, f32)."""
     warp, lane = divmod(thread, 32)
     g, q = divmod(lane, 4)
-    j, r = divmod(reg, 4)
-    return 16 * warp + g + 8 * (r // 2), 8 * j + 2 * q + r % 2
+    return 16 * warp + g + 8 * acc_row_half(reg), acc_column(reg) + 2 * q
 
 
 def a_operand_position(thread: int, reg: int, byte: int) -> tuple[int, int]:
@@ -38,5 +49,12 @@ def p_sources(k_step: int) -> list[list[int]]:
     for a in range(4):
         row_half, group = a % 2, a // 2          # +8 rows; second 16-key group
         j0 = 4 * k_step + 2 * group               # accumulator column blocks j0 and j0 + 1
-        regs.append([4 * (j0 + i // 2) + 2 * row_half + i % 2 for i in range(4)])
+        # byte i sits in slot 4q + i, which multiplies key KEY_OF_SLOT[i] + 2q of the group
+        regs.append([4 * j0 + _register_of(KEY_OF_SLOT[i], row_half) for i in range(4)])
     return regs
+
+
+def _register_of(column: int, row_half: int) -> int:
+    """The accumulator register, of a 16-column group's eight, that holds ``column`` (less
+    the thread's 2q) in row half ``row_half``."""
+    return next(r for r in range(8) if acc_column(r) == column and acc_row_half(r) == row_half)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...spec.constants import MAGIC, MAGIC_BITS
 from ..program import Program, Reg
 from .cta import Rows
-from .layout import acc_row_half
+from .fragments import acc_row_half
 from .target import f32
 
 

@@ -1,19 +1,25 @@
 """Where the generated Hopper kernel keeps things: tile sizes, the two schedules' shapes and
-shared-memory layouts for E4M3 and 16-bit (BF16 / FP16) inputs, kernel names and parameters,
-and the wgmma accumulator fragment (which row and column a thread's accumulator register
-holds)."""
+shared-memory layouts for E4M3 and 16-bit (BF16 / FP16) inputs, kernel names and parameters
+(the wgmma accumulator fragment, which row and column a thread's accumulator register holds,
+is fragments.py's)."""
 from __future__ import annotations
 
 import dataclasses
 import functools
 
-BLOCK_M, BLOCK_N, HEAD_DIM = 64, 128, 128     # HEAD_DIM: one 128-byte column tile (and Dv)
-# (Dqk, Dv) the FP8 kernel takes: d64 in one 64-byte column tile (64-byte swizzle); MLA's 192
-# as two tiles; d256 with V^T of 256 rows, P V^T in two halves of 128 columns
-HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
-# (Dqk, Dv) of the 16-bit kernel: rows in 128-byte column tiles; d256 in 64-key blocks (K and V
-# tiles of 128 keys would take 64 KB each)
-HEAD_DIMS_16 = ((64, 64), (128, 128), (192, 128), (256, 256))
+from ...spec.constants import KEY_BLOCK
+from ...spec.shapes import HEAD_DIMS_BY_QK
+
+# BLOCK_N: the spec's key block (a reference and an accumulator each), so that the kernel's
+# blocks are the spec's; HEAD_DIM: one 128-byte column tile (and Dv)
+BLOCK_M, BLOCK_N, HEAD_DIM = 64, KEY_BLOCK, 128
+# (Dqk, Dv) the FP8 kernel takes, every pair of the spec's: d64 in one 64-byte column tile
+# (64-byte swizzle); MLA's 192 as two tiles; d256 with V^T of 256 rows, P V^T in two halves
+# of 128 columns
+HEAD_DIMS = HEAD_DIMS_BY_QK
+# (Dqk, Dv) of the 16-bit kernel, every pair of the spec's too: rows in 128-byte column tiles;
+# d256 in 64-key blocks (K and V tiles of 128 keys would take 64 KB each)
+HEAD_DIMS_16 = HEAD_DIMS_BY_QK
 DTYPES = {"e4m3": 1, "bf16": 2, "f16": 2}      # input type -> bytes an element
 
 
@@ -306,13 +312,3 @@ def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = Fal
 
 def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False) -> str:
     return f"zyfa_attn_{dtype}_d{dqk}_{dv}_{'causal' if causal else 'full'}{'_packed' if packed else ''}"
-
-
-def acc_row_half(i: int) -> int:
-    """0 for accumulator registers of row g, 1 for row g + 8."""
-    return (i % 4) // 2
-
-
-def acc_column(i: int) -> int:
-    """Column of accumulator register i, less the thread's 2q."""
-    return 8 * (i // 4) + i % 2

@@ -35,12 +35,18 @@ def _emit_steps(prog: Program, steps, env: dict, kind: str, ops: dict, constant)
     return env["w"]
 
 
+def _steps(rule: str, family: tuple) -> tuple:
+    """The steps of ``rule``, one of ``family`` (LEAN_RULES or HALF_RULES): any other rule is
+    an error at generation time, naming it, rather than code for some other rule."""
+    if rule not in family:
+        raise ValueError(f"generated P rules are {family}, got {rule!r}")
+    return P_RULE_TABLE[rule].steps
+
+
 def emit_p_code(prog: Program, y: Reg, rule: str) -> Reg:
     """An f32 register whose low byte is the E4M3 code of 2^(y + 8) under ``rule``
     (its float value is MAGIC + code)."""
-    if rule not in LEAN_RULES:
-        raise ValueError(f"generated P rules are {LEAN_RULES}, got {rule!r}")
-    return _emit_steps(prog, P_RULE_TABLE[rule].steps, {"y": y}, "f32", F32_OPS, f32)
+    return _emit_steps(prog, _steps(rule, LEAN_RULES), {"y": y}, "f32", F32_OPS, f32)
 
 
 def _half2(x: float) -> str:
@@ -49,11 +55,11 @@ def _half2(x: float) -> str:
     return f"0x{bits << 16 | bits:08x}"
 
 
-def half_constants(prog: Program, rule: str = HALF_RULES[0]) -> dict:
+def half_constants(prog: Program, rule: str) -> dict:
     """The half2 constants of a half rule's steps in registers, keyed by value, in the order
     the steps first use them (ptxas folds them into immediates)."""
     k = {}
-    for step in P_RULE_TABLE[rule].steps:
+    for step in _steps(rule, HALF_RULES):
         for a in step.args:
             if not isinstance(a, str) and a not in k:
                 k[a] = prog.reg("b32")
@@ -61,12 +67,12 @@ def half_constants(prog: Program, rule: str = HALF_RULES[0]) -> dict:
     return k
 
 
-def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, k: dict, rule: str = HALF_RULES[0]) -> Reg:
+def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, k: dict, rule: str) -> Reg:
     """A b32 register of two half-precision values 1536 + code: the E4M3 code of 2^(y + 8)
     for ``y_lo`` in byte 0 and for ``y_hi`` in byte 2, under a half rule: the spec's steps on
     two scores an instruction (the first, rounding y to half, packs the pair). ``k``:
-    ``half_constants``."""
-    steps = P_RULE_TABLE[rule].steps
+    ``half_constants`` of the same rule."""
+    steps = _steps(rule, HALF_RULES)
     assert steps[0].op == "round"
     y = prog.reg("b32")
     prog.emit("cvt.f16x2.f32", y, y_hi, y_lo)
@@ -123,9 +129,9 @@ def p_codes_kernel(rule: str, arch: str = "sm_90a") -> tuple[str, str]:
     ys = prog.regs("f32", 4)
     prog.emit("ld.global.v4.f32", *ys, addr)
     if rule in HALF_RULES:
-        k = half_constants(prog)
-        packed = emit_pack_pairs(prog, emit_p_code_pair(prog, ys[0], ys[1], k),
-                                 emit_p_code_pair(prog, ys[2], ys[3], k))
+        k = half_constants(prog, rule)
+        packed = emit_pack_pairs(prog, emit_p_code_pair(prog, ys[0], ys[1], k, rule),
+                                 emit_p_code_pair(prog, ys[2], ys[3], k, rule))
     else:
         codes = [emit_p_code(prog, y, rule) for y in ys]    # unrolled in Python
         packed = emit_pack4(prog, codes)

@@ -9,10 +9,10 @@ import random
 import torch
 
 from ...bench.cases import Case as Shape
+from ...spec.shapes import HEAD_DIMS
 
 PATHS = ("reference", "triton", "gfx950_emulator", "ptx", "auto")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 
 
 @dataclasses.dataclass(frozen=True)
