@@ -113,7 +113,8 @@ def test_running_reference_is_the_running_max():
     A_new = max(A, the row's max of S times c over the quad), alpha = 2^(A - A_new), and -A_new
     for the P codes' FMA."""
     from zyfa.asm.ptx.block import _emit_running_reference
-    from zyfa.asm.ptx.layout import ACC, acc_row_half
+    from zyfa.asm.ptx.fragments import acc_row_half
+    from zyfa.asm.ptx.layout import ACC
     from zyfa.asm.ptx.target import program
     prog = program()
     s, facs, A = prog.regs("f32", ACC), prog.regs("f32", 2), prog.regs("f32", 2)
