@@ -250,6 +250,45 @@ def test_causal_offsets_are_bottom_right():
     assert not torch.equal(full[:, 0], out[:, 0])            # the mask hid keys from query 0
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, E4M3])
+def test_leftpad_equals_the_shifted_cache(dtype):
+    """cache_leftpad: sequence b's keys are tokens [left, n) of its row; NaN in the padding must not
+    be read. Bit for bit the cache with those keys moved to the row's start (same tiles and
+    splits), on a (batch, kv_heads, len, d) cache read through a transposed view (transformers'
+    layout), with per-token E4M3 descales moved along; the reference backend agrees."""
+    gen = torch.Generator().manual_seed(13)
+    B, Sq, Hq, Hkv, D, lens, left = 3, 2, 4, 2, 64, [40, 70, 9], [5, 0, 7]
+    q = _randn(B, Sq, Hq, D, gen=gen)
+    kc, vc = _cache(B, 72, Hkv, D, lens, dtype, gen)
+    kw = {}
+    if dtype == E4M3:
+        kw = {n: torch.rand(B, Hkv, 72, generator=gen).to(DEVICE) + 0.5 for n in ("k_descale", "v_descale")}
+    for b, n in enumerate(left):                    # padding: NaN keys, NaN descales
+        _bytes(kc)[b, :n] = _bytes(_nan(kc.dtype))
+        _bytes(vc)[b, :n] = _bytes(_nan(vc.dtype))
+        for d in kw.values():
+            d[b, :, :n] = float("nan")
+    shifted = [torch.full_like(t, float("nan")) if t.dtype != E4M3 else t.clone() for t in (kc, vc)]
+    moved = {n: torch.ones_like(d) for n, d in kw.items()}
+    for b, (n, s) in enumerate(zip(lens, left)):
+        for t, src in zip(shifted, (kc, vc)):
+            _bytes(t)[b, :n - s] = _bytes(src)[b, s:n]
+        for name, d in kw.items():
+            moved[name][b, :, :n - s] = d[b, :, s:n]
+    views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (kc, vc)]      # (B, Hkv, len, d) storage
+    for splits in (1, 3):
+        got = zyfa.flash_attn_with_kvcache(q, *views, cache_seqlens=_t(lens), cache_leftpad=_t(left), causal=True,
+                                           num_splits=splits, return_softmax_lse=True, **kw)
+        want = zyfa.flash_attn_with_kvcache(q, *shifted, cache_seqlens=_t([n - s for n, s in zip(lens, left)]),
+                                            causal=True, num_splits=splits, return_softmax_lse=True, **moved)
+        for a, w in zip(got, want):
+            assert torch.equal(a, w), f"splits {splits}: " + describe_mismatch(a, w)
+    ref = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor(lens, dtype=torch.int32),
+                                       cache_leftpad=torch.tensor(left, dtype=torch.int32), causal=True,
+                                       backend="reference", **kw)
+    assert_rel(got[0], ref, 1e-2, "leftpad kernel vs reference")
+
+
 def test_reference_backend_and_int_seqlens():
     gen, q, kc, vc, lens = _layouts_case(seed=11)
     lens = [70, 70, 70]
@@ -275,6 +314,8 @@ def test_explain_kvcache():
     ({"softcap": 30.0}, NotImplementedError, "softcap"),
     ({"cache_batch_idx": "idx"}, NotImplementedError, "cache_batch_idx"),
     ({"pack_gqa": False}, NotImplementedError, "pack_gqa"),
+    ({"cache_leftpad": "left_over"}, ValueError, r"cache_leftpad\[2\] is 69"),
+    ({"cache_leftpad": "left_short"}, ValueError, r"cache_leftpad must have shape \(3,\)"),
     ({"cache_seqlens": [3, 4, 5]}, TypeError, "cache_seqlens must be an int32"),
     ({"cache_seqlens": "len_over"}, ValueError, r"cache_seqlens\[1\] is 81"),
     ({"cache_seqlens": "len_causal"}, ValueError, "causal needs >= seqlen_q 2"),
@@ -288,6 +329,7 @@ def test_bad_arguments(kw, error, match):
     args = dict(cache_seqlens=_t(lens), causal=True)
     fill = {"new": torch.zeros(1), "cos": torch.zeros(1), "idx": _t([0, 1, 2]), "ones": torch.ones(()),
             "len_over": torch.tensor([2, 81, 3], dtype=torch.int32), "len_causal": torch.tensor([1, 5, 5], dtype=torch.int32),
+            "left_over": torch.tensor([0, 0, 69], dtype=torch.int32), "left_short": _t([0, 0]),
             "both": _t([[0]] * 3), "long": torch.zeros(3, 17, 4, 64, dtype=torch.bfloat16, device=DEVICE)}
     for name, val in kw.items():
         val = fill.get(val, val) if isinstance(val, str) else val

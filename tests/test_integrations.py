@@ -253,7 +253,7 @@ def test_padded_batch_runs_varlen_per_sequence(tiny_model, caplog, side):
         assert kl_zyfa <= 2 * kl_quant + 1e-6, (b, kl_zyfa, kl_quant)
 
 
-def test_sliding_window_runs_on_zyfa_and_custom_masks_and_decode_fall_back(tiny_model, caplog):
+def test_sliding_window_runs_on_zyfa_and_custom_masks_fall_back(tiny_model, caplog):
     from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
     ids, mask, _, _ = _padded_batch("right")
     padding = sdpa_mask(2, 40, 40, attention_mask=mask.bool(), device=DEVICE)
@@ -282,11 +282,6 @@ def test_sliding_window_runs_on_zyfa_and_custom_masks_and_decode_fall_back(tiny_
     with caplog.at_level(logging.WARNING, logger="zyfa"):
         zt.attention_forward(module, q, kv, kv, custom, scaling=0.125, sliding_window=8)
     assert sum("other than causal" in r.message for r in caplog.records) == 1
-    tiny_model.set_attn_implementation("zyfa")
-    with caplog.at_level(logging.WARNING, logger="zyfa"):
-        out = tiny_model.generate(ids[:1], max_new_tokens=2, do_sample=False)
-    assert out.shape[1] == ids.shape[1] + 2
-    assert sum("decode step" in r.message for r in caplog.records) == 1
     assert all(r.name == "zyfa" and r.levelno == logging.WARNING for r in caplog.records if "falling back" in r.message)
 
 
@@ -299,6 +294,8 @@ def _cache_model(kind):
                                             layer_types=["sliding_attention", "full_attention"])
     elif kind == "mistral":        # every layer sliding
         cfg = transformers.MistralConfig(**common, sliding_window=16)
+    elif kind == "qwen3":
+        cfg = transformers.Qwen3Config(**common)
     else:
         cfg = transformers.LlamaConfig(**common)
     torch.manual_seed(1)
@@ -306,47 +303,71 @@ def _cache_model(kind):
                                                          dtype=torch.bfloat16).to(DEVICE).eval()
 
 
-@pytest.mark.parametrize("kind,cache", [("llama", "dynamic"), ("llama", "static"), ("gemma3", "dynamic"),
-                                        ("gemma3", "static"), ("mistral", "dynamic")])
-def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
-    """Greedy tokens of a left-padded batch (40-token prompts) equal SDPA's with a DynamicCache,
-    a StaticCache (its free slots after the queries) and the sliding/hybrid caches of sliding-window
-    layers; the prefill runs on zyfa (a spy counts the calls, with the window of sliding layers)
-    and only the decode steps go to SDPA, said once."""
-    _register()
-    model = _cache_model(kind)
+def _left_padded_prompts():
+    """Two 40-token prompts, the first left-padded by 11: ids and attention mask."""
     g = torch.Generator().manual_seed(9)
     ids = torch.randint(1, 256, (2, 40), generator=g).to(DEVICE)
     mask = torch.ones_like(ids)
     mask[0, :11] = 0
-    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    return ids, mask
+
+
+def _assert_same_greedy_tokens(got, want, scores, prompt_len, margin=0.1):
+    """Greedy tokens equal, but where SDPA's own top two logits at the first differing step are
+    within ``margin`` (a near tie that rounding may break either way)."""
+    for b in range(got.shape[0]):
+        diff = (got[b, prompt_len:] != want[b, prompt_len:]).nonzero()
+        if len(diff):
+            t = int(diff[0])
+            gap = float(scores[t][b, want[b, prompt_len + t]] - scores[t][b, got[b, prompt_len + t]])
+            assert gap <= margin, (b, t, gap, got[:, prompt_len:], want[:, prompt_len:])
+
+
+@pytest.mark.parametrize("kind,cache", [("llama", "dynamic"), ("llama", "static"), ("qwen3", "dynamic"),
+                                        ("qwen3", "static"), ("gemma3", "dynamic"), ("gemma3", "static"),
+                                        ("mistral", "dynamic")])
+def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
+    """Greedy tokens of a left-padded batch (40-token prompts, 20 new tokens) equal SDPA's with a
+    DynamicCache, a StaticCache (its free slots after the queries) and the sliding/hybrid caches of
+    sliding-window layers. Nothing falls back to SDPA: spies count the prefill's varlen calls (with
+    the window of sliding layers) and a decode-kernel call a layer a step after the first token,
+    a full-attention layer's keys of the padded sequence starting past its padding."""
+    _register()
+    model = _cache_model(kind)
+    ids, mask = _left_padded_prompts()
+    new = 20
+    kw = dict(attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=0)
     if cache == "static":
         kw["cache_implementation"] = "static"
     with torch.no_grad():
         res = model.generate(ids, **kw, output_scores=True, return_dict_in_generate=True)
-    want, scores = res.sequences, res.scores
-    windows = []
-    real = zyfa.flash_attn_varlen_func
+    windows, leftpads = [], []
+    real, real_decode = zyfa.flash_attn_varlen_func, zyfa.flash_attn_with_kvcache
 
     def spy(*a, **k):
         windows.append(k.get("window_size"))
         return real(*a, **k)
+
+    def decode_spy(*a, **k):
+        leftpads.append(k.get("cache_leftpad"))
+        return real_decode(*a, **k)
     model.set_attn_implementation("zyfa")
     zt._logged.clear()
     with caplog.at_level(logging.WARNING, logger="zyfa"), pytest.MonkeyPatch.context() as mp:
         mp.setattr(zyfa, "flash_attn_varlen_func", spy)
+        mp.setattr(zyfa, "flash_attn_with_kvcache", decode_spy)
         with torch.no_grad():
             got = model.generate(ids, **kw)
-    for b in range(2):
-        diff = (got[b, 40:] != want[b, 40:]).nonzero()
-        if len(diff):
-            t = int(diff[0])
-            margin = float(scores[t][b, want[b, 40 + t]] - scores[t][b, got[b, 40 + t]])
-            assert margin <= 0.1, (b, t, margin, got[:, 40:], want[:, 40:])
+    _assert_same_greedy_tokens(got, res.sequences, res.scores, 40)
     fallbacks = [r.message for r in caplog.records if "falling back" in r.message]
-    assert len(fallbacks) == 1 and "decode step" in fallbacks[0], fallbacks
-    expected = {"llama": [(-1, 0)] * 2, "gemma3": [(15, 0), (-1, 0)], "mistral": [(15, 0)] * 2}[kind]
+    assert not fallbacks, fallbacks
+    expected = {"gemma3": [(15, 0), (-1, 0)], "mistral": [(15, 0)] * 2}.get(kind, [(-1, 0)] * 2)
     assert windows == expected, windows
+    assert len(leftpads) == 2 * (new - 1), len(leftpads)
+    # a full-attention layer's keys start past the padding; a sliding layer's window hides it
+    full_layers = {"gemma3": 1, "mistral": 0}.get(kind, 2)
+    padded = sum(p is not None and int(p[0]) >= 11 and int(p[1]) == 0 for p in leftpads)
+    assert padded == full_layers * (new - 1), leftpads
 
 
 def test_backends_run_zyfa(tiny_model, monkeypatch):
@@ -397,3 +418,80 @@ def test_model_scaling_reaches_every_path(tiny_model):
     finally:
         for m, s in zip(modules, saved):
             m.scaling = s
+
+
+def _forced_logits(model, ids, mask, tokens, cache):
+    """Next-token logits (steps, batch, vocab), float64, of a left-padded batch fed ``tokens``
+    (batch, steps - 1) one a step after its prompt, with ``cache``: every cache sees the same
+    path, so their distributions compare step by step."""
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = []
+    with torch.no_grad():
+        step = model(ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        out.append(step.logits[:, -1].double())
+        for t in range(tokens.shape[1]):
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+            pos = pos[:, -1:] + 1
+            step = model(tokens[:, t:t + 1], attention_mask=mask, position_ids=pos, past_key_values=cache,
+                         use_cache=True)
+            out.append(step.logits[:, -1].double())
+    return torch.stack(out)
+
+
+def _fakequant_cache():
+    """A BF16 cache holding what E4M3Cache holds, dequantized: the quantization alone."""
+    from transformers.cache_utils import Cache, DynamicLayer
+    from zyfa.quantize import quantize_tokens
+
+    class Layer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            deq = [(c.float() * d[..., None]).to(x.dtype) for x in (key_states, value_states)
+                   for c, d in [quantize_tokens(x)]]
+            return super().update(*deq, *args, **kwargs)
+    return Cache(layer_class_to_replicate=Layer)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_e4m3_cache_decodes_in_place_with_the_quantization_error_alone(kind, caplog):
+    """zyfa with an E4M3Cache: generation runs, every decode step reads the E4M3 codes (a spy),
+    nothing falls back, the cache takes (d + 4) / 2d of a BF16 cache's bytes, and along the BF16
+    run's greedy path the KL of its next-token distributions from the BF16 cache's is at most
+    twice that of a BF16 cache holding the same quantized values (the quantization alone)."""
+    from transformers.cache_utils import DynamicCache
+    from zyfa.integrations.fp8_cache import E4M3Cache
+    _register()
+    model = _cache_model(kind)
+    model.set_attn_implementation("zyfa")
+    ids, mask = _left_padded_prompts()
+    new = 20
+    kw = dict(attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=0)
+    dtypes = []
+    real = zyfa.flash_attn_with_kvcache
+
+    def spy(*a, **k):
+        dtypes.append(a[1].dtype)
+        return real(*a, **k)
+    zt._logged.clear()
+    cache = E4M3Cache()
+    with caplog.at_level(logging.WARNING, logger="zyfa"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(zyfa, "flash_attn_with_kvcache", spy)
+        with torch.no_grad():
+            got = model.generate(ids, past_key_values=cache, **kw)
+    assert got.shape == (2, 40 + new)
+    assert dtypes == [torch.float8_e4m3fn] * (2 * (new - 1)), dtypes
+    assert not [r.message for r in caplog.records if "falling back" in r.message]
+    layer = cache.layers[0]
+    e4m3_bytes = sum(t.numel() * t.element_size() for t in (layer.keys, layer.key_descale))
+    assert e4m3_bytes == layer.keys.numel() * (64 + 4) // 64 and layer.keys.dtype == torch.float8_e4m3fn
+
+    with torch.no_grad():
+        path = model.generate(ids, past_key_values=DynamicCache(), **kw)[:, 40:-1]
+    ref = _forced_logits(model, ids, mask, path, DynamicCache())
+    kl = {}
+    for name, c in (("fake-quantized BF16 cache", _fakequant_cache()), ("E4M3Cache", E4M3Cache())):
+        out = _forced_logits(model, ids, mask, path, c)
+        kl[name] = _kl(ref, out)
+    print(f"\n{kind}: KL from the BF16 cache's next-token distributions, {new} steps x 2 sequences: "
+          + ", ".join(f"{n} {v:.3e}" for n, v in kl.items()))
+    assert kl["fake-quantized BF16 cache"] > 0
+    assert kl["E4M3Cache"] <= 2 * kl["fake-quantized BF16 cache"] + 1e-6, kl

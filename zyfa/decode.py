@@ -25,7 +25,7 @@ BACKENDS = [dispatch.Backend("triton", _triton.supports_decode, _triton.run_deco
 
 # FlashAttention-3 arguments zyfa takes but cannot honour, with the value that means "unused"
 _UNSUPPORTED = (("k", None), ("v", None), ("qv", None), ("rotary_cos", None), ("rotary_sin", None),
-                ("cache_batch_idx", None), ("cache_leftpad", None), ("cu_seqlens_q", None),
+                ("cache_batch_idx", None), ("cu_seqlens_q", None),
                 ("cu_seqlens_k_new", None), ("max_seqlen_q", None), ("rotary_seqlens", None),
                 ("window_size", (-1, -1)), ("attention_chunk", 0), ("softcap", 0.0), ("scheduler_metadata", None))
 
@@ -40,7 +40,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """Attention of 1-16 new queries a sequence over a dense or paged KV cache (forward only).
 
     FlashAttention-3's argument names, order and defaults (causal=False); what zyfa cannot do
-    (appending k/v, rotary, qv, cache_batch_idx, cache_leftpad, varlen q, windows, chunks,
+    (appending k/v, rotary, qv, cache_batch_idx, varlen q, windows, chunks,
     soft-capping, scheduler_metadata, pack_gqa=False) raises NotImplementedError naming it.
 
     q: (batch, seqlen_q, heads, head_dim), seqlen_q 1..16; head dims (64, 64), (128, 128),
@@ -48,8 +48,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     (num_pages, page_size, kv_heads, head_dim[_v]) with page_table (FA3's name; block_table,
     FA2's, is the same) (batch, max_pages) int32, page_size a multiple of 16 in 16..256.
     cache_seqlens: int or (batch,) int32, the keys each sequence uses (None: the dense cache's
-    cache_len). GQA/MQA: query head h reads kv head h // (heads // kv_heads); the group's heads
-    share every K/V load. Values are checked where that costs no device synchronization:
+    cache_len). cache_leftpad (dense caches only, as in FlashAttention): None or (batch,) int32,
+    the first key each sequence uses; its keys are then tokens [cache_leftpad[b],
+    cache_seqlens[b]) of its row (a left-padded batch). GQA/MQA: query head h reads kv head
+    h // (heads // kv_heads); the group's heads share every K/V load. Values are checked where that costs no device synchronization:
     index tensors on the CPU (then copied to q's device) or an int.
 
     dtypes: q bfloat16/float16 with a cache of the same dtype, or an E4M3 cache (torch.
@@ -84,10 +86,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     table = _one_table(page_table, block_table)
     lens, table = _check(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_descale,
                          softmax_scale, causal, num_splits, sm_margin)
+    leftpad = _check_leftpad(cache_leftpad, cache_seqlens, k_cache, table, q.shape[1] if causal else 1, q.shape[0],
+                             q.device)
     chosen = dispatch.select(_problem(q, k_cache, v_cache, table), backend, BACKENDS)
     out, lse = chosen.run(q, k_cache, v_cache, lens, table, softmax_scale=_scale(softmax_scale), causal=causal,
                           q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
-                          sm_margin=sm_margin)
+                          sm_margin=sm_margin, **({} if leftpad is None else {"cache_leftpad": leftpad}))
     return (out, lse) if return_softmax_lse else out
 
 
@@ -232,6 +236,32 @@ def _check(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_de
     _check_descales(q, k_cache, v_cache, q_descale, k_descale, v_descale, fp8, B)
     table = None if table is None else to_device(table, q.device)
     return to_device(lens, q.device), table
+
+
+def _check_leftpad(leftpad, cache_seqlens, k_cache, table, least, batch, device):
+    """cache_leftpad as an int32 tensor on ``device`` (None if not given): dense caches only;
+    checked on the host (CPU tensors): each sequence keeps at least ``least`` keys after it."""
+    if leftpad is None:
+        return None
+    if table is not None:
+        raise NotImplementedError("flash_attn_with_kvcache: cache_leftpad takes a dense cache, not a paged one "
+                                  "(as in FlashAttention)")
+    _index_tensor("cache_leftpad", leftpad, 1, device)
+    if leftpad.shape[0] != batch:
+        raise ValueError(f"cache_leftpad must have shape ({batch},), got {tuple(leftpad.shape)}")
+    if cache_seqlens is None:
+        cache_seqlens = k_cache.shape[1]
+    ends = None
+    if isinstance(cache_seqlens, int):
+        ends = [cache_seqlens] * batch
+    elif cache_seqlens.device.type == "cpu":
+        ends = cache_seqlens.tolist()
+    if leftpad.device.type == "cpu":
+        for i, n in enumerate(leftpad.tolist()):
+            if n < 0 or (ends is not None and n > ends[i] - least):
+                raise ValueError(f"cache_leftpad[{i}] is {n}; it must be >= 0 and leave at least {least} key(s) "
+                                 "before cache_seqlens (a sequence's keys are [cache_leftpad, cache_seqlens))")
+    return to_device(leftpad, device)
 
 
 def _check_pages(table, lens, page, num_pages):

@@ -136,6 +136,14 @@ def _to_e4m3(x: torch.Tensor, amax: torch.Tensor):
     return scaled.to(torch.float8_e4m3fn), descale.float()
 
 
+def quantize_tokens(x: torch.Tensor):
+    """Each vector along the last dimension to E4M3 with its own scale (a KV cache's per-token
+    descales): x (..., d) -> (codes (..., d) float8_e4m3fn, descale (...) float32), the same
+    rounding as quantize_fp8."""
+    x8, d = _to_e4m3(x.float(), _finite_abs(x.float()).amax(-1, keepdim=True))
+    return x8, d[..., 0]
+
+
 def _block_amax(x: torch.Tensor, block: int) -> torch.Tensor:
     """(B, S, H, D) -> the finite amax of each block of ``block`` tokens (and head), repeated
     for each of its tokens: (B, S, H)."""

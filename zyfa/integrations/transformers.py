@@ -16,10 +16,20 @@ over the valid tokens (checked element by element; the queries may sit anywhere 
 as in a StaticCache) runs with flash_attn_func on the filled keys when nothing is padded,
 else with flash_attn_varlen_func: the batch is unpadded by the mask, attended, and padded back
 (zeros at padded query positions). The window goes to zyfa as window_size.
-Anything else -- another custom mask, a decode step (one query: zyfa has no decode kernels
-yet), dropout, soft-capping, attention sinks, a head size or dtype zyfa does not take, a padded
-batch in the INT8 mode (its per-token scales do not go through the varlen call) -- goes to
-SDPA, with one log line per reason.
+
+A decode step -- 1..16 queries (MAX_QUERIES) after cached keys -- runs flash_attn_with_kvcache on
+the cache as transformers hands it, (batch, kv_heads, cache_len, d) read through a transposed
+view, when each sequence's keys are one range of slots ending at its last query: cache_seqlens
+the range's end, cache_leftpad its start (left padding, a sliding window's oldest key), both
+read from the mask, or without a mask from the positions. Every backend decodes so: the cache
+as it is, BF16, or E4M3 codes with per-token descales from fp8_cache.E4M3Cache (zyfa_fp8 and
+zyfa_int8 quantize prefill only; quantizing one query a step buys nothing). A step the decode
+kernel cannot take -- keys padded in the middle, a window that cuts between the step's queries
+(the decode kernel has no window), head dims (192, 128) -- runs the prefill path below.
+Anything else -- another custom mask, dropout, soft-capping, attention sinks, a head size or
+dtype zyfa does not take, a padded batch in the INT8 mode (its per-token scales do not go
+through the varlen call) -- goes to SDPA, with one log line per reason. An E4M3 cache is
+dequantized for every call but a decode step.
 """
 from __future__ import annotations
 
@@ -29,7 +39,9 @@ import torch
 
 import zyfa
 
+from ..decode import MAX_QUERIES
 from ..quantize import quantize_fp8, quantize_int8_qk
+from ..validation import FP8_DTYPE
 from ..spec.shapes import HEAD_DIMS
 from ..validation import HALF_DTYPES
 
@@ -44,8 +56,6 @@ _logged: set[str] = set()
 
 
 def _fallback_reason(module, query, key, value, dropout, kwargs) -> str | None:
-    if query.shape[2] == 1:
-        return "a decode step (one query token)"
     if dropout:
         return "dropout > 0"
     for name in ("softcap", "s_aux", "position_bias"):
@@ -81,12 +91,18 @@ def _is_causal(module, kwargs) -> bool:
 
 
 def _unmasked_keys(query, key, kwargs) -> int:
-    """Keys a causal call without a mask reads: up to the last query's slot (cache_position, where
-    transformers passes it), else all -- but for an empty StaticCache (kv_len > q_len with no mask),
+    """Keys a causal call without a mask reads: up to the last query's slot -- cache_position, where
+    transformers passes it, else position_ids when every sequence has the same (nothing padded:
+    positions are slots) -- else all but for an empty StaticCache (kv_len > q_len with no mask),
     whose keys past q_len are unfilled slots (as sdpa_attention_forward slices them)."""
     cache_position = kwargs.get("cache_position")
     if isinstance(cache_position, torch.Tensor) and cache_position.numel():
         return int(cache_position[-1]) + 1
+    pos = kwargs.get("position_ids")
+    if isinstance(pos, torch.Tensor) and pos.dim() == 2 and pos.shape[-1] == query.shape[2]:
+        last = pos[:, -1]
+        if bool((last == last[0]).all()) and query.shape[2] <= int(last[0]) + 1 <= key.shape[2]:
+            return int(last[0]) + 1
     return min(key.shape[2], query.shape[2])
 
 
@@ -165,10 +181,67 @@ def _dense(query, key, value, n_keys, scaling, causal, left, quant):
                                 ref_rule=REF_RULES[quant]).to(query.dtype)
 
 
+def _key_ranges(query, key, attention_mask, left, kwargs):
+    """(starts, ends) (batch,) int32: each sequence's keys are slots [start, end) of its cache row
+    and its queries the last of them -- what flash_attn_with_kvcache reads with cache_leftpad and
+    cache_seqlens -- or None where the decode kernel cannot take the step."""
+    B, Q = query.shape[0], query.shape[2]
+    if attention_mask is None:
+        n = _unmasked_keys(query, key, kwargs)
+        first = max(0, n - Q - left) if left >= 0 else 0          # the oldest key the window shows
+        starts = torch.full((B,), first, dtype=torch.int32)
+        ends = torch.full((B,), n, dtype=torch.int32)
+    else:
+        layout = _mask_layout(attention_mask, Q, left)
+        if layout is None or not bool(layout[0].all()):          # a custom mask, padded queries
+            return None
+        valid_k = layout[1]
+        cols = torch.arange(valid_k.shape[1], device=valid_k.device)
+        starts = torch.where(valid_k, cols, valid_k.shape[1]).amin(1)
+        ends = torch.where(valid_k, cols, -1).amax(1) + 1
+        if not torch.equal(ends - starts, valid_k.sum(1)):        # padding between the keys
+            return None
+        starts, ends = starts.int(), ends.int()
+    # the kernel has no window: each query of the step must see every key of its range
+    if left >= 0 and bool((ends - starts > left + 1).any()):
+        return None
+    return starts, ends
+
+
+def _decode(query, key, value, ranges, scaling):
+    """flash_attn_with_kvcache over the cache as transformers holds it, (B, KV, len, d) viewed as
+    (B, len, KV, d); an E4M3 cache with its per-token descales (B, KV, len)."""
+    starts, ends = ranges
+    kw = {}
+    if key.dtype == FP8_DTYPE:
+        from .fp8_cache import descale_of
+        kw = dict(k_descale=descale_of(key), v_descale=descale_of(value))
+    if bool(starts.any()):
+        kw["cache_leftpad"] = starts
+    out = zyfa.flash_attn_with_kvcache(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                       cache_seqlens=ends, softmax_scale=scaling, causal=True, **kw)
+    return out.to(query.dtype)
+
+
+def _decodable(query, key, value, causal) -> bool:
+    """A decode step the decode kernel takes: 1..MAX_QUERIES causal queries after cached keys,
+    its head dims, a 16-bit cache of the query's dtype or an E4M3 cache with BF16 queries."""
+    cache_ok = key.dtype == query.dtype or (key.dtype == FP8_DTYPE and query.dtype == torch.bfloat16)
+    return (causal and cache_ok and query.shape[2] <= MAX_QUERIES and key.shape[2] > query.shape[2]
+            and query.shape[-1] == value.shape[-1])
+
+
 def _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, quant=None):
     """``quant``: None (BF16/FP16), "fp8" or "int8" (QUANTIZERS)."""
     reason = _fallback_reason(module, query, key, value, dropout, kwargs)
     causal, left = _is_causal(module, kwargs), _window_left(module, kwargs)
+    if reason is None and _decodable(query, key, value, causal):
+        ranges = _key_ranges(query, key, attention_mask, left, kwargs)
+        if ranges is not None:
+            return _decode(query, key, value, ranges, scaling), None
+    if key.dtype == FP8_DTYPE:          # an E4M3 cache outside a decode step: its BF16 values
+        from .fp8_cache import dequantize
+        key, value = dequantize(key, query.dtype), dequantize(value, query.dtype)
     layout = n_keys = None
     if reason is None and attention_mask is not None:
         layout = _mask_layout(attention_mask, query.shape[2], left) if causal else None

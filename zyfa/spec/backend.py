@@ -31,10 +31,11 @@ def supports_decode(p) -> tuple[bool, str]:
 
 
 def run_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None, causal=False,
-               q_descale=None, k_descale=None, v_descale=None, **_schedule):
+               q_descale=None, k_descale=None, v_descale=None, cache_leftpad=None, **_schedule):
     """Decode by float64 attention; ``_schedule`` (key splits, SM margin) does not apply."""
     from .kv_cache import decode_attention_fp64
     lens = cache_seqlens.tolist()
     out, lse = decode_attention_fp64(q, k_cache, v_cache, lens, block_table, q_descale, k_descale, v_descale,
-                                     causal=causal, softmax_scale=softmax_scale)
+                                     causal=causal, softmax_scale=softmax_scale,
+                                     cache_leftpad=None if cache_leftpad is None else cache_leftpad.tolist())
     return out.to(out_dtype(q.dtype)).contiguous(), lse.float().contiguous()

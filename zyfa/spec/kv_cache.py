@@ -3,7 +3,9 @@ float64 decode attention over it (the reference every decode path is held to).
 
 A cache is dense, k/v (batch, cache_len, kv_heads, d), sequence b's keys in row b; or paged,
 k/v (num_pages, page_size, kv_heads, d) with a block table (batch, max_pages) naming sequence
-b's pages in order. Either way sequence b uses its first ``cache_seqlens[b]`` keys.
+b's pages in order. Either way sequence b uses its first ``cache_seqlens[b]`` keys; a dense
+cache with ``cache_leftpad`` (FlashAttention's name) uses tokens [cache_leftpad[b], cache_seqlens[b])
+of its row (left-padded batches).
 
 E4M3 K/V descales (float32), indexed like the cache with head_dim dropped:
 
@@ -39,9 +41,10 @@ def _row_values(rows: torch.Tensor, descale) -> torch.Tensor:
     return x * (d.permute(0, 2, 1)[..., None] if d.dim() == 3 else d[:, None, :, None])
 
 
-def sequence_keys(cache: torch.Tensor, descale, cache_seqlens: list[int], block_table=None) -> list[torch.Tensor]:
+def sequence_keys(cache: torch.Tensor, descale, cache_seqlens: list[int], block_table=None,
+                  cache_leftpad: list[int] | None = None) -> list[torch.Tensor]:
     """Each sequence's first cache_seqlens[b] rows of the cache, float64 (n, kv_heads, d),
-    the pages gathered through the block table."""
+    the pages gathered through the block table; the first cache_leftpad[b] of them dropped."""
     batch, hkv = len(cache_seqlens), cache.shape[2]
     coarse = None
     if descale is not None and not is_per_token(descale):
@@ -57,12 +60,14 @@ def sequence_keys(cache: torch.Tensor, descale, cache_seqlens: list[int], block_
             d = coarse[b:b + 1].expand(len(ids), hkv)
         elif descale is not None:
             d = descale.index_select(0, ids.to(descale.device))
-        out.append(_row_values(cache.index_select(0, ids), d).flatten(0, 1)[:n])
+        left = cache_leftpad[b] if cache_leftpad is not None else 0
+        out.append(_row_values(cache.index_select(0, ids), d).flatten(0, 1)[left:n])
     return out
 
 
 def decode_attention_fp64(q, k_cache, v_cache, cache_seqlens: list[int], block_table=None, q_descale=None,
-                          k_descale=None, v_descale=None, causal: bool = False, softmax_scale=None):
+                          k_descale=None, v_descale=None, causal: bool = False, softmax_scale=None,
+                          cache_leftpad: list[int] | None = None):
     """float64 attention of q (batch, seqlen_q, heads, d) over each sequence's cached keys
     (values of E4M3 inputs dequantized), causal bottom-right as in prefill. Returns out
     (batch, seqlen_q, heads, d_v) and the natural-log LSE (batch, heads, seqlen_q), float64."""
@@ -70,8 +75,8 @@ def decode_attention_fp64(q, k_cache, v_cache, cache_seqlens: list[int], block_t
     if q_descale is not None:
         qd = coarse_descale(q_descale.to(q.device).float(), q.shape[0], k_cache.shape[2], "q_descale")
         qv = qv * qd.double().repeat_interleave(q.shape[2] // k_cache.shape[2], 1)[:, None, :, None]
-    ks = sequence_keys(k_cache, k_descale, cache_seqlens, block_table)
-    vs = sequence_keys(v_cache, v_descale, cache_seqlens, block_table)
+    ks = sequence_keys(k_cache, k_descale, cache_seqlens, block_table, cache_leftpad)
+    vs = sequence_keys(v_cache, v_descale, cache_seqlens, block_table, cache_leftpad)
     outs, lses = [], []
     for b in range(q.shape[0]):
         o, lse = attention_fp64(qv[b:b + 1], ks[b][None], vs[b][None], causal=causal,

@@ -140,25 +140,37 @@ def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, sta
 
 
 @triton.jit
-def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
+def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE, LEFTPAD,
                   stride_qb, stride_qs, stride_qh, stride_kr, stride_kt, stride_kh,
                   stride_vr, stride_vt, stride_vh, stride_dr, stride_dh, stride_ob, stride_os, stride_oh,
                   table_stride, n_splits, Hq, Hkv, qk_scale_log2,
                   SQ: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
                   Q_FP8: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr, CAUSAL: tl.constexpr,
-                  SPLIT: tl.constexpr, UPCAST_DOT: tl.constexpr):
+                  SPLIT: tl.constexpr, UPCAST_DOT: tl.constexpr, HAS_LEFTPAD: tl.constexpr):
     """Grid (n_splits, batch * kv_heads). q (B, SQ, Hq, D); the cache K/V (rows, tokens, Hkv, d)
     read through their strides; SEQLENS (B,) int32 the keys each sequence uses; TABLE
     (B, max_pages) int32 with PAGE > 0. QD: q's descales (B, Hkv) with Q_FP8; KD/VD by mode.
     SPLIT: write partials O_PART (B * Hkv, n_splits, GROUP * SQ, DV) and LSE_PART
     (B * Hkv, n_splits, GROUP * SQ) for merge_kernel; else the output O (B, SQ, Hq, DV) and
-    LSE (B, Hq, SQ)."""
+    LSE (B, Hq, SQ). HAS_LEFTPAD (dense caches): sequence b's keys are tokens
+    [LEFTPAD[b], SEQLENS[b]) of its row, FlashAttention's cache_leftpad."""
     split = tl.program_id(0)
     bk = tl.program_id(1)
     b = bk // Hkv
     kvh = bk % Hkv
     Sk = tl.load(SEQLENS + b)
+    if HAS_LEFTPAD:
+        # the sequence's keys start past its padding: move the row's base pointers there, so
+        # every bound below counts keys from the first real one
+        start = tl.load(LEFTPAD + b).to(tl.int64)
+        Sk = Sk - start.to(Sk.dtype)
+        K += start * stride_kt
+        V += start * stride_vt
+        if KD_MODE == PER_TOKEN:
+            KD += start
+        if VD_MODE == PER_TOKEN:
+            VD += start
 
     rows_m = tl.arange(0, BLOCK_M)
     row_ok = rows_m < GROUP * SQ

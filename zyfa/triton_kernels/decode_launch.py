@@ -69,9 +69,9 @@ def _descale_mode(d, batch: int, kv_heads: int, device):
 
 def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=None, softmax_scale=None,
                   causal=False, q_descale=None, k_descale=None, v_descale=None, num_splits: int = 0,
-                  sm_margin: int = 0, tile: DecodeTile | None = None):
+                  sm_margin: int = 0, tile: DecodeTile | None = None, cache_leftpad=None):
     """Run the decode kernel (inputs validated; cache_seqlens an int32 tensor on q's device,
-    block_table too for a paged cache). Returns (out (B, Sq, Hq, Dv), lse (B, Hq, Sq) float32)."""
+    block_table too for a paged cache, cache_leftpad (dense only) too). Returns (out (B, Sq, Hq, Dv), lse (B, Hq, Sq) float32)."""
     B, Sq, Hq, D = q.shape
     Hkv, Dv = k_cache.shape[2], v_cache.shape[-1]
     group = Hq // Hkv
@@ -101,13 +101,14 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
     table = block_table if block_table is not None else cache_seqlens
     decode_kernel[(splits, B * Hkv)](
         q, k_cache, v_cache, qd, lse if kd is None else kd, lse if vd is None else vd, out, lse, o_part, lse_part,
-        cache_seqlens, table, q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
+        cache_seqlens, table, cache_seqlens if cache_leftpad is None else cache_leftpad, q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), dr, dh,
         out.stride(0), out.stride(1), out.stride(2), table.stride(0) if block_table is not None else 0,
         splits, Hq, Hkv, scale * LOG2E,
         SQ=Sq, GROUP=group, D=D, DV=Dv, BLOCK_M=max(16, triton.next_power_of_2(rows)), BLOCK_N=tile.block_n,
         PAGE=page, TILE_IN_PAGE=bool(page) and page % tile.block_n == 0, Q_FP8=q_descale is not None,
         KD_MODE=kd_mode, VD_MODE=vd_mode, CAUSAL=causal, SPLIT=splits > 1, UPCAST_DOT=interp,
+        HAS_LEFTPAD=cache_leftpad is not None,
         num_warps=tile.num_warps, num_stages=tile.num_stages)
     if splits > 1:
         merge_kernel[(B * Hkv * rows,)](o_part, lse_part, out, lse, splits, Hq, Hkv, out.stride(0), out.stride(1),
