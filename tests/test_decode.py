@@ -376,12 +376,14 @@ def test_zyfa_backend_variable(monkeypatch):
 
 # (kernel specialization, whether it compiles without spills today); the spilling ones are the
 # open work of the decode kernel: a key-by-key page lookup (pages smaller than the tile) holds a
-# 64-bit address a key and element, and E4M3 K/V's upcast tiles crowd the per-head path
+# 64-bit address a key and element, and E4M3 K/V's upcast tiles crowd the per-head path; a left
+# pad's 64-bit row start costs a few registers more
 DECODE_SPECS = [
     (dict(), True), (dict(split=False, causal=False), True), (dict(page=64, tile_in_page=True), True),
     (dict(page=16), False), (dict(kv="fp8", kd_mode=1, vd_mode=1), False),
     (dict(kv="fp8", kd_mode=2, vd_mode=2, page=16), False), (dict(kv="fp8", kd_mode=1, vd_mode=1, q_fp8=True), False),
-    (dict(sq=4, group=8, head_dim=256, block_n=32), True), (dict(sq=16, group=1, head_dim=64), True)]
+    (dict(sq=4, group=8, head_dim=256, block_n=32), True), (dict(sq=16, group=1, head_dim=64), True),
+    (dict(leftpad=True), False), (dict(kv="fp8", kd_mode=2, vd_mode=2, leftpad=True), False)]
 
 
 @pytest.mark.parametrize("spec, no_spills", DECODE_SPECS)

@@ -103,18 +103,19 @@ def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: 
 def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0, tile_in_page: bool = False,
                    kd_mode: int = 0, vd_mode: int = 0, q_fp8: bool = False, split: bool = True, causal: bool = True,
                    sq: int = 1, group: int = 4, head_dim: int = 128, block_n: int = 64, num_warps: int = 4,
-                   num_stages: int = 3):
+                   num_stages: int = 2, leftpad: bool = False):
     """The decode kernel (zyfa.triton_kernels.decode) and, when ``split``, its merge kernel,
     compiled for a GPU target; returns the decode kernel's."""
     import inspect as _inspect
     from ..triton_kernels.decode import decode_kernel, merge_kernel
     el = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[kv]
     ptrs = dict(Q="*fp8e4nv" if q_fp8 else el if kv != "fp8" else "*bf16", K=el, V=el, QD="*fp32", KD="*fp32",
-                VD="*fp32", O="*bf16", LSE="*fp32", O_PART="*fp32", LSE_PART="*fp32", SEQLENS="*i32", TABLE="*i32")
+                VD="*fp32", O="*bf16", LSE="*fp32", O_PART="*fp32", LSE_PART="*fp32", SEQLENS="*i32", TABLE="*i32",
+                LEFTPAD="*i32")
     rows = group * sq
     consts = dict(SQ=sq, GROUP=group, D=head_dim, DV=head_dim, BLOCK_M=max(16, triton.next_power_of_2(rows)),
                   BLOCK_N=block_n, PAGE=page, TILE_IN_PAGE=tile_in_page, Q_FP8=q_fp8, KD_MODE=kd_mode,
-                  VD_MODE=vd_mode, CAUSAL=causal, SPLIT=split, UPCAST_DOT=False)
+                  VD_MODE=vd_mode, CAUSAL=causal, SPLIT=split, UPCAST_DOT=False, HAS_LEFTPAD=leftpad)
     sig = {n: ptrs.get(n, "constexpr" if n in consts else "fp32" if n == "qk_scale_log2" else "i32")
            for n in _inspect.signature(decode_kernel.fn).parameters}
     opts = {"num_warps": num_warps, "num_stages": num_stages}
