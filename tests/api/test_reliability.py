@@ -13,7 +13,7 @@ from conftest import DEVICE, HAS_GPU, describe_mismatch
 from zyfa.activations import make
 from zyfa.spec.reference import fp8_attention_spec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 def _inputs(dtype, B=1, Sq=48, Sk=80, Hq=4, Hkv=2, D=64, seed=0):

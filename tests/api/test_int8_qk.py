@@ -138,7 +138,7 @@ def test_k_descales_a_key_block_mean_their_keys_descales():
 
 def test_generated_kernel_takes_k_descales_a_block_or_coarser(monkeypatch):
     """The dispatcher's view of the generated INT8 kernel (the GPU tests run it:
-    tests/test_ptx_int8.py): head dims 64, 128, MLA's 192 / 128 and 256, k descales a key
+    tests/ptx/test_ptx_int8.py): head dims 64, 128, MLA's 192 / 128 and 256, k descales a key
     block or coarser, any q descales; per-key k descales and other head dims go elsewhere,
     saying why."""
     from zyfa import dispatch
