@@ -227,6 +227,7 @@ def _check_merge_bound(out, lse, ref, ref_lse, parts, u_o):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"w{c['world']}-{c['name']}")
+@pytest.mark.slow
 def test_matches_single_process(spawned, case):
     per_rank = spawned(case["world"])
     out = unshard_sequence([r[case["name"]][0] for r in per_rank], dim=1)

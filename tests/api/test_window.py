@@ -78,6 +78,7 @@ def _windowed_cases():
 
 
 @pytest.mark.parametrize("left,causal,right,Sq,Sk", _windowed_cases())
+@pytest.mark.slow
 def test_triton_bf16_window_vs_fp64(left, causal, right, Sq, Sk):
     window = (left, right)
     q, k, v = make("realistic", 1, Sq, 4, 2, 64, 64, seqlen_k=Sk, seed=left + 7, dtype=torch.bfloat16, device=DEVICE)
@@ -117,6 +118,7 @@ def _spec(x, **kw):
 
 @pytest.mark.parametrize("quant", ["fp8", "int8"])
 @pytest.mark.parametrize("left,causal,right,Sq,Sk", _windowed_cases())
+@pytest.mark.slow
 def test_triton_fp8_and_int8_window_vs_spec(quant, left, causal, right, Sq, Sk):
     window = (left, right)
     # Gaussian inputs: realistic ones' outliers put some t at a float32 rounding tie, where the
@@ -157,6 +159,7 @@ def _cu(lens):
 @pytest.mark.parametrize("left", [0, 33, 128, 1000])
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("paged", [False, True], ids=["packed", "paged"])
+@pytest.mark.slow
 def test_varlen_window_and_chunked_prefill(left, fp8, paged):
     """Packed and paged batches with a window, each sequence a chunk of queries over a longer
     prefix (chunked prefill): one call equals a flash_attn_func call a sequence."""

@@ -88,6 +88,7 @@ def _fp8_case(shape, kind="realistic", granularity="head", seed=None):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("p_rule", ["lean_cubic", "lean", "exact", "lean_cubic_f16"])
+@pytest.mark.slow
 def test_fp8_kernel_vs_spec(shape, p_rule):
     x, ref, causal = _fp8_case(shape)
     out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=p_rule, return_lse=True, backend="triton")
@@ -134,6 +135,7 @@ def test_negative_descale_flips_q():
 
 @pytest.mark.parametrize("shape", [(2, 70, 70, 2, 1, 128, 128, True), (1, 48, 100, 2, 1, 192, 128, True),
                                    (1, 33, 97, 4, 2, 64, 64, False)])
+@pytest.mark.slow
 def test_wgmma_key_order_changes_only_summation_order(shape):
     """Keys reordered within groups of 16 in P and V^T alike (Sk padded to a multiple of 16)
     give the same LSE bit for bit and outputs within float32 summation-order noise."""
@@ -170,6 +172,7 @@ def _spec(x, **kw):
 
 
 @pytest.mark.parametrize("kind", ["bf16", "fp16", "fp8"])
+@pytest.mark.slow
 def test_causal_every_residue(kind):
     """Causal block bounds at every residue of seqlen_k - seqlen_q modulo the 32-key block
     (two query tiles each): an off-by-one in the band's start or end shows at one residue only."""
@@ -187,6 +190,7 @@ def test_causal_every_residue(kind):
 
 
 @pytest.mark.parametrize("shape", [(1, 40, 77, 4, 2, 64, 64, True), (1, 33, 50, 2, 1, 128, 128, False)])
+@pytest.mark.slow
 def test_softmax_scale(shape):
     """A non-default softmax_scale on every dtype (float64 and the spec take it too)."""
     B, Sq, Sk, Hq, Hkv, D, Dv, causal = shape
