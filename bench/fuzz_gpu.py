@@ -3,7 +3,7 @@
     python bench/fuzz_gpu.py [--paths triton,ptx,auto] [--cases 500] [--out fuzz.json]
     python bench/fuzz_gpu.py --cpu            # tiny cases on the CPU (reference, Triton's interpreter)
 
-The cases, bounds and checks are zyfa.verify.fuzz's (tests/test_fuzz.py runs the same
+The cases, bounds and checks are zyfa.verify.fuzz's (tests/verify/test_fuzz.py runs the same
 generator on the CPU paths); the "gpu" profile draws seqlens up to ~4100 with odd lengths,
 batch x heads up to 32, and compares the last 192 query rows against float64 (computed on
 the GPU). Cases that share a kernel (zyfa.verify.fuzz.compile_key) run in the same one of

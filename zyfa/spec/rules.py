@@ -11,7 +11,7 @@ probability 2^(y + 8). Families:
 
 A lean rule's arithmetic is its ``steps``: the torch spec (``p_bits``) runs them, and both
 generators (zyfa.asm.ptx.lean_p, zyfa.asm.gfx950.lean_p) emit exactly these operations in
-this order, each in its own spelling (tests/test_rule_steps.py checks all three). Constants
+this order, each in its own spelling (tests/spec/test_rule_steps.py checks all three). Constants
 already carry the mantissa's factor 8 where it multiplies: scaling by a power of two is exact,
 so the result equals the textbook form 8 (f g(f)) bit for bit.
 

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from ..device import interpreter_active
-from ..quantize import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
+from ..quantize_common import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
 from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, KEY_BLOCK, MAGIC, MAGIC_BITS
 
 _MODE_AMAX: tl.constexpr = tl.constexpr(1)      # finite amax of the transformed values

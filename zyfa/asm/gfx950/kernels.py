@@ -2,7 +2,7 @@
 for every head through the HIP runtime on PyTorch's current stream.
 
 **Never run on an MI355X.** Tests drive it through a fake HIP runtime that executes the same
-assembly in the emulator on the tensors' memory (tests/test_gfx950.py).
+assembly in the emulator on the tensors' memory (tests/gfx950/test_gfx950.py).
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ class Variant:
         if self.ref_rule not in REF_RULES:
             raise ValueError(f"generated reference rules are {REF_RULES}, got {self.ref_rule!r}")
         # value dim 96 (three 32-column O tiles) left output channels 64..95 at zero (found by
-        # tests/test_fuzz.py): refused until the O tiling handles an odd tile count
+        # tests/verify/test_fuzz.py): refused until the O tiling handles an odd tile count
         if self.head_dim not in HEAD_DIMS or self.value_dim not in VALUE_DIMS:
             raise ValueError(f"head_dim must be one of {HEAD_DIMS} and value_dim one of {VALUE_DIMS}, "
                              f"got {self.head_dim}, {self.value_dim}")

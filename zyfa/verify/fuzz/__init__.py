@@ -1,6 +1,6 @@
 """Seeded random cases for every attention path, and the bounds each output is held to.
 
-Shared by tests/test_fuzz.py (CPU: the reference backend, Triton's interpreter, the gfx950
+Shared by tests/verify/test_fuzz.py (CPU: the reference backend, Triton's interpreter, the gfx950
 emulator) and bench/fuzz_gpu.py (GPU: Triton, the generated PTX kernel, ``backend="auto"``).
 Verification code only: nothing on the production path imports it.
 

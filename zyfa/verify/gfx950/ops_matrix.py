@@ -25,7 +25,7 @@ def _mfma_32x32x64_e4m3(w, i, scale_a=None, scale_b=None):
     Byte j of lane l's 8 registers is A row l % 32 (B: column l % 32) at
     k = 32 (j // 16) + 16 (l // 32) + j % 16: two 16-byte halves, lanes 32-63 holding the
     upper 16 of each 32. That is how Triton's compiled gfx950 code arranges its operands
-    (tests/test_gfx950.py), which the issue takes as the judge over prose documentation.
+    (tests/gfx950/test_gfx950.py), which the issue takes as the judge over prose documentation.
     D/C register r of lane l is row 8 (r // 4) + 4 (l // 32) + r % 4, column l % 32.
     ``scale_a``/``scale_b`` (64 lanes of E8M0 exponents) multiply A's row l % 32 (B's column
     l % 32) over the 32 k of block l // 32 by 2^(e - 127).

@@ -90,7 +90,7 @@ def _ds_read_tr_b8(w, i):
     """Transpose read: each lane names 8 bytes; within each 16 lanes, byte b of lane i is byte
     i % 8 of the 8 named by lane 2 b + i // 8 (two interleaved 8 x 8 byte transposes: lanes
     0-7 from the even lanes, 8-15 from the odd). Of four readings of the prose this is the one
-    under which Triton's compiled scaled FP8 dots give their exact products (tests/test_gfx950.py)."""
+    under which Triton's compiled scaled FP8 dots give their exact products (tests/gfx950/test_gfx950.py)."""
     addr = w.vsrc(i.args[1]) + U32(int(i.mods.get("offset", "0"), 0))
     act = w.active()
     if not act.all():

@@ -4,7 +4,7 @@ for the target, run instruction by instruction, must give what the kernel means.
     python -m zyfa.verify.gfx950.triton_reference NAME     (prints Triton's AMDGCN for NAME)
 
 Compiling needs Triton's JIT, not its interpreter: with TRITON_INTERPRET=1 set (the CPU
-tests), run this module in a process without it, as tests/test_gfx950.py does.
+tests), run this module in a process without it, as tests/gfx950/test_gfx950.py does.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Q and K tiles (64 rows x 128 E4M3 values = 128 bytes) arrive by TMA into 128-byte-swizzled
 shared memory, signalled by an mbarrier; one warpgroup multiplies them with four
 ``wgmma m64n64k32 e4m3`` steps (both operands from shared-memory descriptors) and writes the
-float32 accumulator fragment to global memory. ``qk_tile`` runs it; tests/test_asm.py
+float32 accumulator fragment to global memory. ``qk_tile`` runs it; tests/ptx/test_asm.py
 checks it against float64.
 """
 from __future__ import annotations

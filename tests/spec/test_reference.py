@@ -78,6 +78,7 @@ def test_spec_lazy_reference_by_hand():
         assert torch.allclose(lse[0, 0], want, rtol=0, atol=1e-12), (rule, lse[0, 0].tolist(), want.tolist())
 
 
+@pytest.mark.slow
 def test_spec_every_causal_residue():
     """The spec (32-key blocks) against float64 at every residue of seqlen_k - seqlen_q modulo
     the block, within the plain-torch FP8 baseline's error."""
@@ -111,6 +112,7 @@ def _fp8_torch_baseline(x, causal=True, scale=None):
 
 @pytest.mark.parametrize("kind", ["gaussian", "realistic"])
 @pytest.mark.parametrize("heads", [(4, 2, 128, 128), (2, 2, 192, 128)])
+@pytest.mark.slow
 def test_spec_error_budget(kind, heads):
     Hq, Hkv, D, Dv = heads
     q, k, v = make(kind, 1, 384, Hq, Hkv, D, Dv, seed=5)
@@ -137,6 +139,7 @@ def test_spec_with_exact_p_and_no_rounding_is_attention():
         assert (lse - lse_ref).abs().max() < 0.02, r      # E4M3 rounding of P, nothing more
 
 
+@pytest.mark.slow
 def test_spec_reproduces_the_p_rule_study_gaussian():
     """The CPU P-rule study's figures (S=2048, GQA 8/2, d128, Gaussian; docs/algorithm.md) within
     10%, at a quarter of the heads to keep CI quick: exact+running ~2.02e-2, exact+block ~1.91e-2, naive lean ~2.97e-2."""

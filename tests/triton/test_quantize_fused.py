@@ -43,6 +43,7 @@ def _inputs(shape, dtype=torch.bfloat16, seed=0):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}-{}_h{}-{}_s{}-{}".format(*s))
 @pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "+".join(o) or "plain")
+@pytest.mark.slow
 def test_fused_equals_pytorch_head(shape, opts):
     q, k, v = _inputs(shape)
     assert_same(quantize_fp8(q, k, v, fused=False, **opts), quantize_fp8_fused(q, k, v, **opts))
@@ -71,6 +72,7 @@ def test_rounding_ties_subnormals_saturation():
 
 @pytest.mark.parametrize("opts", [{}, {"hadamard": True}, {"smooth_k": True}], ids=["plain", "hadamard", "smooth_k"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.slow
 def test_nonfinite_element_confined(opts, bad):
     q, k, v = _inputs(SHAPES[0], dtype=torch.float32, seed=5)
     spot = {"q": (1, 7, 3, 5), "k": (0, 11, 1, 2), "v": (1, 4, 0, 9)}
@@ -133,6 +135,7 @@ def test_fused_strided_inputs():
     assert_same(quantize_fp8(q, k, v, fused=False, **opts), quantize_fp8(q, k, v, fused=True, **opts))
 
 
+@pytest.mark.slow
 def test_fused_kernel_compiles_for_sm90_and_gfx950():
     """Every pass of the fused quantizer compiles for the H200 and MI355X on the CPU (a
     subprocess without TRITON_INTERPRET): on a CPU-only machine this is the check

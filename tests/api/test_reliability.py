@@ -13,7 +13,7 @@ from conftest import DEVICE, HAS_GPU, describe_mismatch
 from zyfa.activations import make
 from zyfa.spec.reference import fp8_attention_spec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 def _inputs(dtype, B=1, Sq=48, Sk=80, Hq=4, Hkv=2, D=64, seed=0):
@@ -37,6 +37,7 @@ _KERNEL_V_GAP = pytest.mark.xfail(strict=True, reason=(
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("where, bad_value", [("q", float("nan")), ("k", float("nan")), ("v", float("nan")),
                                                ("v", float("inf"))])
+@pytest.mark.slow
 def test_a_nonfinite_element_reaches_only_the_rows_that_see_it(where, bad_value, fp8, backend, request):
     if backend == "triton" and where == "v" and (HAS_GPU or not fp8):      # the interpreter reads E4M3 NaN as 480
         request.applymarker(_KERNEL_V_GAP)
@@ -104,6 +105,7 @@ def test_interpreter_triton_equals_the_spec_run_its_way():
 
 
 @pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.slow
 def test_compile_equals_eager_without_the_interpreter(fp8):
     """The CPU default path (no TRITON_INTERPRET: the reference backend) under
     torch.compile(fullgraph=True): equal to eager, outputs contiguous."""
@@ -170,6 +172,7 @@ def test_bad_arguments_raise_clearly():
 
 @pytest.mark.parametrize("arg, message", [("-5", "must be at least 1"), ("0", "must be at least 1"),
                                           ("abc", "whole number")])
+@pytest.mark.slow
 def test_demo_refuses_bad_seqlens(arg, message):
     r = subprocess.run([sys.executable, "-m", "zyfa.cli", "demo", "--seqlen", arg], capture_output=True,
                        text=True, cwd=ROOT)

@@ -93,6 +93,7 @@ def test_output_staging_overlaps_nothing_in_use(dims, packed):
 @pytest.mark.parametrize("dims", attn.HEAD_DIMS_16)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
+@pytest.mark.slow
 def test_16bit_kernel_assembles_to_hgmma_without_spills(dims, dtype, causal, packed):
     name, ptx = attn.attention_kernel_16(dtype, causal, *dims, packed=packed)
     a = assemble(ptx)

@@ -26,6 +26,7 @@ def test_flops_count_causal_pairs_exactly():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks how anchors are reported on a machine without them")
+@pytest.mark.slow
 def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
     wanted = {"zyfa-fp8-lean_cubic", "zyfa-bf16", "zyfa-auto-fp8+quantize", "zyfa-int8qk", "zyfa-int8qk+quantize",
               "fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"}
@@ -65,6 +66,7 @@ def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
         assert set(json.load(f)) == {run_key(), "2026-01-01-older-run.json"}
 
 
+@pytest.mark.slow
 def test_every_method_is_timed_before_any_reference_is_computed(tmp_path, monkeypatch):
     """A float64 reference (the heaviest work of a case) must not run between two timings."""
     from zyfa.bench.methods import Inputs
@@ -79,6 +81,7 @@ def test_every_method_is_timed_before_any_reference_is_computed(tmp_path, monkey
     assert events[:first] == ["time"] * 2 * ROUNDS and set(events[first:]) == {"reference"}
 
 
+@pytest.mark.slow
 def test_methods_take_turns_over_the_rounds_and_keep_their_fastest(tmp_path):
     """Each round times every method once; a record keeps all rounds and the fastest."""
     times = iter([3.0, 5.0, 2.0, 6.0, 4.0, 1.0])                 # round 1: a, b; round 2: a, b; ...
@@ -126,6 +129,7 @@ def test_bench_on_captured_activations(tmp_path):
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the plumbing on a machine without the anchors")
+@pytest.mark.slow
 def test_varlen_case_measures_the_last_sequence_against_its_own_keys(tmp_path):
     """A packed case: the varlen methods run, the dense ones say why not, FLOPs are the
     sequences' own, and the error (last sequence's rows against float64 over its own keys)
@@ -155,6 +159,7 @@ def test_varlen_case_measures_the_last_sequence_against_its_own_keys(tmp_path):
     assert recs["zyfa-auto-varlen-bf16"]["err_e2e"] == pytest.approx(rel_err(dense, ref), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_e2e_trained_mode_trains_and_records(tmp_path):
     """bench/e2e_transformers.py --trained on the CPU, tiny: the decoder's loss falls on the
     standard library's bytes, and the record says the model is trained, with a KL for each
@@ -195,6 +200,7 @@ def test_report_shows_the_bench_runs_not_the_other_records(tmp_path):
     assert "| c | 3 |" not in text
 
 
+@pytest.mark.slow
 def test_error_repeat_script_records_errors_and_repeatability(tmp_path):
     """notes/ab/error_repeat.py on the CPU (reference backend, tiny): an error per input and length,
     the last rows beyond 2x --last-rows, and a repeatability count."""

@@ -72,6 +72,7 @@ def _ys(n, seed):
 
 
 @pytest.mark.parametrize("rule", LEAN_RULES)
+@pytest.mark.slow
 def test_emulator_reproduces_tritons_gfx950_lean_p(rule):
     """Triton's gfx950 compilation of its lean-P code, run in the emulator, gives the spec's
     bits (hardware FMA: fused); Triton running the same kernel here gives the spec's bits
@@ -166,6 +167,7 @@ def test_emulator_runs_tritons_gfx950_scaled_fp8_dot():
 
 
 @pytest.mark.parametrize("shape", [(1, 100, 150, 2, 1, 64, 64, True), (2, 33, 33, 1, 1, 64, 64, True)])
+@pytest.mark.slow
 def test_emulator_runs_tritons_gfx950_fp8_attention(shape):
     """zyfa's own Triton FP8 attention kernel as Triton compiles it for gfx950 (~4,200
     instructions: buffer loads from tensor descriptors, FP8 MFMAs, ds_read_b64_tr_b8, DPP and
@@ -328,6 +330,7 @@ def _small_int_case(shape, seed):
 @pytest.mark.parametrize("ref_rule", ["block", "block_pow2"])
 @pytest.mark.parametrize("rule", LEAN_RULES)
 @pytest.mark.parametrize("shape", GFX950_SHAPES)
+@pytest.mark.slow
 def test_generated_gfx950_attention_equals_the_spec(shape, rule, ref_rule):
     """The whole per-block algorithm (block_n = 64) on the emulated matrix cores, 8 waves in
     ping-pong over double-buffered LDS (the emulator would raise on a race between barriers):

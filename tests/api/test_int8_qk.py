@@ -15,6 +15,7 @@ def _bf16(kind, S, Hq, Hkv, D, Dv=None, Sk=None, seed=3):
 
 @pytest.mark.parametrize("dims", [(64, 64), (128, 128), (192, 128)], ids=["d64", "d128", "d192-128"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.slow
 def test_triton_equals_the_spec(dims, causal):
     """Integer scores are exact on every path, so with a bit-exact P rule the Triton kernel
     gives the spec's P codes. Their row sums show it: LSE within a few float32 steps (one code
@@ -42,6 +43,7 @@ def test_triton_equals_the_spec(dims, causal):
 
 
 @pytest.mark.parametrize("kind, bound", [("realistic", 0.5), ("gaussian", 0.85)])
+@pytest.mark.slow
 def test_cuts_the_end_to_end_error(kind, bound):
     """Against float64 on the BF16 inputs (the spec as the kernel): INT8 Q.K^T after rotation
     and smoothing has under half the error of per-head E4M3 on these inputs with outlier
@@ -138,7 +140,7 @@ def test_k_descales_a_key_block_mean_their_keys_descales():
 
 def test_generated_kernel_takes_k_descales_a_block_or_coarser(monkeypatch):
     """The dispatcher's view of the generated INT8 kernel (the GPU tests run it:
-    tests/test_ptx_int8.py): head dims 64, 128, MLA's 192 / 128 and 256, k descales a key
+    tests/ptx/test_ptx_int8.py): head dims 64, 128, MLA's 192 / 128 and 256, k descales a key
     block or coarser, any q descales; per-key k descales and other head dims go elsewhere,
     saying why."""
     from zyfa import dispatch
@@ -178,6 +180,7 @@ def test_call_tells_the_dispatcher_whether_k_descales_are_per_key(monkeypatch):
     assert seen and seen[0].int8_qk and seen[0].packed
 
 
+@pytest.mark.slow
 def test_varlen_int8_equals_the_spec_per_sequence():
     """A packed batch of int8 q and k (descales a sequence and kv head) on the default path:
     each sequence's rows are the spec's for that sequence alone, within 2^-8 relative (the

@@ -38,6 +38,7 @@ CHUNKS = [c for p in SEEDS for c in _chunks(p)]
 
 
 @pytest.mark.parametrize("path,lo,hi", CHUNKS, ids=[f"{p}-{lo}-{hi}" for p, lo, hi in CHUNKS])
+@pytest.mark.slow
 def test_fuzz_chunk(path, lo, hi):
     if path == "triton" and not interpreter_active():
         pytest.skip("CPU tensors need Triton's interpreter; bench/fuzz_gpu.py fuzzes the Triton kernel on GPUs")

@@ -18,6 +18,7 @@ def _inputs(seed=1, S=64):
     return q, k, v, zyfa.quantize_fp8(q, k, v)
 
 
+@pytest.mark.slow
 def test_opcheck_bf16_and_fp8():
     q, k, v, x = _inputs()
     torch.library.opcheck(OP, (q, k, v, None, True, None, None, None, "lean_cubic", "block", "triton"))
@@ -55,6 +56,7 @@ def test_eager_calls_skip_the_op_with_its_results(monkeypatch):
     assert out.shape == q.shape and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
 
 
+@pytest.mark.slow
 def test_compile_fullgraph_matches_eager():
     q, k, v, x = _inputs(seed=2)
 
@@ -188,6 +190,7 @@ def test_from_config_selects_zyfa(tiny_model):
     assert tiny_model.config._attn_implementation in zt.NAMES
 
 
+@pytest.mark.slow
 def test_bf16_logits_match_sdpa(tiny_model):
     ids = torch.randint(0, 256, (2, 80), generator=torch.Generator().manual_seed(5)).to(DEVICE)
     ref = _logits(tiny_model, "fp64_ref", ids)
@@ -196,6 +199,7 @@ def test_bf16_logits_match_sdpa(tiny_model):
     assert err_zyfa <= 2 * err_sdpa + 1e-3, f"zyfa logits err {err_zyfa:.3e}, sdpa {err_sdpa:.3e}"
 
 
+@pytest.mark.slow
 def test_fp8_kl_bounded_by_quantization(tiny_model):
     ids = torch.randint(0, 256, (1, 96), generator=torch.Generator().manual_seed(6)).to(DEVICE)
     ref = _logits(tiny_model, "fp64_ref", ids)
@@ -205,6 +209,7 @@ def test_fp8_kl_bounded_by_quantization(tiny_model):
     assert kl_zyfa <= 2 * kl_quant + 1e-6, f"KL zyfa_fp8 {kl_zyfa:.3e}, FP8 inputs alone {kl_quant:.3e}"
 
 
+@pytest.mark.slow
 def test_int8_mode_cuts_the_fp8_kl(tiny_model):
     """zyfa_int8 (int8 q and k after rotation): KL from float64 attention well below zyfa_fp8's
     (measured 0.18-0.56x on these models, seeds 6-8)."""
@@ -226,6 +231,7 @@ def _padded_batch(side):
     return ids.to(DEVICE), mask.to(DEVICE), pos.to(DEVICE), [p.to(DEVICE) for p in prompts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_padded_batch_runs_varlen_per_sequence(tiny_model, caplog, side):
     """A padded batch runs through flash_attn_varlen_func (no SDPA fallback but for zyfa_int8,
@@ -253,6 +259,7 @@ def test_padded_batch_runs_varlen_per_sequence(tiny_model, caplog, side):
         assert kl_zyfa <= 2 * kl_quant + 1e-6, (b, kl_zyfa, kl_quant)
 
 
+@pytest.mark.slow
 def test_sliding_window_runs_on_zyfa_and_custom_masks_fall_back(tiny_model, caplog):
     from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
     ids, mask, _, _ = _padded_batch("right")
@@ -326,6 +333,7 @@ def _assert_same_greedy_tokens(got, want, scores, prompt_len, margin=0.1):
 @pytest.mark.parametrize("kind,cache", [("llama", "dynamic"), ("llama", "static"), ("qwen3", "dynamic"),
                                         ("qwen3", "static"), ("gemma3", "dynamic"), ("gemma3", "static"),
                                         ("mistral", "dynamic")])
+@pytest.mark.slow
 def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
     """Greedy tokens of a left-padded batch (40-token prompts, 20 new tokens) equal SDPA's with a
     DynamicCache, a StaticCache (its free slots after the queries) and the sliding/hybrid caches of
@@ -370,6 +378,7 @@ def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
     assert padded == full_layers * (new - 1), leftpads
 
 
+@pytest.mark.slow
 def test_backends_run_zyfa(tiny_model, monkeypatch):
     """The backends really call zyfa (one call a layer, FP8 / int8 inputs for zyfa_fp8 / zyfa_int8, the model's
     scaling passed on) on a plain causal prefill; a spy counts the calls."""
@@ -393,6 +402,7 @@ def test_backends_run_zyfa(tiny_model, monkeypatch):
         assert calls == [(dtype, scaling, True, ref)] * layers, (impl, calls)
 
 
+@pytest.mark.slow
 def test_model_scaling_reaches_every_path(tiny_model):
     """A model whose attention scale is not 1/sqrt(head_dim) (Gemma's query_pre_attn_scalar,
     Granite's attention_multiplier): zyfa takes the scaling transformers passes on the plain
@@ -451,6 +461,7 @@ def _fakequant_cache():
     return Cache(layer_class_to_replicate=Layer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
 def test_e4m3_cache_decodes_in_place_with_the_quantization_error_alone(kind, caplog):
     """zyfa with an E4M3Cache: generation runs, every decode step reads the E4M3 codes (a spy),

@@ -29,6 +29,7 @@ def _config(arch):
 
 @pytest.mark.parametrize("arch,heads,dims", [("llama", (4, 2), (64, 64)), ("qwen3", (4, 2), (64, 64)),
                                              ("deepseek_v2", (4, 4), (192, 128))])
+@pytest.mark.slow
 def test_capture_records_what_attention_consumed(arch, heads, dims, tmp_path):
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(_config(arch), attn_implementation="sdpa").eval()

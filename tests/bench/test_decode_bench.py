@@ -17,6 +17,7 @@ def test_decode_cases_are_the_issue_shapes():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks how anchors are reported on a machine without them")
+@pytest.mark.slow
 def test_decode_run_records_bandwidth_and_missing_anchors(tmp_path):
     methods = [m for m in all_methods() if m.decode or m.label == "zyfa-bf16"]
     doc = run([TINY], methods, str(tmp_path / "r.json"), timer=lambda fn: 1.0, rounds=1)

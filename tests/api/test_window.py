@@ -8,12 +8,11 @@ import math
 import pytest
 import torch
 
-from conftest import DEVICE, HAS_GPU, assert_rel, describe_mismatch, rel_err
+from conftest import DEVICE, HAS_GPU, assert_rel, describe_mismatch, rel_err, rounding_error
 import zyfa
 from zyfa import dispatch
 from zyfa.activations import make
 from zyfa.spec.reference import attention_fp64, fp8_attention_spec, key_limits, seen_blocks
-from test_triton_kernels import _rounding
 
 LEFTS = [0, 1, 31, 32, 33, 127, 128, 129, 1000]
 
@@ -79,6 +78,7 @@ def _windowed_cases():
 
 
 @pytest.mark.parametrize("left,causal,right,Sq,Sk", _windowed_cases())
+@pytest.mark.slow
 def test_triton_bf16_window_vs_fp64(left, causal, right, Sq, Sk):
     window = (left, right)
     q, k, v = make("realistic", 1, Sq, 4, 2, 64, 64, seqlen_k=Sk, seed=left + 7, dtype=torch.bfloat16, device=DEVICE)
@@ -86,7 +86,7 @@ def test_triton_bf16_window_vs_fp64(left, causal, right, Sq, Sk):
     ref = _masked_fp64(q, k, v, mask)
     out, lse = zyfa.flash_attn_func(q, k, v, causal=causal, window_size=window, return_lse=True, backend="triton")
     base = rel_err(_masked_fp64(q, k, v, mask, torch.bfloat16), ref)
-    assert rel_err(out, ref) <= 2 * base + _rounding(ref, out.dtype), (rel_err(out, ref), base)
+    assert rel_err(out, ref) <= 2 * base + rounding_error(ref, out.dtype), (rel_err(out, ref), base)
     _, lse_ref = attention_fp64(q, k, v, causal=causal, window_size=window, return_lse=True)
     assert (lse.double() - lse_ref).abs().max() < 1e-3
 
@@ -118,6 +118,7 @@ def _spec(x, **kw):
 
 @pytest.mark.parametrize("quant", ["fp8", "int8"])
 @pytest.mark.parametrize("left,causal,right,Sq,Sk", _windowed_cases())
+@pytest.mark.slow
 def test_triton_fp8_and_int8_window_vs_spec(quant, left, causal, right, Sq, Sk):
     window = (left, right)
     # Gaussian inputs: realistic ones' outliers put some t at a float32 rounding tie, where the
@@ -129,7 +130,7 @@ def test_triton_fp8_and_int8_window_vs_spec(quant, left, causal, right, Sq, Sk):
     spec, lse_spec = _spec(x, causal=causal, window_size=window)
     ref = _masked_fp64(*x.dequantized(), _mask(Sq, Sk, causal, window))
     _check_vs_spec(out, spec, ref, f"{quant} window {window}", lse, lse_spec)
-    assert rel_err(out, ref) <= 1.1 * rel_err(spec, ref) + _rounding(ref, out.dtype)
+    assert rel_err(out, ref) <= 1.1 * rel_err(spec, ref) + rounding_error(ref, out.dtype)
 
 
 @pytest.mark.skipif(HAS_GPU, reason="the interpreter's pinned 32x32 tile sets which blocks a tile reads")
@@ -158,6 +159,7 @@ def _cu(lens):
 @pytest.mark.parametrize("left", [0, 33, 128, 1000])
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("paged", [False, True], ids=["packed", "paged"])
+@pytest.mark.slow
 def test_varlen_window_and_chunked_prefill(left, fp8, paged):
     """Packed and paged batches with a window, each sequence a chunk of queries over a longer
     prefix (chunked prefill): one call equals a flash_attn_func call a sequence."""

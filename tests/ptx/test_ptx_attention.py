@@ -464,6 +464,7 @@ def test_fallback_is_logged_once(caplog):
 
 @pytest.mark.parametrize("dqk", [64, 128, 192, 256])
 @pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.slow
 def test_packed_batch_kernels_assemble(dqk, causal):
     """The packed (varlen) variants: the per-sequence tables read from global memory, the same
     wgmmas as the dense kernel, a serial CTA past its sequence's queries returns at once."""

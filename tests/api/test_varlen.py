@@ -73,6 +73,7 @@ def _varlen(q, k, v, ds, lens_q, lens_k, backend, causal=True, **kw):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.slow
 def test_varlen_equals_dense_per_sequence(backend, fp8, causal):
     lens_q = [1, 7, 0, 37]                              # 1, odd, an empty sequence, > the 32-key tile
     lens_k = lens_q if causal else [3, 7, 2, 33]
@@ -107,6 +108,7 @@ def _paged(k, v, lens_k, page_size, seed):
 @pytest.mark.parametrize("backend,fp8,page_size", [
     ("reference", False, 16), ("reference", True, 64), ("reference", False, 256),
     ("triton", False, 16), ("triton", True, 16), ("triton", False, 256)])
+@pytest.mark.slow
 def test_paged_equals_contiguous(backend, fp8, page_size):
     lens_q, lens_k = [1, 6, 4], [1, 40, 21]
     q, k, v, ds = _inputs(lens_q, lens_k, fp8, seed=5)
@@ -204,6 +206,7 @@ def test_fp8_descales_per_sequence_shape_checked():
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("dims", [(64, 64), (192, 128)], ids=["d64", "d192-128"])
+@pytest.mark.slow
 def test_triton_runs_a_packed_batch_in_one_launch(fp8, dims, monkeypatch):
     """backend="triton": one kernel launch over the packed batch (no per-sequence call), equal
     to the per-sequence calls; keys of sequences that start off a multiple of 16 (FP8 V^T is
@@ -233,6 +236,7 @@ def test_triton_runs_a_packed_batch_in_one_launch(fp8, dims, monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(12))
+@pytest.mark.slow
 def test_random_packed_batches_in_one_launch_equal_per_sequence_calls(seed):
     """Seeded random packed batches on the Triton backend (one launch) against one
     flash_attn_func call a sequence, bit for bit: 1-6 sequences of 0-90 queries over as many
@@ -311,6 +315,7 @@ def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_woul
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("page_size", [32, 64, 128, 256])
+@pytest.mark.slow
 def test_paged_cache_in_one_launch_equals_contiguous(fp8, page_size, monkeypatch):
     """One launch (no per-sequence call), bit for bit the contiguous result: pages of a
     multiple of the key tile read in place from the shuffled pool, smaller ones gathered into
@@ -325,6 +330,7 @@ def test_paged_cache_in_one_launch_equals_contiguous(fp8, page_size, monkeypatch
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.slow
 def test_paged_cache_gathered_only_when_not_read_in_place(fp8, monkeypatch):
     """Pages of 16 keys (below any key tile) are gathered into a packed batch; pages of 256
     are read in place (no gather)."""

@@ -23,6 +23,7 @@ def _tile(t):
 
 
 @pytest.mark.parametrize("tile", [(64, 128, 4, 2), (128, 128, 8, 3)])
+@pytest.mark.slow
 def test_fp8_sm90_uses_qgmma_without_spills(tile):
     info = inspect("sm90", fp8=True, p_rule="lean_cubic", **_tile(tile))
     assert info["wgmma_e4m3"] > 0 and info["qgmma_sass"] > 0, info
@@ -33,6 +34,7 @@ def test_fp8_sm90_uses_qgmma_without_spills(tile):
     assert info["mufu_ex2"] * 8 < exact["mufu_ex2"], (info, exact)
 
 
+@pytest.mark.slow
 def test_half_precision_rule_compiles_to_packed_half_arithmetic():
     """lean_cubic_f16 in the Triton kernel: Triton packs its half arithmetic two scores an
     instruction on both targets (HFMA2 on sm_90a, v_pk_fma_f16 on gfx950), without spills."""
@@ -44,6 +46,7 @@ def test_half_precision_rule_compiles_to_packed_half_arithmetic():
     assert amd["pk_fma_f16"] > 0 and amd["mfma_f8"] > 0, amd
 
 
+@pytest.mark.slow
 def test_exact_rule_rounds_in_hardware_on_sm90():
     """hw_round: the exact rule's E4M3 codes from cvt.rn.satfinite.e4m3x2.f32 (inline PTX, two
     values an instruction) instead of integer rounding; the same codes (GPU test)."""
@@ -53,6 +56,7 @@ def test_exact_rule_rounds_in_hardware_on_sm90():
     assert hw["spill_bytes"] == 0 and hw["ffma"] < integer["ffma"] and hw["sass_lines"] < integer["sass_lines"]
 
 
+@pytest.mark.slow
 def test_wgmma_key_order_passes_p_without_shuffles():
     """With keys reordered within groups of 16, Triton moves P from the QK^T accumulator to
     the P.V operand without SHFL.IDX (the 64 x 128 tile's 32 a loop iteration go)."""
@@ -76,6 +80,7 @@ def test_fp8_gfx950_uses_fp8_mfma(head_dims):
 
 
 @pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
+@pytest.mark.slow
 def test_sliding_window_kernel_compiles_without_spills(fp8):
     """The windowed kernel (WINDOW: a masked left band before the unmasked blocks) compiles for
     sm_90a, on the tensor cores and without spills, and for gfx950 (FP8 on MFMA)."""

@@ -227,6 +227,7 @@ def _check_merge_bound(out, lse, ref, ref_lse, parts, u_o):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"w{c['world']}-{c['name']}")
+@pytest.mark.slow
 def test_matches_single_process(spawned, case):
     per_rank = spawned(case["world"])
     out = unshard_sequence([r[case["name"]][0] for r in per_rank], dim=1)
@@ -281,7 +282,7 @@ def test_scaling_script_runs_on_the_cpu(tmp_path):
     import json
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
     out = tmp_path / "cp.json"
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),

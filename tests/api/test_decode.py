@@ -159,6 +159,7 @@ CASES = [  # B, Sq, Hq, Hkv, D, lens, page (0: dense), causal, dtype
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}q{c[1]}h{c[2]}-{c[3]}d{c[4]}p{c[6]}")
+@pytest.mark.slow
 def test_16bit_vs_fp64(case):
     B, Sq, Hq, Hkv, D, lens, page, causal, dtype = case
     gen = torch.Generator().manual_seed(sum(lens) * 31 + Sq)
@@ -205,6 +206,7 @@ def _layouts_case(seed=3, dtype=torch.bfloat16):
 
 @pytest.mark.parametrize("page,block_n", [(16, 16), (16, 32), (48, 32), (64, 32)],
                          ids=["tile=page", "gather-16", "gather-48", "tile-in-page"])
+@pytest.mark.slow
 def test_paged_equals_dense_bitwise(page, block_n):
     """A paged cache computes what the dense cache holding the same keys computes, bit for bit
     (same tile and splits), whether a tile takes one page lookup or one a key."""
@@ -218,6 +220,7 @@ def test_paged_equals_dense_bitwise(page, block_n):
             assert torch.equal(a, b), f"page {page} splits {splits}: " + describe_mismatch(b, a)
 
 
+@pytest.mark.slow
 def test_splits_agree_and_repeat_bitwise():
     """Every split count gives float64's answer to float32 merge rounding (empty splits
     included: 9 splits of 2..70 keys in 16-key tiles), and a call repeats bit for bit."""
@@ -387,6 +390,7 @@ DECODE_SPECS = [
 
 
 @pytest.mark.parametrize("spec, no_spills", DECODE_SPECS)
+@pytest.mark.slow
 def test_decode_kernel_compiles_for_sm90(spec, no_spills):
     """The compiler takes what the interpreter runs (it refuses, e.g., branches returning a scalar
     in one place and a tensor in another): every constexpr path, compiled for sm_90a on the CPU

@@ -1,4 +1,5 @@
 """E4M3 bit helpers and the P rules (zyfa.spec.rules) against torch's own FP8 and exp2."""
+import pytest
 import torch
 
 from zyfa.spec.constants import P_ONE_BITS
@@ -57,6 +58,7 @@ def test_round_f16_rounds_once_like_numpy():
     assert torch.equal(round_f16(x), want)
 
 
+@pytest.mark.slow
 def test_half_precision_cubic_keeps_exacts_accuracy():
     """lean_cubic_f16 (the cubic in packed half precision): within one code of exact, a
     ~1% mismatch rate from rounding y and the steps to half, and attention error no higher
