@@ -15,6 +15,15 @@ def _module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` statement in ``package`` names, relative levels resolved."""
+    if node.level:
+        base = package.split(".")
+        base = base[:len(base) - node.level + 1]
+        return ".".join(base + ([node.module] if node.module else []))
+    return node.module or ""
+
+
 def _imports(path: pathlib.Path) -> set[str]:
     """Absolute names of the zyfa modules a file imports (relative imports resolved)."""
     name = _module_name(path)
@@ -24,12 +33,7 @@ def _imports(path: pathlib.Path) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = _from_module(node, package)
             found.add(mod)
             found |= {f"{mod}.{a.name}" for a in node.names}     # "from . import x" imports a module
     return {m for m in found if m == "zyfa" or m.startswith("zyfa.")}
@@ -105,12 +109,7 @@ def _load_time_imports(path: pathlib.Path) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
             continue
-        if node.level:
-            base = package.split(".")
-            base = base[:len(base) - node.level + 1]
-            mod = ".".join(base + ([node.module] if node.module else []))
-        else:
-            mod = node.module or ""
+        mod = _from_module(node, package)
         found |= {f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULE_NAMES else mod for a in node.names}
     owners = set()
     for target in found:
