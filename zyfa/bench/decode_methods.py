@@ -8,7 +8,7 @@ import torch
 
 import zyfa
 
-from .methods import Inputs, Method, _gpu_missing, _split, _zyfa_missing
+from .methods import Inputs, Method, _gpu_missing, _split, _zyfa_missing, unimportable
 
 PAGE = 64                         # the paged methods' page size
 
@@ -62,12 +62,7 @@ def _fa3_kvcache():
         return fa3.flash_attn_with_kvcache
 
 
-def _fa3_kvcache_missing():
-    try:
-        _fa3_kvcache()
-    except Exception as e:  # noqa: BLE001  (any import failure means the anchor is missing)
-        return f"FlashAttention-3's flash_attn_with_kvcache not importable (fa3-fwd): {type(e).__name__}: {e}"
-    return None
+_fa3_kvcache_missing = unimportable(_fa3_kvcache, "FlashAttention-3's flash_attn_with_kvcache (fa3-fwd)")
 
 
 def _fa3_decode(dtype: str, page: int | None):

@@ -203,12 +203,18 @@ def _fa3(varlen: bool = False):
     return fa3_fwd_interface.flash_attn_varlen_func if varlen else fa3_fwd_interface.flash_attn_func
 
 
-def _fa3_missing():
-    try:
-        _fa3()
-    except Exception as e:  # noqa: BLE001  (any import failure means the anchor is missing)
-        return f"FlashAttention-3 not importable (pip install fa3-fwd): {type(e).__name__}: {e}"
-    return None
+def unimportable(load: Callable[[], object], what: str) -> Callable[[], str | None]:
+    """A method's missing(): why ``load`` (an anchor's import) fails here, or None."""
+    def missing():
+        try:
+            load()
+        except Exception as e:  # noqa: BLE001  (any import failure means the anchor is missing)
+            return f"{what} not importable: {type(e).__name__}: {e}"
+        return None
+    return missing
+
+
+_fa3_missing = unimportable(_fa3, "FlashAttention-3 (pip install fa3-fwd)")
 
 
 def _split(res):
@@ -330,13 +336,9 @@ def _sdpa_build(kind):
 
 # ------------------------------------------------------------------ SageAttention (pure-Triton INT8 Q.K^T)
 def _sage_missing():
-    if not torch.cuda.is_available():
-        return "no CUDA GPU"
-    try:
-        import sageattention  # noqa: F401
-    except Exception as e:  # noqa: BLE001
-        return f"SageAttention not importable (pip install sageattention==1.0.6): {type(e).__name__}: {e}"
-    return None
+    import importlib
+    return _gpu_missing() or unimportable(lambda: importlib.import_module("sageattention"),
+                                          "SageAttention (pip install sageattention==1.0.6)")()
 
 
 def _sage_unsupported(case: Case) -> str | None:

@@ -28,6 +28,7 @@ from .layout import (  # noqa: F401
     HEAD_DIMS_16,
     LONG_KEYS,
     PARAMS,
+    REF_RULES,
     REGISTER_BUDGET,
     REGISTER_CAP_D64,
     TAIL,
@@ -46,8 +47,6 @@ from .target import module, program
 # the lean and half rules, bit-exact to the spec, and exact (MUFU.EX2 + the hardware's E4M3
 # rounding: the spec's codes but within MUFU's error of a rounding midpoint)
 ATTENTION_RULES = PTX_RULES + ("exact",)
-# the references the E4M3 kernels implement: per block (the fold), or the running max (the fast mode)
-REF_RULES = ("block", "running")
 
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,

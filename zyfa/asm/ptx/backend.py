@@ -9,8 +9,7 @@ import torch
 from ...device import HAS_CUDA_PYTHON, is_rocm
 from ...spec.rules import P_RULES
 from ..limits import fp8_refusal
-from .attention import REF_RULES
-from .layout import HEAD_DIMS, HEAD_DIMS_16
+from .layout import HEAD_DIMS, HEAD_DIMS_16, REF_RULES
 
 
 

@@ -304,6 +304,10 @@ def params_for(layout: Layout) -> list:
             + (TILE_COUNTER_PARAMS if layout.tile_counter else []) + (INT8_PARAMS if layout.int8_qk else []))
 
 
+# the references the E4M3 kernels implement: per block (the fold), or the running max (the fast mode)
+REF_RULES = ("block", "running")
+
+
 def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False, int8_qk: bool = False,
                 long: bool = False, ref_rule: str = "block") -> str:
     return (f"zyfa_attn_{'int8qk' if int8_qk else 'fp8'}_d{dqk}_{rule}_{'causal' if causal else 'full'}"
