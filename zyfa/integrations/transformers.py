@@ -106,7 +106,23 @@ def _unmasked_keys(query, key, kwargs) -> int:
     return min(key.shape[2], query.shape[2])
 
 
+# the last mask read (every layer of a forward gets the same tensor): its analysis reads the
+# mask on the host, once a forward instead of once a layer
+_LAST_LAYOUT: list = [None]
+
+
 def _mask_layout(mask, q_len: int, left: int):
+    """_read_mask_layout, remembered for the last mask tensor (unchanged since: same version)."""
+    key = (mask, getattr(mask, "_version", None), q_len, left)
+    last = _LAST_LAYOUT[0]
+    if last is not None and last[0][0] is mask and last[0][1:] == key[1:]:
+        return last[1]
+    layout = _read_mask_layout(mask, q_len, left)
+    _LAST_LAYOUT[0] = (key, layout)
+    return layout
+
+
+def _read_mask_layout(mask, q_len: int, left: int):
     """(valid_q (B, Q), valid_k (B, KV)) when ``mask`` (bool, (B, 1, Q, KV)) is exactly what
     flash_attn_varlen_func computes on the valid tokens -- causal, with a sliding window of
     ``left`` keys (-1: none), bottom-right aligned -- else None.
