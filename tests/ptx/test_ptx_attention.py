@@ -99,10 +99,16 @@ def test_running_kernels_have_no_fold(dqk, long):
     name, ptx = attn.attention_kernel("exact", True, dqk=dqk, long=long, ref_rule="running")
     assert "_running" in name
     # P V^T (A from registers) adds to the total from its first k-step: no scale-d of 0
-    pv = lambda text: [ln for ln in text.splitlines() if "e4m3.e4m3" in ln and "}, {%b32" in ln]  # noqa: E731
+    rs = lambda text: [ln for ln in text.splitlines() if "e4m3.e4m3" in ln and "}, {%b32" in ln]  # noqa: E731
+    pv = lambda text: [ln for ln in rs(text) if ".m64n8k32." not in ln]   # noqa: E731
     block_ptx = attn.attention_kernel("exact", True, dqk=dqk, long=long)[1]
     assert pv(ptx) and not [ln for ln in pv(ptx) if ln.endswith(", 0, 1, 1;")]
     assert [ln for ln in pv(block_ptx) if ln.endswith(", 0, 1, 1;")]      # the fold's fresh accumulator
+    # the rounded-P row sums: E4M3 wgmmas beside P V^T, fresh a block (l adds them in float32),
+    # and no half-precision ones
+    sums = [ln for ln in rs(ptx) if ".m64n8k32." in ln]
+    assert sums and len([ln for ln in sums if ln.endswith(", 0, 1, 1;")]) * 4 == len(sums)
+    assert ".m64n8k16." not in ptx and ".m64n8k16." in block_ptx
     if dqk == 256:        # the default takes each block in turn; the fast mode waits for S(j) alone
         assert "wgmma.wait_group.sync.aligned 2;" in ptx
         return
@@ -294,13 +300,15 @@ def _assert_equals_spec(kw, causal, rule, ref_rule="block"):
 
 
 @hopper
+@pytest.mark.parametrize("rule", ["lean_cubic", "lean_cubic_f16"])
 @pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_running_reference_equals_spec_when_s_is_exact(shape, head_dim):
+def test_running_reference_equals_spec_when_s_is_exact(shape, head_dim, rule):
     """The fast mode (ref_rule "running": P V^T accumulated in place, the total rescaled where a
-    row's max moved) gives the spec's running-max P codes, output and LSE."""
+    row's max moved) gives the spec's running-max P codes, output and LSE; row sums on the ALUs
+    (lean_cubic) and from wgmmas in P V^T's group (a half rule)."""
     kw, causal = _exact_s_case(shape, seed=shape[1] + head_dim, head_dim=head_dim)
-    _assert_equals_spec(kw, causal, "lean_cubic", ref_rule="running")
+    _assert_equals_spec(kw, causal, rule, ref_rule="running")
 
 
 @hopper
