@@ -9,11 +9,8 @@ moved): no fresh accumulator and no fold, 64 registers and 64 FFMAs a block fewe
 
 Row sums of the rounded P: for the rules in lean_p.HMMA_RULES (exact and the half rules)
 from half-precision wgmmas with float32 accumulation (P pairs are half2 A operands already);
-for the float32 lean rules in float32 on the ALUs, 2 instructions a score. ``running`` with
-an HMMA rule: E4M3 wgmmas of P's codes against a tile of ones, issued in P V^T's group (no
-half P, no wait of their own), into a fresh accumulator a block that is added to l once
-waited for: the tensor cores' accumulation keeps ~13 bits, so l itself stays in float32.
-All are the spec's sums up to float32 ordering."""
+for the float32 lean rules in float32 on the ALUs, 2 instructions a score. Both are the
+spec's sums up to float32 ordering."""
 from __future__ import annotations
 
 import dataclasses
@@ -68,17 +65,6 @@ def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg]
         prog.emit("mov.f32", A[half], f32(NEG_FLOOR))
         prog.emit("mov.f32", l[half], f32(0.0))
     return total, A, l
-
-
-def gemm_row_sums(rule: str, running: bool) -> bool:
-    """Whether a block's row sums are issued with its P V^T (block module docstring)."""
-    return running and rule in HMMA_RULES
-
-
-def emit_add_row_sums(prog: Program, l: list[Reg], sums: list[Reg]) -> None:
-    """l += a block's row sums, waited for (an m64n8 accumulator: every column holds its row's sum)."""
-    for half in (0, 1):
-        prog.emit("add.f32", l[half], l[half], sums[2 * half])
 
 
 # Q steps whose descriptors are held across the block loop; more (16-bit Dqk 192 / 256: 12, 16)
@@ -212,17 +198,13 @@ def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Re
     _, v_tile, _, _ = stage(prog, c, j)
     dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked,
-                      deferred=deferred and not running, facs=facs, running=running)
+                      deferred=deferred and not running, facs=facs, running=running, wait_rowsum=not running)
     if running:                                            # P V^T into the rescaled total
-        sums = prog.regs("f32", 4) if sm.l_blk is None else None    # the row sums ride with P V^T
         emit_rescale(prog, total, sm.alpha, tag)
         for half, dv in enumerate(dvs):
-            emit_pv_issue(prog, c, sm.p_regs, dv, into=total[half * ACC:(half + 1) * ACC],
-                          row_sums=(sums, d_ones) if sums and half == 0 else None)
-        prog.emit("wgmma.wait", 0)
+            emit_pv_issue(prog, c, sm.p_regs, dv, into=total[half * ACC:(half + 1) * ACC])
+        prog.emit("wgmma.wait", 0)                         # the row sums (issued first) and P V^T
         emit_row_update(prog, sm, l, A)
-        if sums:
-            emit_add_row_sums(prog, l, sums)
         return
     for half, dv in enumerate(dvs):                        # Dv 256: two P V^T in turn
         o = emit_pv_issue(prog, c, sm.p_regs, dv)
@@ -276,12 +258,9 @@ def v_halves(prog: Program, v_tile: Reg, n_total: int) -> list[Reg]:
 def emit_row_update(prog: Program, sm: Softmax, l: list[Reg], A: list[Reg]) -> None:
     """l = l * alpha + l_blk * beta; the reference moves to A_new. A deferred softmax (no
     alpha, no A_new): emit_reference_moves scaled l and moved A already, l += l_blk * beta.
-    A running one (no beta): l = l * alpha + l_blk; no l_blk (the sums ride with P V^T):
-    l *= alpha, the caller adds the sums (emit_add_row_sums)."""
+    A running one (no beta): l = l * alpha + l_blk."""
     for half in (0, 1):
-        if sm.l_blk is None:
-            prog.emit("mul.f32", l[half], l[half], sm.alpha[half])
-        elif sm.beta is None:                              # running: beta is 1
+        if sm.beta is None:                                # running: beta is 1
             prog.emit("fma.f32", l[half], l[half], sm.alpha[half], sm.l_blk[half])
         else:
             if sm.alpha is not None:
@@ -296,8 +275,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
                  deferred: bool = False, facs: list[Reg] | None = None, running: bool = False) -> Softmax:
     """Mask (in place, in the blocks that need it), row max, references, P codes packed into
     the A operand, row sums of the rounded P (HMMA_RULES: issued as a wgmma group against
-    the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False;
-    ``running``: left to P V^T's group, emit_pv_issue, and l_blk is None).
+    the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False).
     ``masked`` False: the caller knows the block lies below the band (no test, no mask).
     ``facs``: the two rows' factors (>= 0 or NaN; int8_qk), else the head's rows.fac.
     ``running``: the reference is the running max A_new = max(A, m) (no threshold), P's too."""
@@ -309,7 +287,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     if running:
         A_new, alpha, neg_m = _emit_running_reference(prog, s, facs, A, masked)
         return _emit_p_and_sums(prog, c, rows, rule, start_n, s, d_ones, tag, wait_rowsum, masked, facs,
-                                neg_m, alpha, None, A_new, None, None, running=True)
+                                neg_m, alpha, None, A_new, None, None)
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
     beta, diff = prog.regs("f32", 2), prog.regs("f32", 2)
@@ -352,14 +330,13 @@ def _emit_running_reference(prog: Program, s: list[Reg], facs: list[Reg], A: lis
 
 def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
                      tag: str, wait_rowsum: bool, masked: bool, facs: list[Reg], neg_m: list[Reg],
-                     alpha, beta, A_new, m, moved, running: bool = False) -> Softmax:
+                     alpha, beta, A_new, m, moved) -> Softmax:
     """y = S c - r (r = -neg_m), the P codes packed into the A operand and the row sums of
     the rounded P; the Softmax record with the reference's registers."""
     emit = prog.emit
     hmma = rule in HMMA_RULES
-    later = gemm_row_sums(rule, running)
     prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
-                 + ("(with P V^T)" if later else "(half-precision wgmma)" if hmma else "(ALU)"))
+                 + ("(half-precision wgmma)" if hmma else "(ALU)"))
     l_alu = None                       # the ALU row sums' registers (float32 lean rules)
     if not hmma:
         l_alu = prog.regs("f32", 2)
@@ -379,16 +356,14 @@ def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg,
         emit_band_mask(prog, c, rows, ys, start_n, tag + "_Y")
 
     if rule == "exact":
-        p_regs, p16 = _emit_p_exact(prog, ys, halves=not later)
+        p_regs, p16 = _emit_p_exact(prog, ys)
     elif rule in HALF_RULES:
-        p_regs, p16 = _emit_p_half(prog, rule, ys, halves=not later)
+        p_regs, p16 = _emit_p_half(prog, rule, ys)
     else:
         p_regs = _emit_p_lean(prog, rule, ys, l_alu)
         for half in (0, 1):
             emit_quad_reduce(prog, l_alu[half], "add.f32")
         return Softmax(p_regs, l_alu, alpha, beta, A_new, m, moved)
-    if later:
-        return Softmax(p_regs, None, alpha, beta, A_new, m, moved)
 
     sums = prog.regs("f32", 4)           # m64n8: every column holds the row's sum
     # keys 16 t .. 16 t + 15 of rows g and g + 8: the half2 pairs of accumulator column
@@ -407,9 +382,9 @@ def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg,
     return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new, m, moved)
 
 
-def _emit_p_exact(prog: Program, ys: list[Reg], halves: bool = True) -> tuple[list[list[Reg]], dict[int, Reg]]:
+def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:
     """The exact rule: two scores (same row, adjacent keys) a 16-bit pair of codes; the A
-    operand's words, and (``halves``) each pair as half2 P (E4M3 values are exact halves)."""
+    operand's words, and each pair as half2 P (E4M3 values are exact halves)."""
     pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1]) for i in range(0, ACC, 2)}
     p_regs, p16 = [], {}
     for k in range(BLOCK_N // 32):
@@ -418,8 +393,6 @@ def _emit_p_exact(prog: Program, ys: list[Reg], halves: bool = True) -> tuple[li
             word = prog.reg("b32")
             prog.emit("mov.b32.pack", word, pairs[src[0]], pairs[src[2]])
             p_regs[-1].append(word)
-            if not halves:
-                continue
             # each pair converted from the packed word's half (the same 16 bits): converting
             # the pair itself made ptxas copy it back out of the word, a PRMT a pair
             halves = prog.regs("b16", 2)
@@ -430,16 +403,14 @@ def _emit_p_exact(prog: Program, ys: list[Reg], halves: bool = True) -> tuple[li
     return p_regs, p16
 
 
-def _emit_p_half(prog: Program, rule: str, ys: list[Reg], halves: bool = True) -> tuple[list[list[Reg]], dict[int, Reg]]:
+def _emit_p_half(prog: Program, rule: str, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:
     """A half rule: two scores (same row, adjacent keys) a word, codes in bytes 0 and 2; the
-    A operand's words, and (``halves``) each pair as half2 P * 2^-8 (an E4M3 code shifted into
-    a half's exponent/mantissa is P * 2^-8 exactly, subnormals too)."""
+    A operand's words, and each pair as half2 P * 2^-8 (an E4M3 code shifted into a half's
+    exponent/mantissa is P * 2^-8 exactly, subnormals too)."""
     pairs, p16 = {}, {}
     consts = half_constants(prog, rule)
     for i in range(0, ACC, 2):
         w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], consts, rule)
-        if not halves:
-            continue
         masked = p16[i] = prog.reg("b32")
         prog.emit("and.b32", masked, w, "0x00FF00FF")
         prog.emit("shl.b32", masked, masked, 7)
@@ -483,12 +454,9 @@ def emit_scale_rows(prog: Program, total: list[Reg], alpha: list[Reg]) -> None:
         prog.emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
 
 
-def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg, into: list[Reg] | None = None,
-                  row_sums: tuple[list[Reg], Reg] | None = None) -> list[Reg]:
+def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg, into: list[Reg] | None = None) -> list[Reg]:
     """Issue (and commit) block = P V^T (128 columns, or Dv 64's 64) into a fresh accumulator,
-    which it returns; ``into``: added to those registers instead (the running reference).
-    ``row_sums`` (m64n8 accumulator, ones descriptor): P's row sums into that fresh accumulator
-    in the same group, the ones tile as B (every element 1, so no descriptor step)."""
+    which it returns; ``into``: added to those registers instead (the running reference)."""
     emit = prog.emit
     n = min(c.layout.dv, HEAD_DIM)
     prog.comment("P V^T added to the total" if into else "block columns 0.. = P V^T in a fresh accumulator")
@@ -500,11 +468,6 @@ def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg, into:
         emit("add.u64", bk, dv, 2 * k)
         first = k == 0 and not into
         emit(f"wgmma.m64n{n}k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if first else c.accumulate)
-    if row_sums:
-        sums, d_ones = row_sums
-        for k in range(BLOCK_N // 32):
-            emit("wgmma.m64n8k32.e4m3.rs", ", ".join(map(str, sums)), ", ".join(map(str, p_regs[k])), d_ones,
-                 0 if k == 0 else c.accumulate)
     emit("wgmma.commit")
     return o
 

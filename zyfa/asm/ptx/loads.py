@@ -11,7 +11,6 @@ from .smem import emit_wait
 
 HALF_256_X2 = 0x5C005C00                    # two halves of 256: B of the half-precision row-sum wgmma
 HALF_ONE_X2 = 0x3C003C00                    # two halves of 1: the same B for the exact rule's P values
-E4M3_ONE_X4 = 0x38383838                    # four E4M3 ones: B of the fast mode's row sums (E4M3 P codes as A)
 
 
 def stage(prog: Program, c: Cta, block: Reg) -> tuple[Reg, Reg, Reg, Reg]:
@@ -153,13 +152,11 @@ def emit_prefetch(prog: Program, c: Cta, block: Reg, tag: str = "") -> None:
     prog.label(f"PREFETCHED{tag}")
 
 
-def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg | None = None,
-               e4m3_ones: bool = False) -> Reg | None:
+def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg | None = None) -> Reg | None:
     """Thread 0 initializes the mbarriers (arrival ``counts``, from Q's on); for a rule with
-    row sums from wgmmas (lean_p.HMMA_RULES) the first 128 threads (``writers``: their predicate, when the CTA has
-    more) write the ones tile, B of the row-sum wgmmas (halves; ``e4m3_ones``: E4M3 ones, for
-    sums of P's E4M3 codes); then a CTA-wide barrier. Returns the ones tile's shared address
-    (None without it)."""
+    half-precision row sums (lean_p.HMMA_RULES) the first 128 threads (``writers``: their predicate, when the CTA has
+    more) write the ones tile, B of the row-sum wgmmas; then a CTA-wide barrier. Returns the
+    ones tile's shared address (None without it)."""
     emit = prog.emit
     for k, count in enumerate(counts):
         bar = prog.reg("u32")
@@ -173,8 +170,7 @@ def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg
         prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")
         emit("mov.u32", tid8, "%tid.x")
         emit("mad.lo.u32", tid8, tid8, 8, ones)
-        word = E4M3_ONE_X4 if e4m3_ones else HALF_ONE_X2 if rule == "exact" else HALF_256_X2
-        emit("mov.u32", ones_word, word)
+        emit("mov.u32", ones_word, HALF_ONE_X2 if rule == "exact" else HALF_256_X2)
         emit("st.shared.v2.b32", tid8, ones_word, ones_word, guard=writers)
         emit("fence.proxy.async")
     emit("bar.sync", 0)

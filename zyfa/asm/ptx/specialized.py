@@ -31,8 +31,6 @@ from .block import (
     emit_row_update,
     emit_scores,
     emit_softmax,
-    emit_add_row_sums,
-    gemm_row_sums,
     v_halves,
 )
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, free_bar, v_bar
@@ -70,7 +68,7 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, run
     counts = [1] + [1] * n + [warps] * (n + 1)
     if layout.split_kv:                                    # V full, V free
         counts += [1] * n + [warps] * n
-    ones = emit_setup(prog, c, rule, counts, writers=producer, e4m3_ones=gemm_row_sums(rule, running))
+    ones = emit_setup(prog, c, rule, counts, writers=producer)
     emit("bra", "PRODUCER", guard=producer)
 
     tiles = _emit_tiles(prog, c)
@@ -274,7 +272,6 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
 
     total, A, l = emit_accumulators(prog, c.layout.dv // 2)
-    sums = prog.regs("f32", 4) if gemm_row_sums(rule, running) else None   # P(j - 1)'s row sums, with its P V^T
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
     emit("mov.u32", j, 0)
     emit("mov.u32", start_n, 0)
@@ -305,8 +302,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
         if not running:
             return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile))
         for half, part in enumerate(v_halves(prog, v_tile, len(total))):
-            emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * ACC:(half + 1) * ACC],
-                          row_sums=(sums, d_ones) if sums and half == 0 else None)
+            emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * ACC:(half + 1) * ACC])
         return None
 
     prog.comment("block 0: its GEMM phase has Q K^T alone" + ("; the total is still 0 (no rescale)" if running else ""))
@@ -338,8 +334,6 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
                           deferred=not running, facs=facs, running=running)
         emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
         emit_release(prog, c, free_bar(prog, c, prev_slot))
-        if sums:                                           # block j - 1's, before l takes alpha(j)
-            emit_add_row_sums(prog, l, sums)
         if running:
             emit_rescale(prog, total, sm.alpha, tag)
         else:
@@ -359,8 +353,6 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     emit_release(prog, c, free_bar(prog, c, prev_slot))
     emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     fold(o, "_LAST")
-    if sums:
-        emit_add_row_sums(prog, l, sums)
     emit_epilogue(prog, c, rows, total, A, l)
     emit_tile_end(prog, c, tiles, t, it, base)
 
