@@ -253,15 +253,18 @@ def test_ptx_kernel_equals_spec_when_s_is_exact(shape, rule):
 
 
 @hopper
+@pytest.mark.parametrize("ref_rule", ["block", "running"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_ptx_exact_rule_equals_spec_but_near_rounding_midpoints(shape):
+def test_ptx_exact_rule_equals_spec_but_near_rounding_midpoints(shape, ref_rule):
     """The exact rule on MUFU.EX2 (~2 ulp) with the hardware's E4M3 rounding: a P code can
     differ from the float64 spec's by one step where 2^(y + 8) is within MUFU's error of a
     midpoint (the H200 run prints how often). The output stays within the BF16 rounding;
-    in the LSE such a step shows in few rows, each by at most one E4M3 step (2^-3)."""
+    in the LSE such a step shows in few rows, each by at most one E4M3 step (2^-3). The fast
+    mode (running) sums the exponentials before rounding: its LSE is off only by MUFU's ulps."""
     kw, causal = _exact_s_case(shape, seed=shape[1] + 5)
-    out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule="exact", return_lse=True, backend="ptx")
-    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule="exact", return_lse=True)
+    out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule="exact", ref_rule=ref_rule, return_lse=True,
+                                    backend="ptx")
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule="exact", ref_rule=ref_rule, return_lse=True)
     rounding = rel_err(spec.bfloat16(), spec)
     diff = (lse.double() - lse_spec).abs()
     off = (diff > 1e-5).double().mean().item()
@@ -269,6 +272,29 @@ def test_ptx_exact_rule_equals_spec_but_near_rounding_midpoints(shape):
           f"> 1e-5: {off:.2e}, largest {diff.max().item():.2e}")
     assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, describe_mismatch(out, spec)
     assert off <= 1e-2 and diff.max() <= 0.125, describe_mismatch(lse, lse_spec, 1e-5)
+    if ref_rule == "running":      # l from the exponentials themselves: no rounding step can show
+        assert diff.max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
+
+
+@hopper
+@pytest.mark.parametrize("long", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+@pytest.mark.parametrize("shape", SHAPES[4:])
+def test_fast_mode_sums_the_exponentials(shape, head_dim, long, monkeypatch):
+    """The fast mode's exact rule (each thread's FADDs of the unrounded exponentials, the quad's
+    parts added at the end) gives the spec's LSE within float32 ordering and MUFU's ulps at
+    every head dim and in the long layout; the output within the BF16 rounding."""
+    if long and head_dim != 128:
+        pytest.skip("the long layout is d128's")
+    if long:
+        from zyfa.asm.ptx import layout
+        monkeypatch.setattr(layout, "LONG_KEYS", 1)
+    kw, causal = _exact_s_case(shape, seed=shape[1] + head_dim + 3, head_dim=head_dim)
+    out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule="exact", ref_rule="running", return_lse=True,
+                                    backend="ptx")
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule="exact", ref_rule="running", return_lse=True)
+    assert rel_err(out, spec) <= 1.5 * rel_err(spec.bfloat16(), spec) + 1e-4, describe_mismatch(out, spec)
+    assert (lse.double() - lse_spec).abs().max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
 
 
 @hopper

@@ -55,7 +55,8 @@ def test_spec_lazy_reference_by_hand():
     """The reference rules on one head worked out by hand: scores t (log2 units) exact by
     construction (c = 0.5, integer dot products), block 0 all t = 0, block 1 one key at
     t = 8.5 (row 0: passes A = 0 by more than 8, the reference moves) or 7.5 (row 1: stays),
-    the other keys t = 0. LSE = ln2 (A + log2 l - 8) with l over the E4M3-rounded P."""
+    the other keys t = 0. LSE = ln2 (A + log2 l - 8) with l over the E4M3-rounded P (running:
+    the unrounded P, spec.rules.sums_unrounded)."""
     q = torch.zeros(1, 2, 1, 64)
     q[0, 0, 0, :2] = torch.tensor([1.0, 1.0])       # 16 + 1 = 17 -> t = 8.5
     q[0, 1, 0, :2] = torch.tensor([1.0, -1.0])      # 16 - 1 = 15 -> t = 7.5
@@ -70,7 +71,8 @@ def test_spec_lazy_reference_by_hand():
         "block": [(8.5, 32 * 256 * 2 ** -8.5 + 256 + 31 * 0.6875), (0.0, 32 * 256 + 2 ** 7.5 * (256 + 31 * 1.375))],
         # row 0 moves: r = A = 8.5; row 1 stays at A = 0: r = 0 - floor(0 - 7.5) = 8, P 2^7.5 and 2^0
         "block_pow2": [(8.5, 32 * 256 * 2 ** -8.5 + 256 + 31 * 0.6875), (0.0, 32 * 256 + 2 ** 8 * (176 + 31 * 1.0))],
-        "running": [(8.5, 32 * 256 * 2 ** -8.5 + 256 + 31 * 0.6875), (7.5, 32 * 256 * 2 ** -7.5 + 256 + 31 * 1.375)],
+        # running with the exact rule sums the unrounded 2^(y + 8) (FlashAttention's): 2^-0.5, 2^0.5
+        "running": [(8.5, 32 * 256 * 2 ** -8.5 + 256 + 31 * 2 ** -0.5), (7.5, 32 * 256 * 2 ** -7.5 + 256 + 31 * 2 ** 0.5)],
     }
     for rule, rows in hand.items():
         _, lse = fp8_attention_spec(**args, ref_rule=rule)

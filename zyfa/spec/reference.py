@@ -27,11 +27,12 @@ does not change it):
   y   = fma(q8 . k8, c, -r_j)        one rounding (two when fused_fma=False: t - r_j)
   P_j = E4M3 bits of 2^(y + 8) under p_rule (zyfa.spec.rules.p_bits)
   l  <- l * 2^(A_old - A) + sum(P_j)                * 2^(r_j - A)
+        (running with the exact rule: the sum of 2^(y + 8) before rounding, rules.sums_unrounded)
   O  <- O * 2^(A_old - A) + (P_j @ v8)              * 2^(r_j - A)
   out = O * dv / l,   lse = ln(2) * (A + log2(l) - 8)
 
 The row sum is over the *rounded* P, so the output is a convex combination of
-the (dequantized) V rows. Sums of products are taken in float64; the kernels
+the (dequantized) V rows (but for the running exact pair: FlashAttention's sums). Sums of products are taken in float64; the kernels
 accumulate in float32 and differ from the spec by that ordering noise only.
 """
 from __future__ import annotations
@@ -43,7 +44,7 @@ import torch
 from .constants import KEY_BLOCK, LOG2E, NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from .descales import is_per_token, normalize_descales, row_factor
 from .e4m3 import e4m3_decode, fma32
-from .rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules, p_bits
+from .rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules, p_bits, sums_unrounded
 
 
 def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -189,6 +190,7 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     v_fac = vs.repeat_interleave(group, dim=1).double()                    # (B, Hq, Dv)
 
     first, last = key_limits(Sq, Sk, causal, window_size, q8.device)
+    unrounded = sums_unrounded(p_rule, ref_rule)
     A = torch.full((B, Hq, Sq), NEG_FLOOR, dtype=torch.float32, device=q8.device)
     total = torch.zeros(B, Hq, Sq, Dv, dtype=torch.float64, device=q8.device)
     l = torch.zeros(B, Hq, Sq, dtype=torch.float64, device=q8.device)
@@ -213,7 +215,8 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
         y = fma32(acc, fac, -r[..., None], fused_fma).masked_fill(~valid, float("-inf"))
         p = e4m3_decode(p_bits(y, p_rule, fused_fma)).masked_fill(~valid, 0.0)
         total = total * alpha[..., None] + torch.einsum("bhij,bhjd->bhid", p, vv[:, :, k0:k1]) * beta[..., None]
-        l = l * alpha + p.sum(-1) * beta
+        p_sum = torch.exp2(y.double() + P_OFFSET_LOG2).masked_fill(~valid, 0.0) if unrounded else p
+        l = l * alpha + p_sum.sum(-1) * beta
         sees_bad |= (valid & bad_keys[:, :, None, k0:k1]).any(-1)
         A = A_new
     out = (total * v_fac[:, :, None, :] / l[..., None]).masked_fill(sees_bad[..., None], float("nan"))

@@ -17,7 +17,8 @@ so the result equals the textbook form 8 (f g(f)) bit for bit.
 
 Reference rules say which reference r_j each key block's probabilities use
 (zyfa.spec.reference has the whole algorithm): ``block`` (the block's own row max),
-``running`` (the running max, FlashAttention's scheme), ``block_pow2`` (the accumulator
+``running`` (the running max, FlashAttention's scheme; with the exact rule its row sums too:
+sums_unrounded), ``block_pow2`` (the accumulator
 reference less a whole number, so the block's weight is a power of two).
 """
 from __future__ import annotations
@@ -106,6 +107,16 @@ DEFAULT_P_RULE = "exact"
 
 REF_RULES = ("block", "running", "block_pow2")
 DEFAULT_REF_RULE = "block"
+
+
+def sums_unrounded(p_rule: str, ref_rule: str) -> bool:
+    """Whether the row sums take the probabilities before their E4M3 rounding: the running
+    reference with the exact rule, FlashAttention's scheme whole (its exponentials exist
+    before the rounding; summing them costs an add a score where the rounded P's sum costs a
+    16-bit tensor-core pass). Every other pair sums the rounded P (the lean and half rules
+    make the E4M3 code directly: no other P exists), so their output is a convex combination
+    of V's rows."""
+    return ref_rule == "running" and P_RULE_TABLE[p_rule].family == "exact"
 
 
 def check_rules(p_rule: str, ref_rule: str) -> None:

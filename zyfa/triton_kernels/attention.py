@@ -165,7 +165,10 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         if MASKED:
             y = tl.where(valid, y, float("-inf"))
         p = p_fp8(y, P_RULE, HW_ROUND, Y_SHIFTED=P_RULE == P_EXACT)
-        l_blk = tl.sum(p.to(tl.float32), 1)    # on the ALUs: the tensor-core way measured slower (NOTES)
+        if REF_RULE == REF_RUNNING and P_RULE == P_EXACT:   # spec.rules.sums_unrounded: FlashAttention's sums
+            l_blk = tl.sum(tl.exp2(y), 1)
+        else:
+            l_blk = tl.sum(p.to(tl.float32), 1)    # on the ALUs: the tensor-core way measured slower
         if WGMMA_KEY_ORDER:
             p = wgmma_key_order(p)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation

@@ -10,7 +10,9 @@ moved): no fresh accumulator and no fold, 64 registers and 64 FFMAs a block fewe
 Row sums of the rounded P: for the rules in lean_p.HMMA_RULES (exact and the half rules)
 from half-precision wgmmas with float32 accumulation (P pairs are half2 A operands already);
 for the float32 lean rules in float32 on the ALUs, 2 instructions a score. Both are the
-spec's sums up to float32 ordering."""
+spec's sums up to float32 ordering. The fast mode with the exact rule sums the exponentials
+before their rounding instead (spec.rules.sums_unrounded): an FADD a score, each thread its own
+columns across the blocks, the quad's parts added after the last (emit_row_sum_parts)."""
 from __future__ import annotations
 
 import dataclasses
@@ -29,6 +31,7 @@ from .lean_p import (
     emit_pack4,
     emit_pack_pairs,
     half_constants,
+    thread_row_sums,
 )
 from .loads import stage
 from .smem import emit_descriptor, emit_wait
@@ -65,6 +68,31 @@ def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg]
         prog.emit("mov.f32", A[half], f32(NEG_FLOOR))
         prog.emit("mov.f32", l[half], f32(0.0))
     return total, A, l
+
+
+def emit_row_sum_parts(prog: Program, l: list[Reg], rule: str, running: bool) -> None:
+    """After the last block: the quad's parts of each row sum added (thread_row_sums)."""
+    if thread_row_sums(rule, running):
+        for half in (0, 1):
+            emit_quad_reduce(prog, l[half], "add.f32")
+
+
+def emit_sum_tree(prog: Program, values: list[Reg], chains: int = 4) -> Reg:
+    """The float32 sum of ``values`` in ``chains`` independent chains joined at the end (the
+    order is the spec's float32 ordering noise; chains hide the FADD latency)."""
+    heads = []
+    for c in range(chains):
+        part = values[c::chains]
+        acc = prog.reg("f32")
+        prog.emit("add.f32", acc, part[0], part[1])
+        for v in part[2:]:
+            prog.emit("add.f32", acc, acc, v)
+        heads.append(acc)
+    while len(heads) > 1:
+        a, b = heads.pop(0), heads.pop(0)
+        prog.emit("add.f32", a, a, b)
+        heads.append(a)
+    return heads[0]
 
 
 # Q steps whose descriptors are held across the block loop; more (16-bit Dqk 192 / 256: 12, 16)
@@ -198,12 +226,12 @@ def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Re
     _, v_tile, _, _ = stage(prog, c, j)
     dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked,
-                      deferred=deferred and not running, facs=facs, running=running, wait_rowsum=not running)
+                      deferred=deferred and not running, facs=facs, running=running)
     if running:                                            # P V^T into the rescaled total
         emit_rescale(prog, total, sm.alpha, tag)
         for half, dv in enumerate(dvs):
             emit_pv_issue(prog, c, sm.p_regs, dv, into=total[half * ACC:(half + 1) * ACC])
-        prog.emit("wgmma.wait", 0)                         # the row sums (issued first) and P V^T
+        prog.emit("wgmma.wait", 0)
         emit_row_update(prog, sm, l, A)
         return
     for half, dv in enumerate(dvs):                        # Dv 256: two P V^T in turn
@@ -287,7 +315,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     if running:
         A_new, alpha, neg_m = _emit_running_reference(prog, s, facs, A, masked)
         return _emit_p_and_sums(prog, c, rows, rule, start_n, s, d_ones, tag, wait_rowsum, masked, facs,
-                                neg_m, alpha, None, A_new, None, None)
+                                neg_m, alpha, None, A_new, None, None, running=True)
     prog.comment("row max of t = S c, taken on S (c > 0: rounding is monotone), lazy reference A, r = m")
     m, neg_m = prog.regs("f32", 2), prog.regs("f32", 2)
     beta, diff = prog.regs("f32", 2), prog.regs("f32", 2)
@@ -330,13 +358,15 @@ def _emit_running_reference(prog: Program, s: list[Reg], facs: list[Reg], A: lis
 
 def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
                      tag: str, wait_rowsum: bool, masked: bool, facs: list[Reg], neg_m: list[Reg],
-                     alpha, beta, A_new, m, moved) -> Softmax:
+                     alpha, beta, A_new, m, moved, running: bool = False) -> Softmax:
     """y = S c - r (r = -neg_m), the P codes packed into the A operand and the row sums of
     the rounded P; the Softmax record with the reference's registers."""
     emit = prog.emit
-    hmma = rule in HMMA_RULES
-    prog.comment(f"P codes ({rule}) packed into the A operand; row sums of the rounded P "
-                 + ("(half-precision wgmma)" if hmma else "(ALU)"))
+    unrounded = thread_row_sums(rule, running)
+    hmma = rule in HMMA_RULES and not unrounded
+    prog.comment(f"P codes ({rule}) packed into the A operand; " + (
+        "this thread's part of the row sums of the exponentials (ALU)" if unrounded else
+        "row sums of the rounded P " + ("(half-precision wgmma)" if hmma else "(ALU)")))
     l_alu = None                       # the ALU row sums' registers (float32 lean rules)
     if not hmma:
         l_alu = prog.regs("f32", 2)
@@ -355,6 +385,11 @@ def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg,
     if c.layout.int8_qk and masked:    # a NaN factor (a non-finite k) made masked y NaN: -inf, as the spec's
         emit_band_mask(prog, c, rows, ys, start_n, tag + "_Y")
 
+    if unrounded:
+        exps = []
+        p_regs, _ = _emit_p_exact(prog, ys, exps)
+        parts = [emit_sum_tree(prog, [e for i, e in enumerate(exps) if acc_row_half(i) == half]) for half in (0, 1)]
+        return Softmax(p_regs, parts, alpha, beta, A_new, m, moved)
     if rule == "exact":
         p_regs, p16 = _emit_p_exact(prog, ys)
     elif rule in HALF_RULES:
@@ -382,10 +417,11 @@ def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg,
     return Softmax(p_regs, [sums[0], sums[2]], alpha, beta, A_new, m, moved)
 
 
-def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[int, Reg]]:
+def _emit_p_exact(prog: Program, ys: list[Reg], exps: list[Reg] | None = None) -> tuple[list[list[Reg]], dict[int, Reg]]:
     """The exact rule: two scores (same row, adjacent keys) a 16-bit pair of codes; the A
-    operand's words, and each pair as half2 P (E4M3 values are exact halves)."""
-    pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1]) for i in range(0, ACC, 2)}
+    operand's words, and each pair as half2 P (E4M3 values are exact halves). ``exps``: the
+    exponentials before rounding appended to it in score order, and no half2 P."""
+    pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1], exps) for i in range(0, ACC, 2)}
     p_regs, p16 = [], {}
     for k in range(BLOCK_N // 32):
         p_regs.append([])
@@ -393,6 +429,8 @@ def _emit_p_exact(prog: Program, ys: list[Reg]) -> tuple[list[list[Reg]], dict[i
             word = prog.reg("b32")
             prog.emit("mov.b32.pack", word, pairs[src[0]], pairs[src[2]])
             p_regs[-1].append(word)
+            if exps is not None:
+                continue
             # each pair converted from the packed word's half (the same 16 bits): converting
             # the pair itself made ptxas copy it back out of the word, a PRMT a pair
             halves = prog.regs("b16", 2)

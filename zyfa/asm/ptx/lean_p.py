@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from ...spec.rules import HALF_RULES, LEAN_RULES, P_RULE_TABLE
+from ...spec.rules import HALF_RULES, LEAN_RULES, P_RULE_TABLE, sums_unrounded
 from ..program import Program, Reg
 from .target import f32, module, program
 
@@ -18,6 +18,13 @@ PTX_RULES = LEAN_RULES + HALF_RULES      # the rules whose P bits the generated 
 # the rules whose P pairs become half2 A operands: the attention kernel takes their row sums
 # from half-precision wgmmas (float32 accumulation, the ALUs' sums); the others' on the ALUs
 HMMA_RULES = HALF_RULES + ("exact",)
+
+
+def thread_row_sums(rule: str, running: bool) -> bool:
+    """Whether each thread keeps its own part of the row sums: the fast mode's exact rule sums
+    the exponentials before their rounding on the ALUs (spec.rules.sums_unrounded), no
+    half-precision wgmma; the quad's parts are added after the last block."""
+    return sums_unrounded(rule, "running" if running else "block")
 PACK_HALF_PAIRS = "0x6420"               # prmt: bytes 0 and 2 of two half2 words: four codes
 # a step's op in PTX, by precision
 F32_OPS = {"max": "max.f32", "add": "add.f32", "sub": "sub.f32", "fma": "fma.f32"}
@@ -79,16 +86,19 @@ def emit_p_code_pair(prog: Program, y_lo: Reg, y_hi: Reg, k: dict, rule: str) ->
     return _emit_steps(prog, steps[1:], {steps[0].out: y}, "b32", F16X2_OPS, k.__getitem__)
 
 
-def emit_p_exact_pair(prog: Program, y8_lo: Reg, y8_hi: Reg) -> Reg:
+def emit_p_exact_pair(prog: Program, y8_lo: Reg, y8_hi: Reg, exps: list[Reg] | None = None) -> Reg:
     """A b16 register holding the E4M3 codes of 2^y8 (y8 = y + 8, folded into the caller's
     FFMA) for ``y8_lo`` (low byte) and ``y8_hi``: the exact rule on MUFU.EX2 and the
     hardware's round-half-even conversion (subnormals and saturation included). It equals
-    the spec's codes except where 2^y8 lies within MUFU's ~2 ulp of a rounding midpoint."""
+    the spec's codes except where 2^y8 lies within MUFU's ~2 ulp of a rounding midpoint.
+    ``exps``: the two exponentials before rounding are appended to it."""
     e_lo, e_hi = prog.regs("f32", 2)
     prog.emit("ex2.f32", e_lo, y8_lo)
     prog.emit("ex2.f32", e_hi, y8_hi)
     pair = prog.reg("b16")
     prog.emit("cvt.e4m3x2.f32", pair, e_hi, e_lo)
+    if exps is not None:
+        exps += [e_lo, e_hi]
     return pair
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..program import Program, Reg
 from .cta import Cta
 from .layout import BLOCK_M, COLUMN_TILE, HEAD_DIM
-from .lean_p import HMMA_RULES
+from .lean_p import HMMA_RULES, thread_row_sums
 from .smem import emit_wait
 
 HALF_256_X2 = 0x5C005C00                    # two halves of 256: B of the half-precision row-sum wgmma
@@ -152,9 +152,10 @@ def emit_prefetch(prog: Program, c: Cta, block: Reg, tag: str = "") -> None:
     prog.label(f"PREFETCHED{tag}")
 
 
-def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg | None = None) -> Reg | None:
+def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg | None = None,
+               running: bool = False) -> Reg | None:
     """Thread 0 initializes the mbarriers (arrival ``counts``, from Q's on); for a rule with
-    half-precision row sums (lean_p.HMMA_RULES) the first 128 threads (``writers``: their predicate, when the CTA has
+    half-precision row sums (lean_p.HMMA_RULES, but for thread_row_sums) the first 128 threads (``writers``: their predicate, when the CTA has
     more) write the ones tile, B of the row-sum wgmmas; then a CTA-wide barrier. Returns the
     ones tile's shared address (None without it)."""
     emit = prog.emit
@@ -164,7 +165,7 @@ def emit_setup(prog: Program, c: Cta, rule: str, counts: list[int], writers: Reg
         emit("mbarrier.init", bar, count, guard=c.thread.leader)
     emit("fence.mbarrier_init")
     ones = None
-    if c.layout.is_fp8 and rule in HMMA_RULES:
+    if c.layout.is_fp8 and rule in HMMA_RULES and not thread_row_sums(rule, running):
         ones, ones_word, tid8 = prog.regs("u32", 3)
         emit("add.u32", ones, c.shared.base, c.layout.stage0 - c.layout.ones_bytes)
         prog.comment("the ones tile: 128 threads x 8 bytes, visible to wgmma (the async proxy)")

@@ -13,7 +13,7 @@ the spec's block_n; grid (query tiles, batch * heads), heaviest query tiles firs
 from __future__ import annotations
 
 from ..program import Program
-from .block import BLOCK_LOOPS, emit_accumulators, emit_block, emit_q_descriptors, emit_scores
+from .block import BLOCK_LOOPS, emit_accumulators, emit_block, emit_q_descriptors, emit_row_sum_parts, emit_scores
 from .cta import emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .int8_qk import emit_block_factors, emit_int8_scores
@@ -27,7 +27,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running:
     c, rows = emit_prologue(prog, causal, layout)
     thread, tile, shared = c.thread, c.tile, c.shared
     prog.comment("thread 0: barriers, then the Q tile and the first K / V^T block")
-    ones = emit_setup(prog, c, rule, [1] * (1 + layout.stages))
+    ones = emit_setup(prog, c, rule, [1] * (1 + layout.stages), running=running)
     emit("bra.div", "LOADS_STARTED", guard=f"!{thread.leader}")
     emit("mbarrier.expect_tx", shared.bar_q, layout.q_bytes)
     emit_q_load(prog, c, shared.base, tile.start_m)
@@ -76,5 +76,6 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running:
             emit("bra", "BLOCKS_DONE", guard=more)
     prog.label("BLOCKS_DONE")
 
+    emit_row_sum_parts(prog, l, rule, running)
     emit_epilogue(prog, c, rows, total, A, l)
     emit("ret")

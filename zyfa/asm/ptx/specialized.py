@@ -28,6 +28,7 @@ from .block import (
     emit_pv_issue,
     emit_reference_moves,
     emit_rescale,
+    emit_row_sum_parts,
     emit_row_update,
     emit_scores,
     emit_softmax,
@@ -68,7 +69,7 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, run
     counts = [1] + [1] * n + [warps] * (n + 1)
     if layout.split_kv:                                    # V full, V free
         counts += [1] * n + [warps] * n
-    ones = emit_setup(prog, c, rule, counts, writers=producer)
+    ones = emit_setup(prog, c, rule, counts, writers=producer, running=running)
     emit("bra", "PRODUCER", guard=producer)
 
     tiles = _emit_tiles(prog, c)
@@ -353,6 +354,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     emit_release(prog, c, free_bar(prog, c, prev_slot))
     emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
     fold(o, "_LAST")
+    emit_row_sum_parts(prog, l, rule, running)
     emit_epilogue(prog, c, rows, total, A, l)
     emit_tile_end(prog, c, tiles, t, it, base)
 
