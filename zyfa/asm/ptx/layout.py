@@ -302,7 +302,7 @@ INT8_PARAMS = [(".u64", "kfac_ptr")]
 
 # window: FlashAttention's window_size (left, right), query row i sees keys i + o - left ..
 # i + o + right (o = seqlen_k - seqlen_q, per sequence in a packed batch); the host passes
-# seqlen_q + seqlen_k (the launch's longest) for an unbounded side, and right 0 for causal.
+# more than seqlen_q + seqlen_k for an unbounded side (kernels.window_args), right 0 for causal.
 # Parameters rather than a specialization a size: a model's window sizes vary by layer, and
 # they cost a few prologue instructions a tile
 WINDOW_PARAMS = [(".u32", "window_left"), (".u32", "window_right")]
