@@ -286,7 +286,7 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
     if chosen == "ptx" and block_table is None:
         return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8,
                                                      key_order=True, v_pages=v_pages),
-                           softmax_scale, causal, descales, p_rule, ref_rule, is_fp8)
+                           softmax_scale, causal, descales, p_rule, ref_rule, is_fp8, window)
     if not use_triton:
         return None
     if block_table is not None:                  # the pools; each sequence's keys from its pages
@@ -322,16 +322,16 @@ def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, key_o
                      lengths=(tuple(q_lens), tuple(k_lens)))
 
 
-def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_rule, is_fp8):
+def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_rule, is_fp8, window=(-1, -1)):
     """(out, lse) of the packed batch (v and tables from _contiguous_tables) from one launch of
     the generated Hopper kernel."""
     from .asm.ptx.kernels import attention_16, attention_fp8
     scale = None if softmax_scale is None else float(softmax_scale)
     if is_fp8:
         out, lse = attention_fp8(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, **descales, p_rule=p_rule,
-                                 ref_rule=ref_rule, packed=packed)
+                                 ref_rule=ref_rule, packed=packed, window_size=window)
     else:
-        out, lse = attention_16(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, packed=packed)
+        out, lse = attention_16(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, packed=packed, window_size=window)
     return out[0], lse[0]
 
 

@@ -305,12 +305,13 @@ SHAPES = [  # B, Sq, Sk, Hq, Hkv, D, Dv, causal
     (2, 577, 900, 6, 3, 64, 64, True)]          # d64's 192-row tiles: three and a row, Sq < Sk
 
 
-def _assert_as_close_as_triton(q, k, v, causal, softmax_scale=None):
+def _assert_as_close_as_triton(q, k, v, causal, softmax_scale=None, window=(-1, -1)):
     out, lse = zyfa.flash_attn_func(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True,
-                                    backend="ptx")
+                                    backend="ptx", window_size=window)
     tri, lse_tri = zyfa.flash_attn_func(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True,
-                                        backend="triton")
-    ref, lse_ref = attention_fp64(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
+                                        backend="triton", window_size=window)
+    ref, lse_ref = attention_fp64(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True,
+                                  window_size=window)
     assert out.dtype == q.dtype and torch.isfinite(out).all()
     # the yardstick: the Triton kernel's error on the same inputs (P and out rounded to the
     # input type dominate both)
@@ -477,3 +478,54 @@ def test_descriptors_match_what_triton_writes_for_the_same_operands(tmp_path):
     for bits in (k_major, mn_major):
         assert f", {bits};" in ours, hex(bits)
     assert all(f", {128 * t};" in ours for t in range(1, attn.BLOCK_N // 16))
+
+
+WINDOWS_16 = [  # (window_size, causal): the 128-key block's edges (d256: 64-key blocks), past the sequence
+    ((0, 0), True), ((1, 0), True), ((63, 0), True), ((127, 0), True), ((128, 0), True), ((129, 0), True),
+    ((5000, 0), True), ((0, 0), False), ((128, 129), False), ((-1, 1), False), ((129, -1), False)]
+
+
+@hopper
+@pytest.mark.parametrize("routed", [True, False], ids=["packed-route", "dense"])
+@pytest.mark.parametrize("dims", [(128, 128), (64, 64), (192, 128), (256, 256)], ids=lambda d: f"d{d[0]}-{d[1]}")
+@pytest.mark.parametrize("window", WINDOWS_16, ids=lambda w: f"{w[0][0]}_{w[0][1]}_{'causal' if w[1] else 'full'}")
+def test_16bit_windowed_kernel_vs_float64_and_triton(window, dims, routed, monkeypatch):
+    """The windowed 16-bit kernels, dense and on the packed route (short dense calls), against
+    float64 under the window, as close as the Triton kernel's windowed path."""
+    import zyfa.asm.ptx.kernels as K
+    if not routed:
+        monkeypatch.setattr(K, "PACKED_ROUTE_KEYS", {})
+    window, causal = window
+    q, k, v = _inputs(2, 700, 900, 4, 2, *dims, seed=dims[0] + max(window[0], 0))
+    text = zyfa.explain(q, k, v, causal=causal, window_size=window)
+    assert text.startswith("selected: ptx") and "sliding window" in text, text
+    _assert_as_close_as_triton(q, k, v, causal, window=window)
+
+
+@hopper
+@pytest.mark.parametrize("dims", [(128, 128), (64, 64), (192, 128), (256, 256)], ids=lambda d: f"d{d[0]}-{d[1]}")
+@pytest.mark.parametrize("window,causal", [((0, 0), True), ((129, 0), True), ((127, 128), False)])
+@pytest.mark.parametrize("page_size", [0, 64])
+def test_16bit_windowed_packed_and_paged_equal_per_sequence_calls(dims, window, causal, page_size, monkeypatch):
+    """A packed batch and its paged cache with a window, one launch: bit for bit the windowed
+    kernel a sequence (each run as a packed batch of one, the short dense route)."""
+    import itertools
+    from zyfa.varlen import paged_kv_cache
+    lens_q, lens_k = [1, 200, 77, 130, 400], [5, 260, 77, 300, 400]
+    g = torch.Generator().manual_seed(dims[0] + page_size)
+    q = torch.randn(sum(lens_q), 4, dims[0], generator=g).bfloat16().cuda()
+    k = torch.randn(sum(lens_k), 2, dims[0], generator=g).bfloat16().cuda()
+    v = torch.randn(sum(lens_k), 2, dims[1], generator=g).bfloat16().cuda()
+    cu_q, cu_k = (torch.tensor([0] + list(itertools.accumulate(n)), dtype=torch.int32) for n in (lens_q, lens_k))
+    kv, extra = (k, v), dict(cu_seqlens_k=cu_k)
+    if page_size:
+        kp, vp, table, used = paged_kv_cache(k, v, cu_k, page_size, seed=page_size)
+        kv, extra = (kp, vp), dict(cu_seqlens_k=None, block_table=table, seqused_k=used)
+    out, lse = zyfa.flash_attn_varlen_func(q, *kv, cu_q, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k),
+                                           causal=causal, window_size=window, return_lse=True, backend="ptx", **extra)
+    for i, (a, c) in enumerate(zip(cu_q[:-1].tolist(), cu_k[:-1].tolist())):
+        sq, sk = lens_q[i], lens_k[i]
+        o, s_ = zyfa.flash_attn_func(q[None, a:a + sq], k[None, c:c + sk], v[None, c:c + sk], causal=causal,
+                                     window_size=window, return_lse=True, backend="ptx")
+        assert torch.equal(out[a:a + sq].view(torch.int16), o[0].view(torch.int16)), (i, describe_mismatch(out[a:a + sq], o[0]))
+        assert torch.equal(lse[:, a:a + sq], s_[0]), i

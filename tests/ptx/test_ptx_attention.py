@@ -6,6 +6,7 @@ spills and no conversion instructions in the main loop. On an H200: the kernel a
 spec (same P rule, block references), float64 and the Triton kernel, over odd seqlens,
 seqlen_q < seqlen_k, MQA/GQA and non-causal; dispatch picks it; repeatable bit for bit.
 """
+import itertools
 import math
 import re
 
@@ -307,10 +308,11 @@ def test_ptx_kernel_equals_spec_with_a_negative_descale(shape, head_dim):
     _assert_equals_spec(kw, causal, "lean_cubic")
 
 
-def _assert_equals_spec(kw, causal, rule, ref_rule="block"):
+def _assert_equals_spec(kw, causal, rule, ref_rule="block", window=(-1, -1)):
     out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule=rule, ref_rule=ref_rule, return_lse=True,
-                                    backend="ptx")
-    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, ref_rule=ref_rule, return_lse=True)
+                                    backend="ptx", window_size=window)
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule=rule, ref_rule=ref_rule, return_lse=True,
+                                        window_size=window)
     # same P codes: what is left is accumulation order (and P V's tensor-core sums) under
     # the BF16 rounding of the output, the yardstick
     rounding = rel_err(spec.bfloat16(), spec)
@@ -525,3 +527,122 @@ def test_ring_position_is_the_quotient_and_remainder(stages):
     for n in [0, 1, stages - 1, stages, 2 ** 31, 2 ** 32 - 1, 2 ** 32 - stages] + \
              [rng.getrandbits(32) for _ in range(20000)]:
         assert (n * m) >> (32 + s) == n // stages, n
+
+
+# ------------------------------------------------------------- sliding windows, on an H100 / H200
+WINDOW_SHAPES = [  # B, Sq, Sk, Hq, Hkv
+    (1, 300, 300, 4, 2),             # odd lengths, GQA
+    (2, 200, 777, 2, 1),             # seqlen_q < seqlen_k (bottom-right), MQA
+    (1, 1000, 1000, 2, 2),           # several blocks each side of every window
+]
+WINDOWS = [  # (window_size, causal): sizes at the 128-key block's edges, one past the sequence
+    ((0, 0), True), ((1, 0), True), ((127, 0), True), ((128, 0), True), ((129, 0), True), ((5000, 0), True),
+    ((0, 0), False), ((1, 0), False), ((128, 129), False), ((0, 127), False), ((-1, 1), False), ((129, -1), False),
+    ((5000, 5000), False)]
+
+
+def _window_id(w):
+    return f"{w[0][0]}_{w[0][1]}_{'causal' if w[1] else 'full'}"
+
+
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+@pytest.mark.parametrize("window", WINDOWS, ids=_window_id)
+@pytest.mark.parametrize("shape", WINDOW_SHAPES)
+def test_windowed_kernel_equals_spec_when_s_is_exact(shape, window, head_dim):
+    """The windowed kernels (both edges masked, blocks outside the window skipped) against the
+    spec's window (key_limits): the spec's P codes, its output within the BF16 rounding."""
+    window, causal = window
+    kw, _ = _exact_s_case((*shape, causal), seed=shape[1] + head_dim + max(window[0], 0), head_dim=head_dim)
+    text = zyfa.explain(**kw, causal=causal, window_size=window)
+    assert text.startswith("selected: ptx") and "sliding window" in text, text
+    _assert_equals_spec(kw, causal, "lean_cubic", window=window)
+
+
+@hopper
+@pytest.mark.parametrize("long", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+@pytest.mark.parametrize("window", WINDOWS[::2], ids=_window_id)
+def test_windowed_running_reference_equals_spec(window, head_dim, long, monkeypatch):
+    """The fast mode with a window, and d128's long-key layout (the pipelined consumers)."""
+    if long and head_dim != 128:
+        pytest.skip("the long layout is d128's")
+    from zyfa.asm.ptx import layout
+    if long:
+        monkeypatch.setattr(layout, "LONG_KEYS", 1)
+    window, causal = window
+    kw, _ = _exact_s_case((1, 1000, 1000, 2, 2, causal), seed=head_dim + max(window[0], 0), head_dim=head_dim)
+    _assert_equals_spec(kw, causal, "lean_cubic_f16", ref_rule="running", window=window)
+
+
+@hopper
+@pytest.mark.parametrize("ref_rule", ["block", "running"])
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+@pytest.mark.parametrize("window,causal", [((4096, 0), True), ((128, 0), True), ((129, 255), False)])
+def test_windowed_kernel_vs_float64(window, causal, head_dim, ref_rule):
+    """Realistic activations, the exact rule: no further from the float64 window than the spec."""
+    x, _ = _case((1, 1000, 5000, 4, 2, causal), head_dim=head_dim)
+    out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule="exact", ref_rule=ref_rule, window_size=window,
+                               backend="ptx")
+    spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule="exact", ref_rule=ref_rule, window_size=window)
+    ref = attention_fp64(*x.dequantized(), causal=causal, window_size=window)
+    spec_err, rounding = rel_err(spec, ref), rel_err(spec.bfloat16(), spec)
+    assert rel_err(out, ref) <= 1.1 * math.hypot(spec_err, rounding), (rel_err(out, ref), spec_err, rounding)
+
+
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+def test_windowed_kernel_never_reads_blocks_outside(head_dim):
+    """NaN in V's first key block: a block a tile reads reaches every row of it (P = 0 times
+    NaN), so rows whose whole tile lies past the window's reach of block 0 stay finite (and
+    equal the clean run) only if their tiles never load it; rows that see block 0 are NaN."""
+    x, _ = _case((1, 2048, 2048, 2, 1, True), head_dim=head_dim)
+    clean = zyfa.flash_attn_func(**x.kwargs(), causal=True, window_size=(256, 0), backend="ptx")
+    v = x.v.clone()
+    v.view(torch.uint8)[:, :128] = 0x7F                      # E4M3 NaN
+    kw = {**x.kwargs(), "v": v}
+    out = zyfa.flash_attn_func(**kw, causal=True, window_size=(256, 0), backend="ptx")
+    assert torch.isnan(out[:, :128].float()).all(dim=-1).all()
+    far = 128 + 256 + 256                                    # past the reach of block 0 by a 256-row tile
+    assert torch.equal(out[:, far:].view(torch.int16), clean[:, far:].view(torch.int16))
+
+
+def _fp8_varlen_case(lens_q, lens_k, d, dv, seed):
+    """Packed E4M3 q, k, v (V transposed, as quantize_fp8 writes it), descales a (sequence, kv
+    head), and the cu_seqlens."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, sum(lens_q), 4, d, generator=g).bfloat16().cuda()
+    k = torch.randn(1, sum(lens_k), 2, d, generator=g).bfloat16().cuda()
+    v = torch.randn(1, sum(lens_k), 2, dv, generator=g).bfloat16().cuda()
+    x = zyfa.quantize_fp8(q, k, v)
+    f = torch.linspace(0.5, 2.0, len(lens_q), device="cuda")[:, None]
+    ds = {n: (getattr(x, n) * f).float() for n in ("q_descale", "k_descale", "v_descale")}
+    cu = lambda lens: torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32)  # noqa: E731
+    return x.q[0], x.k[0], x.v[0], ds, cu(lens_q), cu(lens_k)
+
+
+@hopper
+@pytest.mark.parametrize("dims", [(128, 128), (192, 128), (64, 64), (256, 256)], ids=lambda d: f"d{d[0]}-{d[1]}")
+@pytest.mark.parametrize("window,causal", [((0, 0), True), ((129, 0), True), ((127, 128), False), ((5000, -1), False)])
+@pytest.mark.parametrize("page_size", [0, 64, 256])
+def test_windowed_packed_and_paged_equal_per_sequence_calls(dims, window, causal, page_size):
+    """A packed batch (and its paged cache, gathered for the generated kernel) with a window in
+    one launch: bit for bit the dense windowed kernel a sequence (chunked prefill: more keys
+    than queries)."""
+    from zyfa.varlen import paged_kv_cache
+    lens_q, lens_k = [1, 200, 77, 130], [5, 260, 77, 300]
+    q, k, v, ds, cu_q, cu_k = _fp8_varlen_case(lens_q, lens_k, *dims, seed=dims[0] + page_size)
+    kv, extra = (k, v), dict(cu_seqlens_k=cu_k)
+    if page_size:
+        kp, vp, table, used = paged_kv_cache(k, v, cu_k, page_size, seed=page_size)
+        kv, extra = (kp, vp), dict(cu_seqlens_k=None, block_table=table, seqused_k=used)
+    out, lse = zyfa.flash_attn_varlen_func(q, *kv, cu_q, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k),
+                                           causal=causal, window_size=window, return_lse=True, backend="ptx",
+                                           **extra, **ds)
+    for i, (a, c) in enumerate(zip(cu_q[:-1].tolist(), cu_k[:-1].tolist())):
+        sq, sk = lens_q[i], lens_k[i]
+        o, s_ = zyfa.flash_attn_func(q[None, a:a + sq], k[None, c:c + sk], v[None, c:c + sk], causal=causal,
+                                     window_size=window, return_lse=True, backend="ptx",
+                                     **{n: d[i:i + 1] for n, d in ds.items()})
+        assert torch.equal(out[a:a + sq].view(torch.int16), o[0].view(torch.int16)), (i, describe_mismatch(out[a:a + sq], o[0]))
+        assert torch.equal(lse[:, a:a + sq], s_[0]), i

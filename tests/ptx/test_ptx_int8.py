@@ -79,11 +79,12 @@ def _run(x, causal, rule):
     return zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True, backend="ptx")
 
 
-def _assert_as_spec(x, causal, rule, out, lse):
+def _assert_as_spec(x, causal, rule, out, lse, window=(-1, -1)):
     """lean_cubic: the spec's P codes, so the outputs equal the spec's under the BF16
     rounding and the LSE within float32 ordering. exact (MUFU.EX2, ~2 ulp): a code may step
     near a rounding midpoint, in few rows' LSE and by at most one E4M3 step."""
-    spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True)
+    spec, lse_spec = fp8_attention_spec(**x.kwargs(), causal=causal, p_rule=rule, return_lse=True,
+                                        window_size=window)
     rounding = rel_err(spec.bfloat16(), spec)
     assert rel_err(out, spec) <= 1.5 * rounding + 1e-4, (rel_err(out, spec), rounding, describe_mismatch(out, spec))
     diff = (lse.double() - lse_spec).abs()
@@ -138,3 +139,21 @@ def test_int8_kernel_negative_and_nan_factors_as_the_spec(dims):
     finite = ~spec.isnan()
     rounding = rel_err(spec[finite].bfloat16(), spec[finite])
     assert rel_err(out[finite], spec[finite]) <= 1.5 * rounding + 1e-4
+
+
+@hopper
+@pytest.mark.parametrize("dims", [(64, 64), (128, 128), (192, 128), (256, 256)], ids=lambda d: f"d{d[0]}-{d[1]}")
+@pytest.mark.parametrize("rule", ["lean_cubic", "exact"])
+@pytest.mark.parametrize("window,causal", [((0, 0), True), ((1, 0), True), ((127, 0), True), ((128, 0), True),
+                                           ((129, 0), True), ((5000, 0), True), ((128, 129), False),
+                                           ((-1, 1), False), ((129, -1), False)])
+def test_int8_windowed_kernels_equal_spec(window, causal, rule, dims):
+    """The INT8 Q.K^T mode with a window, through flash_attn_func: each block's k descale read
+    for the tile's blocks counted from its first (kfac_base moved to it), _assert_as_spec."""
+    import zyfa
+    x, _ = _case((1, 333, 700, 4, 2, causal), dims[0], dv=dims[1])
+    text = zyfa.explain(**x.kwargs(), causal=causal, p_rule=rule, window_size=window)
+    assert text.startswith("selected: ptx") and "sliding window" in text, text
+    out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, p_rule=rule, window_size=window, return_lse=True,
+                                    backend="ptx")
+    _assert_as_spec(x, causal, rule, out, lse, window)

@@ -17,6 +17,8 @@ dim runs the schedule it does: layout.layout_for and docs/hopper.md.
 """
 from __future__ import annotations
 
+import dataclasses
+
 # the kernel's public face: callers and tests read the layout's names here too
 from .layout import (  # noqa: F401
     ACC,
@@ -51,7 +53,7 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
                      arch: str = "sm_90a", packed: bool = False, int8_qk: bool = False,
-                     long: bool = False, ref_rule: str = "block") -> tuple[str, str]:
+                     long: bool = False, ref_rule: str = "block", window: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` and its Dv: HEAD_DIMS) for one P
     rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for the
     rules in HMMA_RULES and from the ALUs for the others (block.py).
@@ -67,6 +69,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     specialized schedule, layout.long_keys). ``int8_qk``: q and k int8, any of
     the head dims (layout.INT8_PARAMS: fac is then a factor a query row, kfac k's descale a block).
     ``ref_rule`` "running" (E4M3 only): the running-max reference, P V^T accumulated in place.
+    ``window``: a sliding window (window.py), its bounds the parameters layout.WINDOW_PARAMS
+    (``causal`` then unused: the host passes right 0); a kernel of its own name.
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
@@ -75,8 +79,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
                          f"got {ref_rule!r}")
     running = ref_rule == "running"
     dv = fp8_dv(dqk)
-    layout = layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk, long=long)
-    name = kernel_name(rule, causal, dqk, packed, int8_qk, long, ref_rule)
+    layout = dataclasses.replace(layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk, long=long), window=window)
+    name = kernel_name(rule, causal, dqk, packed, int8_qk, long, ref_rule, window)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if layout.specialized:
@@ -89,19 +93,20 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
 
 
 def attention_kernel_16(dtype: str = "bf16", causal: bool = True, dqk: int = HEAD_DIM, dv: int = HEAD_DIM,
-                        arch: str = "sm_90a", packed: bool = False) -> tuple[str, str]:
+                        arch: str = "sm_90a", packed: bool = False, window: bool = False) -> tuple[str, str]:
     """(name, PTX) of the 16-bit attention kernel (``dtype`` "bf16" or "f16"; head dims in
     HEAD_DIMS_16), FlashAttention's online softmax (bf16.py). Parameters as attention_kernel's,
     read as bytes: maps of q (B, Sq, Hq, 2 Dqk), k and v (B, Sk, Hkv, 2 D) with boxes of 64 / 128
     rows of 128 bytes; out (B, Sq, Hq, Dv) in the input type; lse (B, Hq, Sq) float32; fac (B,
     Hkv) float32 = softmax_scale * log2(e); vd_ptr and the tail maps unused. Launch:
-    layout_for(dqk, dtype, dv)'s threads and shared_bytes; grid (ceil(Sq / 128) * B * Hq,)."""
+    layout_for(dqk, dtype, dv)'s threads and shared_bytes; grid (ceil(Sq / 128) * B * Hq,). ``window``:
+    as attention_kernel's."""
     if (dqk, dv) not in HEAD_DIMS_16:
         raise ValueError(f"the generated 16-bit kernel takes head dims {HEAD_DIMS_16}, got ({dqk}, {dv})")
     if dtype not in ("bf16", "f16"):
         raise ValueError(f"the generated 16-bit kernel takes bf16 or f16, got {dtype!r}")
-    layout = layout_for(dqk, dtype, dv, packed)
-    name = kernel_name_16(dtype, causal, dqk, dv, packed)
+    layout = dataclasses.replace(layout_for(dqk, dtype, dv, packed), window=window)
+    name = kernel_name_16(dtype, causal, dqk, dv, packed, window)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     emit_specialized(prog, None, causal, layout)

@@ -1,7 +1,8 @@
 """What the generated sm_90a kernels run: FP8 on Hopper with head dims (64, 64), (128, 128),
 MLA's (192, 128) or (256, 256), per-head (or per-tensor) q/k descales, every P rule, block
 or running references; the INT8 Q.K^T mode at the same head dims with k descales a block of 128 keys;
-BF16 and FP16 at the same head dims. They need cuda-python to load."""
+BF16 and FP16 at the same head dims; each with a sliding window (window_size) too. They need
+cuda-python to load."""
 from __future__ import annotations
 
 import torch
@@ -15,8 +16,6 @@ from .layout import HEAD_DIMS, HEAD_DIMS_16, REF_RULES
 
 def supports(p) -> tuple[bool, str]:
     """(can run, why) for a zyfa.dispatch.Problem."""
-    if p.windowed:
-        return False, f"the generated PTX kernels have no sliding window (window_size {p.window}); the Triton kernel has"
     if p.device.type != "cuda" or is_rocm():
         return False, f"generated PTX runs on NVIDIA GPUs, tensors are on {p.device.type}" + (
             " (ROCm)" if is_rocm() and p.device.type == "cuda" else "")
@@ -28,7 +27,7 @@ def supports(p) -> tuple[bool, str]:
                           f"not {p.head_dims}"
         if not HAS_CUDA_PYTHON:
             return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
-        return True, f"generated PTX kernel for sm_90a (16-bit, d{p.head_dims[0]}/{p.head_dims[1]})"
+        return True, f"generated PTX kernel for sm_90a (16-bit, d{p.head_dims[0]}/{p.head_dims[1]}{_window(p)})"
     if p.int8_qk:
         return _supports_int8(p)
     refusal = fp8_refusal(p, "generated kernel", p.head_dims in HEAD_DIMS, " or ".join(map(str, HEAD_DIMS)),
@@ -38,7 +37,11 @@ def supports(p) -> tuple[bool, str]:
     if not HAS_CUDA_PYTHON:
         return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
     mode = ", running max: the fast mode" if p.ref_rule == "running" else ""
-    return True, f"generated PTX kernel for sm_90a (FP8, d{p.head_dims[0]}/{p.head_dims[1]}{mode})"
+    return True, f"generated PTX kernel for sm_90a (FP8, d{p.head_dims[0]}/{p.head_dims[1]}{mode}{_window(p)})"
+
+
+def _window(p) -> str:
+    return f", sliding window {p.window}" if p.windowed else ""
 
 
 def _supports_int8(p) -> tuple[bool, str]:
@@ -56,7 +59,7 @@ def _supports_int8(p) -> tuple[bool, str]:
         return False, f"the generated INT8 Q.K^T kernel implements ref_rule 'block' and p_rule {P_RULES}"
     if not HAS_CUDA_PYTHON:
         return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
-    return True, f"generated PTX kernel for sm_90a (INT8 Q.K^T, d{p.head_dims[0]})"
+    return True, f"generated PTX kernel for sm_90a (INT8 Q.K^T, d{p.head_dims[0]}{_window(p)})"
 
 
 def run(q, k, v, **kw):

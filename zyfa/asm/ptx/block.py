@@ -36,6 +36,7 @@ from .lean_p import (
 from .loads import stage
 from .smem import emit_descriptor, emit_wait
 from .target import f32
+from .window import emit_window_band_mask
 
 
 # the block loop is emitted twice (serial.py, the pipelined consumer of specialized.py): the
@@ -184,6 +185,8 @@ def emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
 
 def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg, tag: str) -> None:
     """Mask the scores ``s`` of the block at ``start_n`` if it lies in the masked band."""
+    if rows.left_end is not None:                          # a window's left band too
+        return emit_window_band_mask(prog, c, rows, s, start_n, tag)
     unmasked = prog.reg("pred")
     prog.emit("setp.lt.u32", unmasked, start_n, rows.band_start)
     prog.emit("bra", f"SCORES_READY{tag}", guard=unmasked)

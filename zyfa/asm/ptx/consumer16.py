@@ -14,6 +14,7 @@ from .layout import HEAD_DIM, THREADS
 from .loads import emit_kv_wait, stage
 from .target import f32
 from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
+from .window import emit_below_again, emit_first_start, emit_left_band_jump, emit_relative
 
 
 # Layout.early_pv_wait: the P V wait pinned after this exponential of the block (of 32 a thread
@@ -68,6 +69,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         emit_tile_work(prog, c, tiles, t)
         rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
         emit("shr.u32", below_end, rows.band_start, c.layout.block_n.bit_length() - 1)   # band_start: a block's
+        emit_relative(prog, c.tile, below_end)            # a window: counted from the tile's first block
         emit("min.u32", below_end, below_end, c.tile.n_blocks)
         if not handed:
             emit_q_wait(prog, c, it, tag)
@@ -94,7 +96,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
             emit("mov.f32", A[half], f32(NEG_FLOOR))
             emit("mov.f32", l[half], f32(0.0))
         emit("mov.u32", j, 0)
-        emit("mov.u32", start_n, 0)
+        emit_first_start(prog, c.tile, start_n)
         emit_release(prog, c, free_bar(prog, c, slot))  # K(0) read
         release_q_after_last_s(j)
         sm = emit_softmax16(prog, c, rows, start_n, s, A, tag)
@@ -135,11 +137,14 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     sm = first_softmax(rows, "_FIRST")
     emit_pack16(prog, c, sm.p, p_regs)
 
-    def advance(end: Reg, body: str) -> None:
+    def advance(end: Reg, body: str, below: str | None = None) -> None:
         """The loop's bottom: on to block j + 1, back to ``body`` while j < ``end`` (the test
-        sits under the block's last FADDs instead of before S: -25 static cycles a block)."""
+        sits under the block's last FADDs instead of before S: -25 static cycles a block);
+        ``below``: a window's left band ends there (window.emit_below_again)."""
         go = prog.reg("pred")
         emit_next_block(prog, c, j, start_n, slot, prev_slot)
+        if below:
+            emit_below_again(prog, rows, start_n, below)
         emit("setp.lt.u32", go, j, end)
         emit("bra", body, guard=go)
 
@@ -153,6 +158,7 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
             emit("bra", "LAST_PV", guard=last)
         else:                                              # a tile's blocks after its first enter here
             emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}", below_end, "BELOW_DONE")
+            emit_left_band_jump(prog, rows, start_n, "BLOCK_BODY")   # a window's left band: the masked copy
         prog.label(f"BLOCK_BODY{tag}")
         emit_kv_wait(prog, c, slot, tag)
         if turn:
@@ -178,7 +184,8 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
         else:
             emit_rescale(prog, total, sm.alpha, tag)
         emit_row_update16(prog, sm, l, A)
-        advance(c.tile.n_blocks if masked else below_end, f"BLOCK_BODY{tag}")   # then BELOW_DONE, LAST_PV
+        advance(c.tile.n_blocks if masked else below_end, f"BLOCK_BODY{tag}",   # then BELOW_DONE, LAST_PV
+                f"BLOCK_BODY{BLOCK_LOOPS[0][0]}" if masked else None)
 
     prog.label("LAST_PV")
     if early:
@@ -270,4 +277,5 @@ MOVES = {"u32": "mov.u32", "f32": "mov.f32", "u64": "mov.b64"}   # a register co
 
 def _row_registers(rows: Rows) -> list[Reg]:
     """The registers of a 16-bit consumer's Rows (a next tile's are moved into the loop's)."""
-    return [*rows.rows, *rows.limits, rows.band_start, rows.fac, rows.vd_base]
+    window = [rows.first, rows.left_end] if rows.left_end is not None else []
+    return [*rows.rows, *rows.limits, rows.band_start, rows.fac, rows.vd_base, *window]

@@ -9,6 +9,7 @@ import dataclasses
 from ..program import Program, Reg
 from .layout import BLOCK_M, BLOCK_N, COLUMN_TILE, HEAD_DIM, THREADS, Layout
 from .target import f32
+from .window import Window, emit_block_range, emit_row_window, emit_window_registers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +71,10 @@ class Tile:
     bkv: Reg                # b * kv_heads + kvh
     tile_m: Reg             # the CTA's first query row
     start_m: Reg            # the warpgroup's first query row (serial: tile_m)
-    n_blocks: Reg           # key blocks [0, n_blocks) hold keys some row of the CTA sees
+    n_blocks: Reg           # key blocks [0, n_blocks) hold keys some row of the CTA sees (window: from first_block)
     block_n: int = BLOCK_N  # keys a block (layout.block_n)
     seq: "SequenceRows | None" = None   # a packed batch: where the tile's sequence lies
+    window: Window | None = None        # Layout.window: its bounds and the tile's first block
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,8 @@ class Rows:
     vd_base: Reg            # &v_descale[b, kvh, 2q]
     row_fac: list[Reg] | None = None   # int8_qk: the two rows' factors (fac is then unused)
     kfac_base: Reg | None = None       # int8_qk: &kfac[b, kvh, 0], one float a key block
+    first: Reg | None = None           # window: the first key row g sees (signed; row g + 8: 8 more)
+    left_end: Reg | None = None        # window: the warpgroup's first key past its masked left band
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +227,7 @@ def emit_tile_registers(prog: Program, p: Params, causal: bool, layout: Layout) 
     start_m = prog.reg("u32") if layout.specialized else tile_m
     seq = SequenceRows(*prog.regs("u32", 5), prog.reg("pred")) if layout.packed else None
     return Tile(causal, group, diag, full_end, last_key, b, h, kvh, bkv, tile_m, start_m, n_blocks, layout.block_n,
-                seq)
+                seq, emit_window_registers(prog, layout))
 
 
 def emit_work(prog: Program, p: Params, thread: Thread, tile: Tile, layout: Layout, m_tile: Reg, bh: Reg) -> None:
@@ -243,6 +247,8 @@ def emit_work(prog: Program, p: Params, thread: Thread, tile: Tile, layout: Layo
     seqlen_k = p.seqlen_k
     if layout.packed:
         seqlen_k = _emit_sequence(prog, p, t)
+    if t.window is not None:
+        return emit_block_range(prog, t, seqlen_k, cta_rows)
     band_end = prog.reg("u32")
     if t.causal:
         emit("add.u32", band_end, t.tile_m, cta_rows)
@@ -287,7 +293,7 @@ def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile, dv: int) -> 
     emit("mad.lo.u32", rows[0], thread.warp, 16, thread.g)
     emit("add.u32", rows[0], rows[0], t.start_m)
     emit("add.u32", rows[1], rows[0], 8)
-    if t.causal:
+    if t.causal and t.window is None:
         emit("add.u32", band_start, t.start_m, t.diag)
         emit("add.u32", band_start, band_start, 1)
         emit("and.b32", band_start, band_start, -t.block_n & 0xFFFFFFFF)
@@ -295,7 +301,7 @@ def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile, dv: int) -> 
         for row, lim in zip(rows, limits):
             emit("add.u32", lim, row, t.diag)
             emit("min.u32", lim, lim, t.last_key)
-    else:
+    elif t.window is None:
         emit("mov.u32", band_start, t.full_end)
         for lim in limits:
             emit("mov.u32", lim, t.last_key)
@@ -316,7 +322,8 @@ def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile, dv: int) -> 
     vd_base = prog.reg("u64")
     emit("mul.wide.u32", off, col_idx, 4)
     emit("add.u64", vd_base, p.vd_ptr, off)
-    return Rows(rows, limits, band_start, fac, vd_base, row_fac, kfac_base)
+    first, left_end = emit_row_window(prog, t, rows, limits, band_start, kfac_base)   # (None, None) without
+    return Rows(rows, limits, band_start, fac, vd_base, row_fac, kfac_base, first, left_end)
 
 
 def _emit_int8_factors(prog: Program, p: Params, t: Tile, rows: list[Reg]) -> tuple[list[Reg], Reg]:

@@ -22,24 +22,40 @@ from .loader import Kernel, tensor_map
 
 @functools.cache
 def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed: bool, long: bool,
-               ref_rule: str) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule)
+               ref_rule: str, window: bool = False) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule, window=window)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                   attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long).shared_bytes)
 
 
 @functools.cache
-def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True)
+def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int, window: bool = False) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True, window=window)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                   attn.layout_for(dqk, dv=attn.fp8_dv(dqk), int8_qk=True).shared_bytes)
 
 
 @functools.cache
-def _attention_16(dtype: str, causal: bool, dqk: int, dv: int, arch: str, device: int, packed: bool) -> Kernel:
-    name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed)
+def _attention_16(dtype: str, causal: bool, dqk: int, dv: int, arch: str, device: int, packed: bool,
+                  window: bool = False) -> Kernel:
+    name, ptx = attn.attention_kernel_16(dtype, causal, dqk, dv, arch, packed, window=window)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                   attn.layout_for(dqk, dtype, dv, packed).shared_bytes)
+
+
+def window_args(window_size, causal: bool, seqlen_q: int, seqlen_k: int) -> list:
+    """A windowed kernel's parameters (layout.WINDOW_PARAMS) for validation.check_window's
+    ``window_size``, or [] where there is no window (the default kernels): an unbounded side
+    as seqlen_q + seqlen_k + UNBOUNDED_SLACK (the launch's longest lengths: past every key of
+    every row, a last tile's rows past seqlen_q too), right 0 where causal."""
+    if window_size is None or tuple(window_size) == (-1, -1):
+        return []
+    left, right = window_size
+    right = 0 if causal else right
+    return [ctypes.c_uint32(w if w >= 0 else seqlen_q + seqlen_k + UNBOUNDED_SLACK) for w in (left, right)]
+
+
+UNBOUNDED_SLACK = 256         # rows a tile may reach past seqlen_q (192 at most)
 
 
 def _batch(q, k, packed: Packed | None, dense_lse: bool = False) -> tuple[int, int, int, list]:
@@ -179,12 +195,13 @@ def _flat(x):
     return x.view(1, -1, *x.shape[2:]) if x.shape[0] == 1 or x.stride(0) == x.shape[1] * x.stride(1) else None
 
 
-def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None = None):
+def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None = None, window_size=None):
     """BF16 / FP16 attention with head dims in attn.HEAD_DIMS_16 by the generated sm_90a
     kernel; inputs validated by flash_attn_func. Returns (out in the input type, lse float32).
     ``packed``: q, k, v are a packed batch's tokens as batch 1 (k and v share k_start); out
     (1, total_q, Hq, Dv), lse (1, Hq, total_q). A dense call with at most PACKED_ROUTE_KEYS
-    keys runs as a packed batch of equal sequences (its LSE written in the dense layout)."""
+    keys runs as a packed batch of equal sequences (its LSE written in the dense layout).
+    ``window_size``: (left, right) as validated (validation.check_window), per sequence."""
     B, Sq_total, Hq, D = q.shape
     Hkv, Dv = k.shape[2], v.shape[-1]
     if (D, Dv) not in attn.HEAD_DIMS_16 or q.dtype not in DTYPE_NAMES:
@@ -214,9 +231,11 @@ def attention_16(q, k, v, softmax_scale=None, causal=True, packed: Packed | None
     maps = [q_map, k_map, tensor_map(v8, (1, bn, 1, col)), q_map, k_map]
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, fac)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
-    kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", device_index(dev), packed is not None)
+    window = window_args(window_size, causal, Sq, Sk)
+    kernel = _attention_16(dtype, bool(causal), D, Dv, "sm_90a", device_index(dev), packed is not None, bool(window))
     order = _tile_order(layout, packed, Hq, dev)
-    kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
+    kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,),
+           maps + ptrs + sizes + extra + _order_args(order) + window)
     return out, lse
 
 
@@ -239,14 +258,15 @@ def _constant_factor(value: float, B: int, Hkv: int, device: torch.device, captu
 
 
 def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
-                  p_rule=DEFAULT_P_RULE, ref_rule="block", packed: Packed | None = None):
+                  p_rule=DEFAULT_P_RULE, ref_rule="block", packed: Packed | None = None, window_size=None):
     """FP8 attention with head dims (64, 64), (128, 128), MLA's (192, 128) or (256, 256) by the
     generated sm_90a kernel; inputs validated by flash_attn_func (coarse q/k descales,
     ref_rule "block" or "running", any P rule). Returns (out BF16, lse float32). The head dims pick the
     schedule and the P rule the row sums (attn.attention_kernel). ``packed``: q, k are a
     packed batch's tokens as batch 1 and v its V^T with sequences at 16-key starts, already
     in the key order (zyfa.hopper_vt.packed_vt's layout with key_order, packed.v_start);
-    descales per (sequence, kv head); out (1, total_q, Hq, Dv), lse (1, Hq, total_q)."""
+    descales per (sequence, kv head); out (1, total_q, Hq, Dv), lse (1, Hq, total_q).
+    ``window_size``: (left, right) as validated (validation.check_window), per sequence."""
     if ref_rule not in attn.REF_RULES:
         raise ValueError(f"the generated kernel implements ref_rule {attn.REF_RULES}, got {ref_rule!r}")
     Sq_total, Hq, D = q.shape[1:]
@@ -268,14 +288,17 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     long = attn.long_keys(D, Dv, Sk, packed is not None)
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long)
-    kernel = _attention(p_rule, bool(causal), D, "sm_90a", device_index(dev), packed is not None, long, ref_rule)
+    window = window_args(window_size, causal, Sq, Sk)
+    kernel = _attention(p_rule, bool(causal), D, "sm_90a", device_index(dev), packed is not None, long, ref_rule,
+                        bool(window))
     order = _tile_order(layout, packed, Hq, dev)
-    kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,), maps + ptrs + sizes + extra + _order_args(order))
+    kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,),
+           maps + ptrs + sizes + extra + _order_args(order) + window)
     return out, lse
 
 
 def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_descale=None, v_descale=None,
-                     p_rule=DEFAULT_P_RULE, ref_rule="block"):
+                     p_rule=DEFAULT_P_RULE, ref_rule="block", window_size=None):
     """The INT8 Q.K^T mode by the generated sm_90a kernel (the E4M3 kernel's schedule for the
     head dims); inputs validated by flash_attn_func: q (B, Sq, Hq, D) and k (B, Sk, Hkv, D) int8
     with (D, Dv) in attn.HEAD_DIMS, v E4M3 as quantize_int8_qk writes it; q's descales any
@@ -310,6 +333,8 @@ def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, dv=Dv, int8_qk=True)
-    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev))
-    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,), maps + ptrs + sizes + [ctypes.c_uint64(kfac.data_ptr())])
+    window = window_args(window_size, causal, Sq, Sk)
+    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev), bool(window))
+    kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,),
+           maps + ptrs + sizes + [ctypes.c_uint64(kfac.data_ptr())] + window)
     return out, lse

@@ -63,6 +63,7 @@ class Layout:
     block_n: int = BLOCK_N    # keys a block (16-bit d256: 64, so that two stages fit)
     packed: bool = False  # a packed (varlen) batch: each sequence's rows from cu_seqlens (PACKED_PARAMS)
     int8_qk: bool = False  # Q and K int8 (the INT8 Q.K^T mode), factors a row and a key block (INT8_PARAMS)
+    window: bool = False   # a sliding window, its (left, right) parameters (WINDOW_PARAMS; window.py)
 
     @property
     def elem_bytes(self) -> int:
@@ -299,20 +300,34 @@ TILE_COUNTER_PARAMS = [(".u64", "tile_order_ptr"), (".u32", "tile_draws")]
 INT8_PARAMS = [(".u64", "kfac_ptr")]
 
 
+# window: FlashAttention's window_size (left, right), query row i sees keys i + o - left ..
+# i + o + right (o = seqlen_k - seqlen_q, per sequence in a packed batch); the host passes
+# more than seqlen_q + seqlen_k for an unbounded side (kernels.window_args), right 0 for causal.
+# Parameters rather than a specialization a size: a model's window sizes vary by layer, and
+# they cost a few prologue instructions a tile
+WINDOW_PARAMS = [(".u32", "window_left"), (".u32", "window_right")]
+
+
 def params_for(layout: Layout) -> list:
     return (PARAMS + (PACKED_PARAMS if layout.packed else [])
-            + (TILE_COUNTER_PARAMS if layout.tile_counter else []) + (INT8_PARAMS if layout.int8_qk else []))
+            + (TILE_COUNTER_PARAMS if layout.tile_counter else []) + (INT8_PARAMS if layout.int8_qk else [])
+            + (WINDOW_PARAMS if layout.window else []))
 
 
 # the references the E4M3 kernels implement: per block (the fold), or the running max (the fast mode)
 REF_RULES = ("block", "running")
 
 
+def _mask_name(causal: bool, window: bool) -> str:
+    """A windowed kernel takes its mask from its parameters (causal: right 0)."""
+    return "window" if window else "causal" if causal else "full"
+
+
 def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False, int8_qk: bool = False,
-                long: bool = False, ref_rule: str = "block") -> str:
-    return (f"zyfa_attn_{'int8qk' if int8_qk else 'fp8'}_d{dqk}_{rule}_{'causal' if causal else 'full'}"
+                long: bool = False, ref_rule: str = "block", window: bool = False) -> str:
+    return (f"zyfa_attn_{'int8qk' if int8_qk else 'fp8'}_d{dqk}_{rule}_{_mask_name(causal, window)}"
             f"{'_packed' if packed else ''}{'_long' if long else ''}{'' if ref_rule == 'block' else '_' + ref_rule}")
 
 
-def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False) -> str:
-    return f"zyfa_attn_{dtype}_d{dqk}_{dv}_{'causal' if causal else 'full'}{'_packed' if packed else ''}"
+def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False, window: bool = False) -> str:
+    return f"zyfa_attn_{dtype}_d{dqk}_{dv}_{_mask_name(causal, window)}{'_packed' if packed else ''}"

@@ -100,7 +100,12 @@ def emit_kv_load(prog: Program, c: Cta, block: Reg, slot: Reg | None = None) -> 
 
 
 def emit_first_key(prog: Program, c: Cta, block: Reg) -> Reg:
+    """The first key of the tile's block ``block`` (a window: counted from the tile's first)."""
     key0 = prog.reg("u32")
+    if c.tile.window is not None:
+        prog.emit("add.u32", key0, block, c.tile.window.first_block)
+        prog.emit("mul.lo.u32", key0, key0, c.layout.block_n)
+        return key0
     prog.emit("mul.lo.u32", key0, block, c.layout.block_n)
     return key0
 

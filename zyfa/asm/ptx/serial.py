@@ -20,6 +20,7 @@ from .int8_qk import emit_block_factors, emit_int8_scores
 from .layout import ACC, BLOCK_N, Layout
 from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
 from .smem import emit_descriptor, emit_wait
+from .window import emit_band_test, emit_below_again, emit_first_start
 
 
 def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running: bool = False) -> None:
@@ -42,14 +43,14 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running:
     total, A, l = emit_accumulators(prog, layout.dv // 2)
     j, start_n = prog.regs("u32", 2)
     emit("mov.u32", j, 0)
-    emit("mov.u32", start_n, 0)
+    emit_first_start(prog, tile, start_n)
 
     prog.comment("per block: prefetch the next block; S = Q K^T, waited for; the softmax and P V^T;")
     prog.comment("two copies of the loop: the blocks below the band (no mask test, no masked-row")
     prog.comment("guard), then the band's")
     s = prog.regs("b32" if layout.int8_qk else "f32", ACC)     # int8_qk: int32 scores, then float
     next_j, more = prog.reg("u32"), prog.reg("pred")
-    emit("setp.ge.u32", more, start_n, rows.band_start)
+    emit_band_test(prog, rows, start_n, more)               # a window's left band: masked too
     emit("bra", "BAND", guard=more)
     for tag, masked in BLOCK_LOOPS:
         prog.label(f"BLOCK_LOOP{tag}")
@@ -66,6 +67,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running:
         emit("mov.u32", j, next_j)
         emit("add.u32", start_n, start_n, BLOCK_N)
         if masked:
+            emit_below_again(prog, rows, start_n, f"BLOCK_LOOP{BLOCK_LOOPS[0][0]}")   # a window's left band ends
             emit("setp.lt.u32", more, j, tile.n_blocks)
         else:                                     # below the band: its start_n < band_start <= Sk
             emit("setp.lt.u32", more, start_n, rows.band_start)

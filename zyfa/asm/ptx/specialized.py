@@ -46,6 +46,7 @@ from .smem import emit_descriptor, emit_wait
 from .target import f32
 from .tile_loop import (TileLoop, emit_first_tile, emit_next_t, emit_tile_end, emit_tile_entry, emit_tile_loop,
                         emit_tile_loop_head, phase_of)
+from .window import emit_band_test, emit_below_again, emit_below_entry, emit_first_start
 
 PRODUCER_REGISTERS = 24
 # what the launch allots every thread (the register file's 64K over 128 threads a warpgroup,
@@ -275,7 +276,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot, prev_slot = prog.regs("u32", 4)
     emit("mov.u32", j, 0)
-    emit("mov.u32", start_n, 0)
+    emit_first_start(prog, c.tile, start_n)
     emit("mov.u32", slot, base)
     s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)      # int8_qk: int32 scores, then float
     p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
@@ -321,10 +322,12 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     for tag, masked in BLOCK_LOOPS:
         emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
         if masked:
+            emit_below_again(prog, rows, start_n, "BELOW_BODY")   # a window's left band ends
             prog.label("BAND")
         else:
-            emit("setp.ge.u32", band, start_n, rows.band_start)
+            emit_band_test(prog, rows, start_n, band)            # a window's left band: masked too
             emit("bra", "BAND", guard=band)
+            emit_below_entry(prog, rows, "BELOW_BODY")
         emit_kv_wait(prog, c, slot, tag)
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
         o = issue_pv(prev_slot)
@@ -370,7 +373,7 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
     total, A, l = emit_accumulators(prog, c.layout.dv // 2)
     j, start_n, slot = prog.regs("u32", 3)
     emit("mov.u32", j, 0)
-    emit("mov.u32", start_n, 0)
+    emit_first_start(prog, c.tile, start_n)
     emit("mov.u32", slot, base)
     s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)      # int8_qk: int32 scores, then float
     more = prog.reg("pred")

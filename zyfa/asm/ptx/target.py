@@ -146,6 +146,13 @@ OPS = {
     "mov.b32.pack": "mov.b32 {0}, {{{1}, {2}}};",                   # two b16: {1} lower, {2} upper
     "mov.b32.unpack": "mov.b32 {{{0}, {1}}}, {2};",                 # {0} lower, {1} upper half
     "shr.b32": "shr.b32 {0}, {1}, {2};",
+    # a sliding window's bounds (window.py): signed key indices, tests of both edges
+    "max.s32": "max.s32 {0}, {1}, {2};",
+    "min.s32": "min.s32 {0}, {1}, {2};",
+    "shr.s32": "shr.s32 {0}, {1}, {2};",
+    "setp.gt.or.s32": "setp.gt.or.s32 {0}, {1}, {2}, {3};",        # {0} = {1} > {2} or {3}
+    "setp.lt.or.u32": "setp.lt.or.u32 {0}, {1}, {2}, {3};",
+    "setp.ge.and.u32": "setp.ge.and.u32 {0}, {1}, {2}, {3};",      # {0} = {1} >= {2} and {3}
 }
 
 

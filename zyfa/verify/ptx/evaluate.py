@@ -9,6 +9,9 @@ instructions the P code is made of:
   mov.b32, prmt.b32                          (bit moves, byte permutes)
   ex2.approx.ftz.f32                         (see below)
   cvt.rn.satfinite.e4m3x2.f32                (two floats to two E4M3 bytes, nearest even)
+  32-bit integer arithmetic and compares      (the window's bounds and mask: _integer_op),
+  ld.param.u32 (a parameter given as a register named after it), and predicated instructions
+  (``@p`` / ``@!p``: the destination keeps its value where the guard is false)
 
 Registers hold 32-bit (or 16-bit) bit patterns as numpy uint32 arrays; every instruction
 reinterprets them as its type says. Rounding is exact: an add or an fma forms its exact
@@ -141,14 +144,31 @@ class Evaluator:
         line = line.strip().rstrip(";").strip()
         if not line or line.endswith(":") or line.startswith("//"):
             return
+        guard = None
         if line.startswith("@"):
-            raise ValueError(f"predicated instruction in straight-line code: {line!r}")
+            guard, line = line.split(None, 1)
+            if line.startswith("bra"):
+                raise ValueError(f"a branch in straight-line code: {guard} {line!r}")
         op, rest = line.split(None, 1)
         toks = [t.strip() for t in rest.split(",")]
         dst, src = toks[0], toks[1:]
+        old = self.regs.get(dst, np.uint32(0))
+        if op == "ld.param.u32":                               # a parameter: the register named after it
+            self.regs[dst] = self.regs[src[0].strip("[]")].copy()
+        else:
+            self._compute(op, dst, src, line)
+        if guard is not None:
+            p = self.regs[guard.lstrip("@!")] != 0
+            keep = p if guard.startswith("@!") else ~p
+            self.regs[dst] = np.where(keep, old, self.regs[dst]).astype(np.uint32)
+
+    def _compute(self, op: str, dst: str, src: list, line: str) -> None:
         x = [self._bits(t) for t in src]
         f = [_as_f32(v) for v in x]
-        if op == "mov.b32":
+        r = _integer_op(op, x)
+        if r is not None:
+            pass
+        elif op in ("mov.b32", "mov.u32", "mov.f32"):
             r = x[0]
         elif op == "max.f32":
             r = _f32_bits(np.fmax(f[0], f[1]))
@@ -201,6 +221,39 @@ class Evaluator:
         for line in lines:
             self.step(line)
         return self
+
+
+_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+            "ne": np.not_equal}
+
+
+def _integer_op(op: str, x: list) -> np.ndarray | None:
+    """32-bit integer ops on uint32 bit arrays (.s32: two's complement), or None for another op.
+    setp with .and / .or combines with its fourth operand; predicates are 0 / 1."""
+    parts = op.split(".")
+    kind = parts[-1]
+    if kind not in ("u32", "s32", "b32") or parts[0] not in ("add", "sub", "mul", "mad", "min", "max", "shr", "shl",
+                                                              "and", "setp"):
+        return None
+    signed = kind == "s32"
+    v = [np.asarray(a, np.uint32).astype(np.int64) for a in x]
+    if signed:
+        v = [np.where(a >= 2 ** 31, a - 2 ** 32, a) for a in v]
+    name = parts[0]
+    if name == "setp":
+        r = _COMPARE[parts[1]](v[0], v[1])
+        if len(parts) == 4:                                    # setp.cmp.and / .or.type d, a, b, c
+            c = v[2] != 0
+            r = r & c if parts[2] == "and" else r | c
+        return r.astype(np.uint32)
+    if name == "shr" and signed:
+        r = v[0] >> v[1]
+    else:
+        r = {"add": lambda: v[0] + v[1], "sub": lambda: v[0] - v[1], "mul": lambda: v[0] * v[1],
+             "mad": lambda: v[0] * v[1] + v[2], "min": lambda: np.minimum(v[0], v[1]),
+             "max": lambda: np.maximum(v[0], v[1]), "shr": lambda: v[0] >> v[1], "shl": lambda: v[0] << v[1],
+             "and": lambda: v[0] & v[1]}[name]()
+    return (r % 2 ** 32).astype(np.uint32)
 
 
 def kernel_body(ptx: str, start: str, stop: str) -> list[str]:
