@@ -6,7 +6,7 @@ a temporary directory, the mutation is applied there (the original text must occ
 once), and the selection runs against the copy with a timeout. The working tree itself is
 never edited. A mutation is *killed* when the selection fails, *SURVIVED* when it passes.
 
-    python bench/mutation_check.py               # all, 2 at a time; writes bench/mutation_report.md
+    python bench/mutation_check.py               # all, 2 at a time; writes notes/runs/mutations-<date>.md
     python bench/mutation_check.py -k triton -j 1
     python bench/mutation_check.py --baseline    # the selections on the unmutated tree must pass
 
@@ -28,7 +28,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REPORT = ROOT / "bench" / "mutation_report.md"
+REPORT = ROOT / "notes" / "runs" / f"mutations-{time.strftime('%Y-%m-%d')}.md"   # a run's record
 
 
 @dataclasses.dataclass(frozen=True)

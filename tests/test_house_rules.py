@@ -64,6 +64,24 @@ def test_package_imports(package, forbidden):
     assert not bad, "\n".join(sorted(bad))
 
 
+KERNEL_PACKAGES = ("zyfa.asm", "zyfa.triton_kernels")
+BACKEND_NAMES = {"ptx", "gfx950", "triton", "reference"}
+
+
+@pytest.mark.parametrize("module", ["zyfa.varlen", "zyfa.context_parallel"])
+def test_batch_layers_go_through_the_dispatcher(module):
+    """Packed batches and context parallelism ask the dispatcher (zyfa.dispatch) which backend
+    runs: they import no kernel module (not even inside a function) and name no backend."""
+    path = ROOT.parent / (module.replace(".", "/") + ".py")
+    kernels = sorted(t for t in IMPORTS[module] if any(_under(t, k) for k in KERNEL_PACKAGES))
+    assert not kernels, f"{module} imports {kernels}"
+    named = sorted({n.value for n in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(n, ast.Constant) and n.value in BACKEND_NAMES})
+    assert not named, f"{module} names backends {named}"
+    from zyfa import dispatch
+    assert {b.name for b in dispatch.backends()} == BACKEND_NAMES       # the names this test looks for
+
+
 def test_production_path_never_imports_verification_code():
     bad = [f"{m} imports {t}" for m, imported in IMPORTS.items() if not _under(m, "zyfa.verify")
            for t in imported if _under(t, "zyfa.verify")]

@@ -5,34 +5,19 @@ import torch
 
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from . import dispatch
-from .device import device_arch
 from .ops import flash_attn_op, needs_op, run_backend
 from .spec.descales import is_per_key_block, is_per_token
-from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules
 from .spec.shapes import out_dtype
-from .validation import check_out, check_window, refuse_unsupported, softmax_scale_value, validate
+from .validation import check_out, check_window, fp8_rules, refuse_unsupported, softmax_scale_value, validate
 
 
-def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale, window=(-1, -1)) -> dispatch.Problem:
-    return dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
-                            head_dims=(q.shape[-1], v.shape[-1]), causal=causal,
-                            seqlen_q=q.shape[1], seqlen_k=k.shape[1], p_rule=p_rule, ref_rule=ref_rule,
+def _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale, window) -> dispatch.Problem:
+    """A dense call's Problem; its descales' layout as the backends ask for it."""
+    return dispatch.problem(q.device, (q.shape[-1], v.shape[-1]), q.shape[1], k.shape[1], causal=causal, is_fp8=is_fp8,
+                            p_rule=p_rule, ref_rule=ref_rule, int8_qk=q.dtype == torch.int8,
                             per_token_descales=is_per_token(q_descale) or is_per_token(k_descale),
-                            int8_qk=q.dtype == torch.int8,
                             k_descale_per_key=is_per_token(k_descale) and not is_per_key_block(k_descale, k.shape[1]),
                             window=window)
-
-
-def _rules(is_fp8, p_rule, ref_rule, dtype) -> tuple[str, str]:
-    """The FP8 rules (defaults for None); BF16/FP16 inputs take none: naming one is an error."""
-    if not is_fp8:
-        given = [n for n, r in (("p_rule", p_rule), ("ref_rule", ref_rule)) if r is not None]
-        if given:
-            raise ValueError(f"{' and '.join(given)} apply to FP8 inputs only; got {dtype} inputs")
-    p_rule = DEFAULT_P_RULE if p_rule is None else p_rule
-    ref_rule = DEFAULT_REF_RULE if ref_rule is None else ref_rule
-    check_rules(p_rule, ref_rule)
-    return p_rule, ref_rule
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
@@ -78,7 +63,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                        attention_chunk=attention_chunk)
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
     causal, window = check_window(window_size, causal, q.shape[1], k.shape[1])
-    p_rule, ref_rule = _rules(is_fp8, p_rule, ref_rule, q.dtype)
+    p_rule, ref_rule = fp8_rules(is_fp8, p_rule, ref_rule, q.dtype)
     problem = _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale, window)
     b = dispatch.select(problem, backend)
     if out is not None:
@@ -96,7 +81,7 @@ def explain(q, k, v, causal=False, q_descale=None, k_descale=None, v_descale=Non
     """Which backend flash_attn_func would use for these inputs, and why each other would not."""
     is_fp8 = validate(q, k, v, causal, softmax_scale, q_descale, k_descale, v_descale)
     causal, window = check_window(window_size, causal, q.shape[1], k.shape[1])
-    p_rule, ref_rule = _rules(is_fp8, p_rule, ref_rule, q.dtype)
+    p_rule, ref_rule = fp8_rules(is_fp8, p_rule, ref_rule, q.dtype)
     problem = _problem(q, k, v, causal, p_rule, ref_rule, is_fp8, q_descale, k_descale, window)
     lines = []
     try:

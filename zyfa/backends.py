@@ -1,12 +1,17 @@
 """The backends zyfa ships, registered fastest first. Each states what it supports beside its
-kernel (a backend.py with ``supports(problem)`` and ``run``); this module only orders them."""
+kernel (a backend.py with ``supports(problem)`` and ``run``); the packed entries of those that
+run a packed batch in one launch are zyfa.packed's. This module only orders them."""
 from __future__ import annotations
 
-from . import dispatch
+from . import dispatch, packed
 from .asm.gfx950 import backend as gfx950
 from .asm.ptx import backend as ptx
 from .spec import backend as reference
 from .triton_kernels import backend as triton
 
-for _name, _module in (("ptx", ptx), ("gfx950", gfx950), ("triton", triton), ("reference", reference)):
-    dispatch.register(dispatch.Backend(_name, _module.supports, _module.run))
+for _backend in (dispatch.Backend("ptx", ptx.supports, ptx.run, run_packed=packed.ptx_packed),
+                 dispatch.Backend("gfx950", gfx950.supports, gfx950.run),
+                 dispatch.Backend("triton", triton.supports, triton.run, run_packed=packed.triton_packed,
+                                  run_paged=packed.triton_paged),
+                 dispatch.Backend("reference", reference.supports, reference.run)):
+    dispatch.register(_backend)

@@ -2,7 +2,9 @@
 
 `backend="auto"` takes the first registered backend that can run the call (fastest
 first); an explicitly named backend that cannot run raises; ZYFA_BACKEND overrides
-"auto". `zyfa.explain(...)` reports the decision and every backend's reason.
+"auto". `zyfa.explain(...)` reports the decision and every backend's reason. A packed
+(varlen) batch runs in one launch on a backend with a packed entry (``packed_backends``), else
+one call a sequence.
 """
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ import os
 from typing import Callable
 
 import torch
+
+from .device import device_arch
+from .spec.reference import NO_WINDOW
+from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE
 
 log = logging.getLogger("zyfa")
 
@@ -40,6 +46,34 @@ class Problem:
         return self.window != (-1, -1)
 
 
+def problem(device: torch.device, head_dims: tuple, seqlen_q: int, seqlen_k: int, *, causal: bool, is_fp8: bool,
+            p_rule: str | None = None, ref_rule: str | None = None, int8_qk: bool = False,
+            per_token_descales: bool = False, k_descale_per_key: bool = False, window: tuple = NO_WINDOW,
+            packed: bool = False) -> Problem:
+    """The one way a Problem is made (the API, varlen and the bench): the device's arch looked up
+    and the rules' defaults filled in, so that a backend's answer cannot depend on who asked.
+    Rules and window must already be validated (zyfa.validation)."""
+    return Problem(device=device, arch=device_arch(device), is_fp8=is_fp8, head_dims=tuple(head_dims), causal=causal,
+                   seqlen_q=seqlen_q, seqlen_k=seqlen_k, p_rule=DEFAULT_P_RULE if p_rule is None else p_rule,
+                   ref_rule=DEFAULT_REF_RULE if ref_rule is None else ref_rule,
+                   per_token_descales=per_token_descales, int8_qk=int8_qk, k_descale_per_key=k_descale_per_key,
+                   packed=packed, window=window)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedBatch:
+    """A validated packed (varlen) batch as the host knows it, what a backend's packed entry
+    reads beside q, k and v: q (total_q, heads, d) and either contiguous keys, k and v
+    (total_k, kv_heads, d) with each sequence's first key in ``k_starts`` (FP8 v possibly still
+    a paged pool, its pages in ``v_pages``), or paged pools read in place (``block_table``)."""
+    cu_seqlens_q: torch.Tensor            # the caller's int32 prefix sums of the query lengths
+    q_lens: tuple                         # host ints, one a sequence
+    k_lens: tuple                         # the keys each sequence uses
+    k_starts: list | None = None          # contiguous keys: each sequence's first key
+    v_pages: list | None = None           # FP8 v left a pool (k gathered): each sequence's pool pages
+    block_table: torch.Tensor | None = None   # k and v are the caller's paged pools (run_paged)
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeProblem:
     """What a decode backend (zyfa.flash_attn_with_kvcache) needs to know to say whether it can
@@ -57,6 +91,12 @@ class Backend:
     name: str
     can_implement: Callable[[Problem], tuple]     # -> (ok: bool, reason: str)
     run: Callable                                 # run(q, k, v, **kw) -> (out, lse)
+    # run_packed(q, k, v, batch: PackedBatch, **kw) -> (out, lse): a packed batch in one launch
+    # (None: the batch runs one call a sequence on this backend)
+    run_packed: Callable | None = None
+    # run_paged(q, k, v, batch, **kw): a paged cache's pools read in place, or None where their
+    # layout is not one it reads (the caller then gathers the pages for run_packed)
+    run_paged: Callable | None = None
 
 
 _BACKENDS: list[Backend] = []
@@ -111,3 +151,24 @@ def select(problem, requested: str = "auto", among: list[Backend] | None = None)
             return b
         skipped.append(f"{b.name}: {why}")
     raise RuntimeError("no zyfa backend can run this call: " + "; ".join(skipped))
+
+
+def packed_backends(problem: Problem, requested: str = "auto",
+                    short: bool = False) -> tuple[Backend | None, Backend | None]:
+    """For a packed batch (``problem`` as for its longest sequence): the backend that runs it in
+    one launch (None: one call a sequence on the chosen backend) and the one that reads a paged
+    cache in place where its layout suits (None: the pages are gathered for the first). Each is
+    the chosen backend where it has that entry. With "auto" and a ``short`` batch (the caller's
+    measure: sequences short enough that one launch beats a faster kernel called a sequence at a
+    time, docs/decisions.md) the first backend that has the entry and can run the batch stands
+    in where the chosen one lacks it."""
+    chosen = select(problem, requested)
+    stand_in = requested == "auto" and short
+
+    def entry(name: str) -> Backend | None:
+        if getattr(chosen, name) is not None:
+            return chosen
+        if not stand_in:
+            return None
+        return next((b for b in _BACKENDS if getattr(b, name) is not None and b.can_implement(problem)[0]), None)
+    return entry("run_packed"), entry("run_paged")

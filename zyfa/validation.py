@@ -9,6 +9,7 @@ import operator
 import torch
 
 from .spec.descales import check_descale, key_blocks
+from .spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules
 from .spec.shapes import HEAD_DIMS
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -119,6 +120,18 @@ def softmax_scale_value(softmax_scale) -> float | None:
     if not 0 < value < math.inf:
         raise ValueError(f"softmax_scale must be a positive finite number or None, got {softmax_scale!r}")
     return value
+
+
+def fp8_rules(is_fp8: bool, p_rule, ref_rule, dtype) -> tuple[str, str]:
+    """The FP8 rules (defaults for None); BF16/FP16 inputs take none: naming one is an error."""
+    if not is_fp8:
+        given = [n for n, r in (("p_rule", p_rule), ("ref_rule", ref_rule)) if r is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} apply to FP8 inputs only; got {dtype} inputs")
+    p_rule = DEFAULT_P_RULE if p_rule is None else p_rule
+    ref_rule = DEFAULT_REF_RULE if ref_rule is None else ref_rule
+    check_rules(p_rule, ref_rule)
+    return p_rule, ref_rule
 
 
 def check_window(window_size, causal: bool, seqlen_q: int | None = None, seqlen_k: int | None = None):

@@ -1,29 +1,28 @@
 """Variable-length (packed) batches and a paged KV cache, FlashAttention's varlen layout.
 
-A batch whose backend is the Triton kernel or the generated Hopper kernel runs in one
-launch over all sequences (zyfa.triton_kernels.attention's VARLEN, the generated kernels'
-packed variants). The Triton kernel reads a paged cache in place when its pages are a
-multiple of the key tile and its pools are laid out as the kernel reads them (PAGE); for the
-generated kernel, and other paged caches, K's pages (and 16-bit V's) are first gathered into a
-packed batch (one copy of the used pages), while FP8 V^T is written from its pool in place.
-The reference and gfx950 run one ``zyfa.flash_attn_func`` call per sequence and concatenate
-the results. Either way the sequence lengths are read on the host (they are validated there).
+A batch whose backend has a packed entry (zyfa.dispatch.Backend.run_packed) runs in one launch
+over all sequences; a paged cache is read in place by a backend that reads its layout
+(run_paged), else its pages (and 16-bit V's) are first gathered into a packed batch (one copy
+of the used pages), while FP8 V stays the pool for the backend to write V^T from in place.
+Backends without a packed entry run one ``zyfa.flash_attn_func`` call per sequence, the results
+concatenated. Either way the sequence lengths are read on the host (they are validated there).
 """
 from __future__ import annotations
 
 import torch
 
 from . import api, dispatch
-from .device import device_arch, to_device
+from .device import to_device
 from .spec.descales import check_descale
-from .spec.shapes import Packed, out_dtype, starts_of
-from .validation import (check_index_tensor, check_out, check_window, refuse_unsupported, softmax_scale_value,
-                         validate)
+from .spec.shapes import out_dtype, starts_of
+from .validation import (check_index_tensor, check_out, check_window, fp8_rules, refuse_unsupported,
+                         softmax_scale_value, validate)
 
 PAGE_SIZES = range(16, 257, 16)
 # backend="auto": a packed batch whose sequences average at most this many queries runs in one
-# Triton launch even where a generated kernel would take each sequence: one launch measured
-# faster on the H200 than a generated kernel a sequence below this, slower above (docs/decisions.md).
+# launch even where the chosen backend would take each sequence (dispatch.packed_backends): one
+# Triton launch measured faster on the H200 than a generated kernel a sequence below this,
+# slower above (docs/decisions.md).
 SHORT_MEAN_QUERIES = 2048
 
 
@@ -179,12 +178,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
     return_lse, (out, lse) with the float32 natural-log LSE (heads, total_q), as FlashAttention's
     varlen function does; ``out=`` writes the output into a given tensor.
 
-    The backend is chosen as for one sequence of the longest lengths; where that is the
-    generated Hopper kernel or the Triton kernel (also, with "auto", where gfx950's kernel
-    would be chosen but the sequences average at most SHORT_MEAN_QUERIES queries), one launch
-    runs the whole packed batch, a paged cache read in place or gathered first (see the
-    module's note). Otherwise one zyfa.flash_attn_func call a sequence on ``backend``,
-    concatenated.
+    The backend is chosen as for one sequence of the longest lengths; where it has a packed
+    entry (the generated Hopper kernel, the Triton kernel; also, with "auto", a backend with
+    one where the chosen backend has none but the sequences average at most
+    SHORT_MEAN_QUERIES queries), one launch runs the whole packed batch, a paged cache read in
+    place or gathered first (see the module's note). Otherwise one zyfa.flash_attn_func call a
+    sequence on ``backend``, concatenated.
     """
     refuse_unsupported(dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes, qv=qv,
                        attention_chunk=attention_chunk, seqused_q=seqused_q)
@@ -219,10 +218,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
     if out is not None:
         check_out(out, (q.shape[0], q.shape[1], v.shape[-1]), out_dtype(q.dtype), q.device)
 
-    p_rule, ref_rule = api._rules(is_fp8, p_rule, ref_rule, q.dtype)
+    p_rule, ref_rule = fp8_rules(is_fp8, p_rule, ref_rule, q.dtype)
     scale = softmax_scale_value(softmax_scale)
-    result = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, scale,
-                         causal, descales, backend, p_rule, ref_rule, is_fp8, block_table, window=window)
+    problem = dispatch.problem(q.device, (q.shape[-1], v.shape[-1]), max(q_lens), max(k_lens), causal=causal,
+                               is_fp8=is_fp8, p_rule=p_rule, ref_rule=ref_rule, int8_qk=q.dtype == torch.int8,
+                               window=window, packed=True)
+    kw = dict(softmax_scale=scale, causal=causal, **descales, p_rule=p_rule, ref_rule=ref_rule, window_size=window)
+    result = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw)
     if result is None:
         result = _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descales, backend,
                                p_rule, ref_rule, is_fp8, block_table)
@@ -253,86 +255,31 @@ def _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descale
     return torch.cat(outs, 0), torch.cat(lses, 1)
 
 
-def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal,
-                descales, backend, p_rule, ref_rule, is_fp8, block_table=None, v_pages=None, window=(-1, -1)):
-    """(out, lse) from one launch over the packed batch -- the generated Hopper kernel's packed
-    variant where it is the backend chosen for the longest sequence, else the Triton kernel --
-    or None when that backend is another one (with "auto": the Triton kernel also where a
-    generated kernel was chosen but the sequences are short, SHORT_MEAN_QUERIES). A paged cache
-    is read in place by the Triton kernel where its layout suits it (_pages_fit), else (and
-    always for the generated kernel) gathered into a packed batch first (_gathered_pages; FP8
-    V^T from its pool in place). The kernel reads the caller's (validated) index tensors."""
-    problem = dispatch.Problem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
-                               head_dims=(q.shape[-1], v.shape[-1]), causal=causal, seqlen_q=max(q_lens),
-                               seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule,
-                               int8_qk=q.dtype == torch.int8, packed=True, window=window)
-    chosen = dispatch.select(problem, backend).name
+def _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw):
+    """(out, lse) from one launch over the packed batch on the backend dispatch.packed_backends
+    names, or None where there is none (a call a sequence then). A paged cache (``where``: each
+    sequence's pages) goes to the backend that reads it in place where that one takes its layout,
+    else its pages are gathered into a packed batch first (_gathered_pages); contiguous keys
+    (``where``: each sequence's first key) go as they are. Backends read the caller's
+    (validated) index tensors."""
     short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
-    use_triton = chosen == "triton" or (backend == "auto" and short and chosen in ("ptx", "gfx950")
-                                        and dispatch.by_name("triton").can_implement(problem)[0])
-    from .triton_kernels.launch import default_tile, triton_attention
-    tile = None
+    one, reader = dispatch.packed_backends(problem, backend, short)
+    q_lens, k_lens = tuple(q_lens), tuple(k_lens)
     if block_table is not None:
-        # the generated kernel reads gathered pages (since a packed batch's V^T takes one
-        # launch, faster than the Triton kernel reading them in place on the H200)
-        if use_triton:
-            tile = default_tile(q.device, is_fp8, q.shape[-1], v.shape[-1], causal, max(k_lens))
-        if not (use_triton and _pages_fit(k, v, is_fp8, tile.block_n)):
-            if not (use_triton or chosen == "ptx"):
-                return None
-            k, v, starts, v_pages = _gathered_pages(k, v, starts, is_fp8)
-            return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal, descales,
-                               backend, p_rule, ref_rule, is_fp8, v_pages=v_pages, window=window)
-    if chosen == "ptx" and block_table is None:
-        return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8,
-                                                     key_order=True, v_pages=v_pages),
-                           softmax_scale, causal, descales, p_rule, ref_rule, is_fp8, window)
-    if not use_triton:
+        if reader is not None:
+            batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, block_table=block_table)
+            result = reader.run_paged(q, k, v, batch, **kw)
+            if result is not None:
+                return result
+        if one is None:
+            return None
+        k, v, starts, v_pages = _gathered_pages(k, v, where, problem.is_fp8)
+        batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, k_starts=starts, v_pages=v_pages)
+    elif one is None:
         return None
-    if block_table is not None:                  # the pools; each sequence's keys from its pages
-        dev = q.device
-        zeros = torch.zeros(len(q_lens), dtype=torch.int32, device=dev)
-        packed = Packed(to_device(cu_seqlens_q, dev), zeros, zeros, to_device(k_lens, dev), max(q_lens),
-                        max(k_lens), to_device(block_table, dev), k.shape[1])
-        k = k.reshape(1, -1, *k.shape[2:])
-        v = v if is_fp8 else v.reshape(1, -1, *v.shape[2:])
     else:
-        v, packed = _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, v_pages=v_pages)
-        k = k.unsqueeze(0)
-    out, lse = triton_attention(q.unsqueeze(0), k, v, softmax_scale, causal, **descales, p_rule=p_rule,
-                                ref_rule=ref_rule, config=tile, packed=packed, window_size=window)
-    return out[0], lse[0]
-
-
-def _contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8, key_order: bool = False,
-                       v_pages=None):
-    """A contiguous packed batch as both kernels take it: v (FP8: V^T re-packed to 16-key
-    starts, packed_vt, in the Hopper key order for the generated kernel: ``key_order``; 16-bit:
-    (1, total_k, Hkv, Dv)) and its tables (Packed). ``v_pages``: FP8 v is a paged pool whose
-    V^T packed_vt reads in place, sequence i's keys in pool pages v_pages[i]."""
-    from .hopper_vt import packed_vt
-    dev = q.device
-    if is_fp8:
-        v, _, (v_start, k_start, k_len) = packed_vt(v, starts, k_lens, key_order, pages=v_pages)   # its rows
-    else:
-        v = v.unsqueeze(0)
-        k_start, k_len = to_device([starts, k_lens], dev)                           # one copy
-        v_start = k_start
-    return v, Packed(to_device(cu_seqlens_q, dev), k_start, v_start, k_len, max(q_lens), max(k_lens),
-                     lengths=(tuple(q_lens), tuple(k_lens)))
-
-
-def _ptx_packed(q, k, v, packed, softmax_scale, causal, descales, p_rule, ref_rule, is_fp8, window=(-1, -1)):
-    """(out, lse) of the packed batch (v and tables from _contiguous_tables) from one launch of
-    the generated Hopper kernel."""
-    from .asm.ptx.kernels import attention_16, attention_fp8
-    scale = None if softmax_scale is None else float(softmax_scale)
-    if is_fp8:
-        out, lse = attention_fp8(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, **descales, p_rule=p_rule,
-                                 ref_rule=ref_rule, packed=packed, window_size=window)
-    else:
-        out, lse = attention_16(q.unsqueeze(0), k.unsqueeze(0), v, scale, causal, packed=packed, window_size=window)
-    return out[0], lse[0]
+        batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, k_starts=where)
+    return one.run_packed(q, k, v, batch, **kw)
 
 
 def _gathered_pages(k, v, pages, is_fp8: bool):
@@ -349,15 +296,6 @@ def _gathered_pages(k, v, pages, is_fp8: bool):
     if is_fp8:
         return k, v, starts, pages
     return k, v.index_select(0, order).flatten(0, 1), starts, None
-
-
-def _pages_fit(k, v, is_fp8: bool, block_n: int) -> bool:
-    """Whether the kernel reads the paged pools in place: pages of a multiple of its key tile,
-    k (and BF16 v) contiguous, FP8 v with each page's V^T contiguous (quantize_fp8's layout
-    page by page)."""
-    page = k.shape[1]
-    v_ok = v.permute(0, 2, 3, 1).is_contiguous() if is_fp8 else v.is_contiguous()
-    return page % block_n == 0 and k.is_contiguous() and v_ok
 
 
 def paged_kv_cache(k, v, cu_seqlens_k, page_size: int, seed: int | None = 0, spare_pages: int = 0):

@@ -299,7 +299,7 @@ def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_woul
     from zyfa import dispatch, varlen
     lens = [5, 9, 3]
     q, k, v, _ = _inputs(lens, lens, False, seed=13)
-    gfx950 = dataclasses.replace(dispatch.by_name("triton"), name="gfx950")
+    gfx950 = dataclasses.replace(dispatch.by_name("triton"), name="gfx950", run_packed=None, run_paged=None)
     real_select = dispatch.select
     monkeypatch.setattr(dispatch, "select", lambda p, b="auto": gfx950 if b == "auto" else real_select(p, b))
     calls = []
@@ -425,21 +425,21 @@ def test_auto_paged_route_where_the_generated_kernel_is_chosen(fp8, monkeypatch)
     """With "auto" choosing the generated kernel for sequences longer than SHORT_MEAN_QUERIES on
     average, pages are gathered for its packed launch, FP8 and BF16 alike, even where the
     Triton kernel could read them in place (no kernel runs)."""
-    import types
     import zyfa.varlen as zv
+    from zyfa import dispatch
     lens_q, lens_k = [zv.SHORT_MEAN_QUERIES + 1, zv.SHORT_MEAN_QUERIES + 3], [zv.SHORT_MEAN_QUERIES + 1, 2 ** 12]
     q, k, v, ds = _inputs(lens_q, lens_k, fp8, hq=4, hkv=2, seed=29)
     kp, vp, table, used = _paged(k, v, lens_k, 256, seed=5)
     routes = []
-    monkeypatch.setattr(zv.dispatch, "select", lambda problem, backend: types.SimpleNamespace(name="ptx"))
-    monkeypatch.setattr(zv, "_ptx_packed", lambda *a: routes.append("ptx packed") or (None, None))
+    ptx = dataclasses.replace(dispatch.by_name("ptx"), run_packed=lambda *a, **kw: routes.append("ptx packed") or
+                              (q[:, :, :1], q[0, :, :1]))
+    monkeypatch.setattr(dispatch, "select", lambda problem, requested="auto", among=None: ptx)
     real = zv._gathered_pages
     monkeypatch.setattr(zv, "_gathered_pages", lambda *a: routes.append("gathered") or real(*a))
-    monkeypatch.setattr("zyfa.triton_kernels.launch.triton_attention",
-                        lambda *a, **kw: routes.append("triton in place") or (q[None], q[None]))
-    pages = [table[i, :-(-u // 256)].tolist() for i, u in enumerate(used.tolist())]
-    zv._one_launch(q, kp, vp, lens_q, used.tolist(), pages, _cu(lens_q), None, True,
-                   ds, "auto", "exact", "per_block", fp8, table)
+    in_place = lambda *a, **kw: routes.append("triton in place") or (q, q)   # noqa: E731
+    monkeypatch.setattr(dispatch, "_BACKENDS", [dataclasses.replace(b, run_paged=in_place) if b.run_paged else b
+                                                for b in dispatch.backends()])
+    zyfa.flash_attn_varlen_func(q, kp, vp, _cu(lens_q), None, block_table=table, seqused_k=used, causal=True, **ds)
     assert routes == ["gathered", "ptx packed"]
 
 

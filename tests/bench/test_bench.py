@@ -34,7 +34,8 @@ def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
     path = str(tmp_path / "r.json")
     doc = run([TINY], methods, path, timer=lambda fn: 1.0)
     recs = {r["label"]: r for r in doc["records"]}
-    assert set(recs) == wanted
+    anchors = {"fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"}
+    assert set(recs) == wanted - anchors and set(doc["unavailable"]) == anchors
     for label in ("zyfa-fp8-lean_cubic", "zyfa-bf16", "zyfa-auto-fp8+quantize", "zyfa-int8qk", "zyfa-int8qk+quantize"):
         r = recs[label]
         assert r["status"] == "ok", r
@@ -51,17 +52,16 @@ def test_run_records_every_method_and_reports_missing_anchors(tmp_path):
     assert plus["err_e2e"] > plus["err_kernel"] and plus["err_e2e"] < 0.1
     # the INT8 mode with its quantizer in the timed call: its output, and so its errors, as without
     assert recs["zyfa-int8qk+quantize"]["err_e2e"] == recs["zyfa-int8qk"]["err_e2e"]
-    for label in ("fa3-fp8", "cudnn-fp8", "sdpa_flash-bf16"):
-        assert recs[label]["status"] == "missing" and recs[label]["reason"]
+    assert all(doc["unavailable"][label] for label in anchors)     # each once, with its reason
     with open(path) as f:
         entries = json.load(f)
     assert list(entries) == [run_key()] and entries[run_key()]["records"] == doc["records"]
     text = markdown(doc, path)
-    assert "## Not measured" in text and "fa3-fp8 (missing)" in text
+    assert "## Not measured" in text and "fa3-fp8 (unavailable)" in text
     # a second run of the day replaces its own records and keeps the others; other runs stay
     save_entry(path, "2026-01-01-older-run.json", {"records": []})
     doc2 = run([TINY], methods[:1], path, timer=lambda fn: 2.0)
-    assert len(doc2["records"]) == len(wanted)
+    assert len(doc2["records"]) == len(wanted - anchors) and set(doc2["unavailable"]) == anchors
     with open(path) as f:
         assert set(json.load(f)) == {run_key(), "2026-01-01-older-run.json"}
 
@@ -131,7 +131,7 @@ def test_bench_on_captured_activations(tmp_path):
 @pytest.mark.skipif(HAS_GPU, reason="checks the plumbing on a machine without the anchors")
 @pytest.mark.slow
 def test_varlen_case_measures_the_last_sequence_against_its_own_keys(tmp_path):
-    """A packed case: the varlen methods run, the dense ones say why not, FLOPs are the
+    """A packed case: the varlen methods run, the dense ones are not asked, FLOPs are the
     sequences' own, and the error (last sequence's rows against float64 over its own keys)
     is that of a dense call on that sequence alone."""
     import zyfa
@@ -144,8 +144,8 @@ def test_varlen_case_measures_the_last_sequence_against_its_own_keys(tmp_path):
     methods = [m for m in all_methods() if m.label in wanted]
     doc = run([case], methods, str(tmp_path / "r.json"), timer=lambda fn: 1.0)
     recs = {r["label"]: r for r in doc["records"]}
-    assert recs["zyfa-bf16"]["status"] == "unsupported" and "varlen" in recs["zyfa-bf16"]["reason"]
-    assert recs["fa3-varlen-bf16"]["status"] == "missing"
+    assert "zyfa-bf16" not in recs                       # a dense method: not asked on a packed case
+    assert "fa3-varlen-bf16" in doc["unavailable"] and "fa3-varlen-bf16" not in recs
     for label in ("zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8", "zyfa-auto-varlen-paged64-bf16",
                   "zyfa-auto-varlen-paged128-fp8"):
         assert recs[label]["status"] == "ok" and recs[label]["repeatable"], recs[label]
@@ -179,6 +179,39 @@ def test_e2e_trained_mode_trains_and_records(tmp_path):
     assert final < losses[0] - 1.0, (losses, final)          # from ~ln 256 = 5.5 nats a byte
     kl = {row["attn_implementation"]: row.get("kl_vs_fp32_attention") for row in doc["records"]}
     assert kl["fp32_ref"] == 0 and kl["sdpa"] > 0 and kl["zyfa_fp8"] > 0
+
+
+def test_bench_lists_only_what_it_could_have_run(tmp_path):
+    """`zyfa bench --cases quick` (dense cases) with every method: the varlen and decode methods
+    are not asked (no record, not under "Not measured", not even as unavailable), a method that
+    cannot run on this machine is listed once as unavailable whatever the number of cases, and a
+    method refused a
+    case it takes is listed with that case. The methods' calls are stubbed: the listing is the
+    run's and the report's logic, not the kernels'."""
+    import dataclasses
+    from zyfa.bench.report import not_measured_lines
+    stub = lambda inp: (lambda: (inp.q, None))            # noqa: E731  (an output of the right shape)
+    nowhere = Case("quick", "tiny window", 1, 40, 40, 4, 2, 64, 64, window=(8, 0))
+    methods = [dataclasses.replace(m, build=stub) for m in all_methods()]
+    methods.append(dataclasses.replace(methods[0], method="nowindow", missing=lambda: None, build=stub,
+                                       unsupported=lambda case: "no window" if case.window != (-1, -1) else None))
+    methods.append(dataclasses.replace(methods[0], method="absent", missing=lambda: "not installed", build=stub))
+    doc = run([TINY, nowhere], methods, str(tmp_path / "r.json"), timer=lambda fn: 1.0, rounds=1)
+    labels = {r["label"] for r in doc["records"]}
+    kinds = [m for m in methods if m.varlen or m.decode]
+    assert len([m for m in kinds if m.varlen]) == 8 and not labels & {m.label for m in kinds}
+    missing = {m.label for m in methods if m.missing() and m not in kinds}
+    assert "absent-fp8-exact" in missing and set(doc["unavailable"]) == missing and not labels & missing
+    lines = not_measured_lines(doc)
+    assert not any("varlen" in line or "decode" in line for line in lines), lines
+    for label in missing:                                  # once each, no cases named
+        assert [line for line in lines if line.startswith(f"NOT MEASURED {label} (")] == \
+            [f"NOT MEASURED {label} (unavailable): {doc['unavailable'][label]}"]
+    assert "NOT MEASURED nowindow-fp8-exact (unsupported on tiny window): no window" in lines
+    assert all(r["status"] == "ok" for r in doc["records"] if r["case"] == "tiny"), \
+        [r for r in doc["records"] if r["status"] != "ok"]
+    text = markdown(doc, "r.json")
+    assert "* absent-fp8-exact (unavailable): not installed" in text and "varlen" not in text
 
 
 def test_report_shows_the_bench_runs_not_the_other_records(tmp_path):

@@ -8,7 +8,8 @@ import torch
 
 import zyfa
 
-from .methods import Inputs, Method, _gpu_missing, _split, _zyfa_missing, unimportable
+from .anchors import gpu_missing, out_and_lse, unimportable
+from .methods import Inputs, Method, zyfa_missing
 
 PAGE = 64                         # the paged methods' page size
 
@@ -68,7 +69,7 @@ _fa3_kvcache_missing = unimportable(_fa3_kvcache, "FlashAttention-3's flash_attn
 def _fa3_decode(dtype: str, page: int | None):
     def build(inp: Inputs):
         fa, a = _fa3_kvcache(), _cache_args(inp, dtype, page)
-        return lambda: _split(fa(**a, softmax_scale=inp.scale, causal=inp.case.causal, return_softmax_lse=True))
+        return lambda: out_and_lse(fa(**a, softmax_scale=inp.scale, causal=inp.case.causal, return_softmax_lse=True))
     return build
 
 
@@ -86,10 +87,10 @@ def _copy(inp: Inputs):
 
 
 def decode_methods() -> list[Method]:
-    zm = _zyfa_missing("triton")
+    zm = zyfa_missing("triton")
     out = [Method("zyfa", "triton", dtype, "head" if dtype == "fp8" else None, _zyfa_decode(dtype, page), zm,
                   decode=True, page_size=page) for page in (None, PAGE) for dtype in ("bf16", "fp8")]
     out += [Method("fa3", "fa3", dtype, "head" if dtype == "fp8" else None, _fa3_decode(dtype, page),
                    _fa3_kvcache_missing, decode=True, page_size=page) for page in (None, PAGE) for dtype in ("bf16", "fp8")]
-    out.append(Method("copy", "torch", "bf16", None, _copy, _gpu_missing, decode=True))
+    out.append(Method("copy", "torch", "bf16", None, _copy, gpu_missing, decode=True))
     return out

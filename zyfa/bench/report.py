@@ -68,14 +68,31 @@ def markdown(doc: dict, source: str, title: str = "zyfa benchmark results") -> s
             if not any(r.get(metric) is not None for r in recs if r["group"] == group):
                 continue                                   # e.g. host_us, absent from older records
             out += [f"### {title}", ""] + _table(recs, rows, labels, metric, fmt) + [""]
-    bad = _ordered((r["label"], r["status"], r["reason"]) for r in recs if r["status"] != "ok")
+    bad = not_measured(doc)
     if bad:
         out += ["## Not measured", ""]
-        for label, status, reason in bad:
-            where = _ordered(r["case"] for r in recs if (r["label"], r["status"], r.get("reason")) == (label, status, reason))
-            out.append(f"* {label} ({status}) on {', '.join(where)}: {reason}")
+        for label, status, reason, where in bad:
+            out.append(f"* {label} ({status}{' on ' + ', '.join(where) if where else ''}): {reason}")
         out.append("")
     return "\n".join(out)
+
+
+def not_measured(doc: dict) -> list[tuple[str, str, str, list[str]]]:
+    """What the run could have measured but did not, as (label, status, reason, cases): each
+    method unavailable on this machine once (no cases), then each method that was refused a
+    case it takes or failed on it, with those cases."""
+    recs = doc["records"]
+    out = [(label, "unavailable", reason, []) for label, reason in doc.get("unavailable", {}).items()]
+    for label, status, reason in _ordered((r["label"], r["status"], r["reason"]) for r in recs if r["status"] != "ok"):
+        where = _ordered(r["case"] for r in recs if (r["label"], r["status"], r.get("reason")) == (label, status, reason))
+        out.append((label, status, reason, where))
+    return out
+
+
+def not_measured_lines(doc: dict) -> list[str]:
+    """`zyfa bench`'s closing lines: not_measured, one line each."""
+    return [f"NOT MEASURED {label} ({status}{' on ' + ', '.join(where) if where else ''}): {reason}"
+            for label, status, reason, where in not_measured(doc)]
 
 
 def plots(doc: dict, prefix: str) -> list[str]:

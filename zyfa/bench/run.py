@@ -67,19 +67,13 @@ def _record(inp: Inputs, m: Method) -> dict:
 
 def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None) -> tuple[dict, object]:
     """A method's record with its speed on one case, and its (call, finish) pair for
-    check_one; None where it is missing, cannot run the case or fails. ``host_timer``: the
-    host's own time a call (host_us; where it exceeds the timed ms, the GPU waited for the
-    host and the reading times the host, not the kernels)."""
+    check_one; None where it cannot run the case or fails. The method must be available here
+    (missing() None) and take the case's kind (applies). ``host_timer``: the host's own time a
+    call (host_us; where it exceeds the timed ms, the GPU waited for the host and the reading
+    times the host, not the kernels)."""
     c = inp.case
     rec = _record(inp, m)
-    reason = m.missing()
-    if reason:
-        return dict(rec, status="missing", reason=reason), None
-    reason = ("a varlen method takes packed batches only" if m.varlen and not c.lengths else
-              "a packed (varlen) case: this method takes dense batches" if c.lengths and not m.varlen else
-              "a decode method takes decode cases only" if m.decode and not c.decode else
-              "a decode case: this method takes prefill cases" if c.decode and not m.decode else
-              m.unsupported(c))
+    reason = m.unsupported(c)
     if reason:
         return dict(rec, status="unsupported", reason=reason), None
     try:
@@ -170,14 +164,24 @@ def run(cases: list[Case], methods: list[Method], path: str, key: str | None = N
     doc = {"versions": versions(power), "records": []}
     run_id = datetime.datetime.now().isoformat(timespec="seconds")     # which process measured a record
     earlier = load(path).get(key)
+    # methods of no kind of case here (varlen, decode) are not asked at all; one that cannot run on
+    # this machine (its package or the GPU missing) is asked once and listed once as unavailable,
+    # not recorded case by case
+    methods = [m for m in methods if any(m.applies(c) for c in cases)]
+    unavailable = {m.label: reason for m in methods if (reason := m.missing())}
     if earlier and not fresh:
         doc["records"] = earlier["records"]
+        gone = {m.label for m in methods}                 # asked again now: this run's answer stands
+        unavailable = {**{k: r for k, r in earlier.get("unavailable", {}).items() if k not in gone}, **unavailable}
+    doc["unavailable"] = unavailable
+    methods = [m for m in methods if m.label not in unavailable]
     for i, case in enumerate(_progress(cases, "zyfa bench")):
         inp = case_inputs(case, device, None if captured is None else captured[i])
         # every method is timed before any float64 reference is computed: a reference (float64 over
         # every row of a short case, the case's heaviest work) run just before one method's timing
-        # would skew that one
-        timed = [(m, *time_one(inp, m, timer, host_ms if device == "cuda" else None)) for m in methods]
+        # would skew that one. Methods of another kind of case (varlen, decode) are not asked.
+        timed = [(m, *time_one(inp, m, timer, host_ms if device == "cuda" else None)) for m in methods
+                 if m.applies(case)]
         for _ in range(rounds - 1):
             for m, rec, call in timed:
                 if call is not None and rec["status"] == "ok":
@@ -228,7 +232,7 @@ def main(argv=None) -> int:
                     "turns; the fastest is kept")
     ap.add_argument("--report-only", action="store_true", help="only regenerate RESULTS.md and plots (the newest run first)")
     a = ap.parse_args(argv)
-    from .report import write_report
+    from .report import not_measured_lines, write_report
     if a.report_only:
         write_report(results_file(a.out), a.out)
         return 0
@@ -254,9 +258,8 @@ def main(argv=None) -> int:
         print(f"energy not measured: {power.reason}")
     path = results_file(a.out)
     doc = run(cases, methods, path, captured=captured, power=power, fresh=a.fresh, rounds=a.rounds)
-    missing = sorted({(r["label"], r["reason"]) for r in doc["records"] if r["status"] != "ok"})
-    for label, reason in missing:
-        print(f"NOT MEASURED {label}: {reason}")
+    for line in not_measured_lines(doc):
+        print(line)
     write_report(path, a.out, run_key())
     print(f"wrote {path} ({run_key()}) and {os.path.join(a.out, 'RESULTS.md')}")
     return 0

@@ -3,7 +3,7 @@ attention on the unquantized inputs (GQA 8/2, d128, causal), with float64 math o
 dequantized inputs (quantization alone) and through the FP8 spec (quantization + kernel
 arithmetic, P rule lean_cubic, block references). CPU only.
 
-    python bench/quantizer_options.py [--seqlen 1024]
+    python notes/ab/quantizer_options.py [--seqlen 1024]
 """
 import argparse
 

@@ -2,7 +2,7 @@
 results per clock per SM for FADD, FFMA, FMNMX, PRMT, MUFU.EX2, the FP8 pack conversion
 (cvt ... e4m3x2, F2FP) and HFMA2, the units a softmax without exp2 can be built from.
 
-    python bench/microbench.py --out DIR        (prints a table; writes DIR/microbench.json)
+    python notes/scripts/microbench.py --out DIR        (prints a table; writes DIR/microbench.json)
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from zyfa.asm.ptx.assemble import assemble  # noqa: E402
 from zyfa.asm.ptx.loader import Kernel  # noqa: E402
 from zyfa.verify.ptx.microbench import OPS, microbench_kernel  # noqa: E402
