@@ -109,10 +109,10 @@ def test_epilogue_quad_transpose_gives_each_lane_a_column_group():
 
 
 def test_running_reference_is_the_running_max():
-    """The fast mode's reference (block._emit_running_reference, emitted PTX run on 64 lanes):
+    """The fast mode's reference (softmax._emit_running_reference, emitted PTX run on 64 lanes):
     A_new = max(A, the row's max of S times c over the quad), alpha = 2^(A - A_new), and -A_new
     for the P codes' FMA."""
-    from zyfa.asm.ptx.block import _emit_running_reference
+    from zyfa.asm.ptx.softmax import _emit_running_reference
     from zyfa.asm.ptx.fragments import acc_row_half
     from zyfa.asm.ptx.layout import ACC
     from zyfa.asm.ptx.target import program

@@ -7,7 +7,10 @@ consumers) for Dqk 192 and for 16-bit inputs (attention_kernel_16, whose block s
   layout.py     tile sizes, the shared-memory layout, kernel names and parameters
   cta.py        what a CTA knows (typed records) and the prologue that sets it up
   loads.py      the K / V^T stage ring, TMA loads, mbarrier setup
-  block.py      one key block: S = Q K^T, mask, row max, P codes, row sums, P V^T, accumulation
+  scores.py     S = Q K^T, the masks, row maxima
+  softmax.py    a block's references, P codes and row sums
+  block.py      one key block put together: P V^T and the accumulation
+  window.py     a sliding window's key-block range and masks
   epilogue.py   out and LSE
   lean_p.py     the P rules' instructions; fragments.py the wgmma fragments P moves through
 
@@ -56,7 +59,7 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
                      long: bool = False, ref_rule: str = "block", window: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` and its Dv: HEAD_DIMS) for one P
     rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for the
-    rules in HMMA_RULES and from the ALUs for the others (block.py).
+    rules in HMMA_RULES and from the ALUs for the others (softmax.py).
 
     Parameters: TMA maps of q (B, Sq, Hq, Dqk) and k (B, Sk, Hkv, Dqk) with boxes of 64 and
     128 rows of 128 columns (Dqk 256: two such tiles a row), of V^T (B * Hkv, Dv, Sk padded

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..program import Program, Reg
-from .block import emit_band_mask, emit_row_max
+from .scores import emit_band_mask, emit_row_max
 from .cta import Cta, Rows
 from .fragments import acc_row_half
 from .layout import COLUMN_TILE

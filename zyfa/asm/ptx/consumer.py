@@ -3,7 +3,7 @@ ring's mbarriers (a stage's "free"; split_kv: V's "full" and "free"), and the bl
 from __future__ import annotations
 
 from ..program import Program, Reg
-from .block import emit_q_descriptors
+from .scores import emit_q_descriptors
 from .cta import Cta
 from .loads import emit_ring_position
 from .smem import emit_descriptor, emit_wait

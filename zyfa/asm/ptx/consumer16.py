@@ -5,7 +5,8 @@ from __future__ import annotations
 from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .bf16 import emit_pack16, emit_pv16, emit_row_update16, emit_softmax16
-from .block import BLOCK_LOOPS, emit_rescale, emit_scale_rows, emit_scores
+from .block import BLOCK_LOOPS, emit_rescale, emit_scale_rows
+from .scores import emit_scores
 from .consumer import (emit_block_loop_head, emit_consumer_start, emit_next_block, emit_release, emit_v_wait,
                        free_bar, v_bar)
 from .cta import Cta, Rows, emit_rows

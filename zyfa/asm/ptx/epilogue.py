@@ -7,7 +7,7 @@ import dataclasses
 
 from ...spec.constants import LN2, P_OFFSET_LOG2
 from ..program import Program, Reg
-from .block import emit_quad_reduce
+from .scores import emit_quad_reduce
 from .cta import Cta, Rows
 from .target import f32
 

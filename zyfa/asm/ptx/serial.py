@@ -13,7 +13,9 @@ the spec's block_n; grid (query tiles, batch * heads), heaviest query tiles firs
 from __future__ import annotations
 
 from ..program import Program
-from .block import BLOCK_LOOPS, emit_accumulators, emit_block, emit_q_descriptors, emit_row_sum_parts, emit_scores
+from .block import BLOCK_LOOPS, emit_accumulators, emit_block
+from .scores import emit_q_descriptors, emit_scores
+from .softmax import emit_row_sum_parts
 from .cta import emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .int8_qk import emit_block_factors, emit_int8_scores

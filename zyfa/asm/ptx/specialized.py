@@ -28,10 +28,7 @@ from .block import (
     emit_pv_issue,
     emit_reference_moves,
     emit_rescale,
-    emit_row_sum_parts,
     emit_row_update,
-    emit_scores,
-    emit_softmax,
     v_halves,
 )
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, free_bar, v_bar
@@ -42,7 +39,9 @@ from .int8_qk import emit_block_factors, emit_int8_scores
 from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
+from .scores import emit_scores
 from .smem import emit_descriptor, emit_wait
+from .softmax import emit_row_sum_parts, emit_softmax
 from .target import f32
 from .tile_loop import (TileLoop, emit_first_tile, emit_next_t, emit_tile_end, emit_tile_entry, emit_tile_loop,
                         emit_tile_loop_head, phase_of)

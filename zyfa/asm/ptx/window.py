@@ -129,7 +129,7 @@ def emit_window_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: R
 
 
 def emit_window_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg, tag: str) -> None:
-    """block.emit_band_mask with a window: mask the block at ``start_n`` unless it lies in
+    """scores.emit_band_mask with a window: mask the block at ``start_n`` unless it lies in
     [left_end, band_start)."""
     unmasked = prog.reg("pred")
     prog.emit("setp.lt.u32", unmasked, start_n, rows.band_start)
