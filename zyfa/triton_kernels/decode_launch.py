@@ -39,15 +39,15 @@ def default_tile(head_dim: int, page_size: int, fp8_dot: bool = False) -> Decode
     warps, 2 stages (the fastest of 18 tiles summed over the three bench shapes on an H100:
     docs/decisions.md); a paged cache's tile no longer than its pages where they are shorter, so
     that a tile still needs one page lookup. FP8 dots: 128 keys up to head dim 128 (the same
-    bytes a stage as BF16's 64), 64 at 256, and never fewer than 32 (the FP8 MMA's reduction
-    takes 32 keys): pages of 16 or 48 are then gathered a key at a time. The interpreter takes
+    bytes a stage as BF16's 64), 32 at 256 (64 keys at 32 rows spill), and never fewer than 32
+    (the FP8 MMA's reduction takes 32 keys): pages of 16 or 48 are then gathered a key at a time. The interpreter takes
     16 keys: small test lengths then cross tiles."""
     if interpreter_active():
         return DecodeTile(16, 4, 1)
     if fp8_dot:
-        block_n = 64 if head_dim > 128 else 128
+        block_n = 32 if head_dim > 128 else 128
         if page_size and page_size < block_n:
-            block_n = max(32, page_size if page_size in (32, 64) else 32)
+            block_n = 64 if page_size % 64 == 0 else 32
         return DecodeTile(block_n, 4, 2)
     block_n = 32 if head_dim > 128 else 64
     if page_size and page_size < block_n:
