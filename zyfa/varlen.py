@@ -15,6 +15,7 @@ import torch
 
 from . import api, dispatch
 from .device import device_arch, to_device
+from .mixed import plan, run_mixed
 from .spec.descales import check_descale
 from .spec.shapes import Packed, out_dtype, starts_of
 from .validation import (check_index_tensor, check_out, check_window, refuse_unsupported, softmax_scale_value,
@@ -221,8 +222,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
 
     p_rule, ref_rule = api._rules(is_fp8, p_rule, ref_rule, q.dtype)
     scale = softmax_scale_value(softmax_scale)
-    result = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, scale,
-                         causal, descales, backend, p_rule, ref_rule, is_fp8, block_table, window=window)
+    mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule)      # decodes: zyfa.mixed
+    result = run_mixed(mixed, q, k, v, q_lens, k_lens, where, cu_seqlens_q, scale, causal, descales, backend, p_rule,
+                       ref_rule, is_fp8, block_table) if mixed.routed else _one_launch(
+        q, k, v, q_lens, k_lens, where, cu_seqlens_q, scale, causal, descales, backend, p_rule, ref_rule, is_fp8,
+        block_table, window=window)
     if result is None:
         result = _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descales, backend,
                                p_rule, ref_rule, is_fp8, block_table)
@@ -254,7 +258,8 @@ def _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descale
 
 
 def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal,
-                descales, backend, p_rule, ref_rule, is_fp8, block_table=None, v_pages=None, window=(-1, -1)):
+                descales, backend, p_rule, ref_rule, is_fp8, block_table=None, v_pages=None, window=(-1, -1),
+                mean_of=None):
     """(out, lse) from one launch over the packed batch -- the generated Hopper kernel's packed
     variant where it is the backend chosen for the longest sequence, else the Triton kernel --
     or None when that backend is another one (with "auto": the Triton kernel also where a
@@ -267,7 +272,8 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
                                seqlen_k=max(k_lens), p_rule=p_rule, ref_rule=ref_rule,
                                int8_qk=q.dtype == torch.int8, packed=True, window=window)
     chosen = dispatch.select(problem, backend).name
-    short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
+    mean_of = mean_of or q_lens                  # (a mixed batch: the prefill sequences' queries)
+    short = sum(mean_of) <= SHORT_MEAN_QUERIES * len(mean_of)
     use_triton = chosen == "triton" or (backend == "auto" and short and chosen in ("ptx", "gfx950")
                                         and dispatch.by_name("triton").can_implement(problem)[0])
     from .triton_kernels.launch import default_tile, triton_attention
@@ -282,7 +288,7 @@ def _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, ca
                 return None
             k, v, starts, v_pages = _gathered_pages(k, v, starts, is_fp8)
             return _one_launch(q, k, v, q_lens, k_lens, starts, cu_seqlens_q, softmax_scale, causal, descales,
-                               backend, p_rule, ref_rule, is_fp8, v_pages=v_pages, window=window)
+                               backend, p_rule, ref_rule, is_fp8, v_pages=v_pages, window=window, mean_of=mean_of)
     if chosen == "ptx" and block_table is None:
         return _ptx_packed(q, k, *_contiguous_tables(q, v, q_lens, k_lens, starts, cu_seqlens_q, is_fp8,
                                                      key_order=True, v_pages=v_pages),

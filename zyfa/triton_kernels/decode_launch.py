@@ -115,10 +115,11 @@ def uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots=None) -> bool:
 
 def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=None, softmax_scale=None,
                   causal=False, q_descale=None, k_descale=None, v_descale=None, num_splits: int = 0,
-                  sm_margin: int = 0, tile: DecodeTile | None = None, cache_leftpad=None, fp8_dots=None):
+                  sm_margin: int = 0, tile: DecodeTile | None = None, cache_leftpad=None, fp8_dots=None, out=None):
     """Run the decode kernel (inputs validated; cache_seqlens an int32 tensor on q's device,
     block_table too for a paged cache, cache_leftpad (dense only) too; fp8_dots: uses_fp8_dots).
-    Returns (out (B, Sq, Hq, Dv), lse (B, Hq, Sq) float32)."""
+    Returns (out (B, Sq, Hq, Dv), lse (B, Hq, Sq) float32); ``out``: a tensor of that shape and
+    the output dtype (a view into a packed output, say) that receives the output."""
     B, Sq, Hq, D = q.shape
     Hkv, Dv = k_cache.shape[2], v_cache.shape[-1]
     group = Hq // Hkv
@@ -133,7 +134,11 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
     # write float32 and round in torch, and feed the dots float32 operands
     interp = interpreter_active()
     final = out_dtype(q.dtype)
-    out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else final, device=dev)
+    given = out
+    if given is not None and (tuple(given.shape) != (B, Sq, Hq, Dv) or given.dtype != final):
+        raise ValueError(f"out must have shape {(B, Sq, Hq, Dv)} and dtype {final}, got {tuple(given.shape)} {given.dtype}")
+    if given is None or interp:
+        out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else final, device=dev)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     kd, kd_mode, dr, dh = _descale_mode(k_descale, B, Hkv, dev)
     vd, vd_mode, vdr, vdh = _descale_mode(v_descale, B, Hkv, dev)
@@ -162,4 +167,6 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
         merge_kernel[(B * Hkv * rows,)](o_part, lse_part, out, lse, splits, Hq, Hkv, out.stride(0), out.stride(1),
                                         out.stride(2), SQ=Sq, GROUP=group, DV=Dv,
                                         SPLITS=triton.next_power_of_2(splits), num_warps=1)
+    if given is not None:
+        return (given.copy_(out) if interp else given), lse
     return out.to(final), lse
