@@ -36,7 +36,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
                             scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
-                            return_softmax_lse=False, *, block_table=None, backend="auto"):
+                            return_softmax_lse=False, *, block_table=None, backend="auto", fp8_dots=None):
     """Attention of 1-16 new queries a sequence over a dense or paged KV cache (forward only).
 
     FlashAttention-3's argument names, order and defaults (causal=False); what zyfa cannot do
@@ -57,8 +57,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     dtypes: q bfloat16/float16 with a cache of the same dtype, or an E4M3 cache (torch.
     float8_e4m3fn) with q bfloat16 or E4M3. E4M3 needs k_descale and v_descale (float32),
     per (sequence, kv head) as FA3 takes them or per token (zyfa.spec.kv_cache), and E4M3 q
-    its q_descale ((), (kv_heads,) or (batch, kv_heads)). An E4M3 cache is computed as a BF16
-    cache of its dequantized values (zyfa.triton_kernels.decode), not by the FP8 P rules.
+    its q_descale ((), (kv_heads,) or (batch, kv_heads)). With k_descale and v_descale per
+    (sequence, kv head) the dots run in FP8 as the prefill FP8 path runs them (BF16 q quantized
+    to E4M3 a row with a power-of-two descale, P rounded to E4M3 against the running max: the
+    spec's fp8_attention_spec with ref_rule "running" over each key split); with per-token
+    descales, or fp8_dots=False (keyword only), the cache is computed as a BF16 cache of its
+    dequantized values (zyfa.triton_kernels.decode). fp8_dots=True refuses per-token descales.
 
     causal=True aligns the mask bottom-right as in prefill: query i sees cached keys
     j <= i + cache_seqlens - seqlen_q (the last query sees them all). seqlen_q = 2, 5 keys:
@@ -86,18 +90,30 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     table = _one_table(page_table, block_table)
     lens, table = _check(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_descale,
                          softmax_scale, causal, num_splits, sm_margin)
+    _check_fp8_dots(fp8_dots, k_cache, k_descale, v_descale)
     leftpad = _check_leftpad(cache_leftpad, cache_seqlens, k_cache, table, q.shape[1] if causal else 1, q.shape[0],
                              q.device)
     chosen = dispatch.select(_problem(q, k_cache, v_cache, table), backend, BACKENDS)
     out, lse = chosen.run(q, k_cache, v_cache, lens, table, softmax_scale=_scale(softmax_scale), causal=causal,
                           q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
-                          sm_margin=sm_margin, **({} if leftpad is None else {"cache_leftpad": leftpad}))
+                          sm_margin=sm_margin, fp8_dots=fp8_dots,
+                          **({} if leftpad is None else {"cache_leftpad": leftpad}))
     return (out, lse) if return_softmax_lse else out
+
+
+def _check_fp8_dots(fp8_dots, k_cache, k_descale, v_descale):
+    if fp8_dots is not None and not isinstance(fp8_dots, bool):
+        raise TypeError(f"fp8_dots must be None, True or False, got {fp8_dots!r}")
+    if fp8_dots and k_cache.dtype != FP8_DTYPE:
+        raise ValueError(f"fp8_dots=True takes an E4M3 cache, got {k_cache.dtype}")
+    if fp8_dots:
+        from .triton_kernels.decode_launch import uses_fp8_dots
+        uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots)        # raises for per-token descales
 
 
 def explain_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, q_descale=None, k_descale=None,
                     v_descale=None, softmax_scale=None, causal=False, num_splits=0, sm_margin=0, *,
-                    block_table=None, backend="auto") -> str:
+                    block_table=None, backend="auto", fp8_dots=None) -> str:
     """Which backend flash_attn_with_kvcache would use for these inputs and why each other would
     not; for the Triton kernel also its key splits and tile."""
     table = _one_table(page_table, block_table)
@@ -114,14 +130,29 @@ def explain_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, q_
     for name, ok, why in dispatch.assess(problem, BACKENDS):
         lines.append(f"  {name:10s} {'can run' if ok else 'cannot'}: {why}")
     if chosen == "triton":
-        from .triton_kernels.decode_launch import decode_splits, default_tile
-        page = k_cache.shape[1] if table is not None else 0
-        capacity = table.shape[1] * page if page else k_cache.shape[1]
-        splits = num_splits or decode_splits(q.shape[0], k_cache.shape[2], capacity, q.device, sm_margin)
-        lines.append(f"  triton: {splits} key split(s) a (sequence, kv head) "
-                     f"({'given' if num_splits else 'chosen from batch, kv heads and SMs'}), "
-                     f"{q.shape[2] // k_cache.shape[2] * q.shape[1]} query rows a tile, {default_tile(q.shape[-1], page)}")
+        _check_fp8_dots(fp8_dots, k_cache, k_descale, v_descale)
+        lines.append("  triton: " + decode_plan(q, k_cache, table, k_descale, v_descale, num_splits, sm_margin,
+                                                 fp8_dots))
     return "\n".join(lines)
+
+
+def decode_plan(q, k_cache, table, k_descale=None, v_descale=None, num_splits=0, sm_margin=0, fp8_dots=None) -> str:
+    """The Triton decode kernel's plan in words: key splits, rows a tile, the tile, its dots."""
+    from .triton_kernels.decode_launch import decode_splits, default_tile, uses_fp8_dots
+    page = k_cache.shape[1] if table is not None else 0
+    capacity = table.shape[1] * page if page else k_cache.shape[1]
+    splits = num_splits or decode_splits(q.shape[0], k_cache.shape[2], capacity, q.device, sm_margin)
+    fp8_dot = uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots)
+    if fp8_dot:
+        dots = "FP8 dots (q E4M3" + (")" if q.dtype == FP8_DTYPE else ", quantized a row)") + ", P E4M3"
+    elif k_cache.dtype == FP8_DTYPE:
+        dots = "E4M3 K/V widened to BF16 dots (" + ("fp8_dots=False" if fp8_dots is False else "per-token descales") + ")"
+    else:
+        dots = f"{k_cache.dtype} dots"
+    return (f"{splits} key split(s) a (sequence, kv head) "
+            f"({'given' if num_splits else 'chosen from batch, kv heads and SMs'}), "
+            f"{q.shape[2] // k_cache.shape[2] * q.shape[1]} query rows a tile, "
+            f"{default_tile(q.shape[-1], page, fp8_dot)}, {dots}")
 
 
 def _is_unused(x, unused) -> bool:

@@ -13,6 +13,7 @@ import torch
 
 from . import api, dispatch
 from .device import to_device
+from .mixed import plan, run_mixed
 from .spec.descales import check_descale
 from .spec.shapes import out_dtype, starts_of
 from .validation import (check_index_tensor, check_out, check_window, fp8_rules, refuse_unsupported,
@@ -224,7 +225,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                                is_fp8=is_fp8, p_rule=p_rule, ref_rule=ref_rule, int8_qk=q.dtype == torch.int8,
                                window=window, packed=True)
     kw = dict(softmax_scale=scale, causal=causal, **descales, p_rule=p_rule, ref_rule=ref_rule, window_size=window)
-    result = _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw)
+    mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule)      # decodes: zyfa.mixed
+    launch = run_mixed if mixed.routed else _one_launch
+    result = launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw,
+                    **({"mixed": mixed} if mixed.routed else {}))
     if result is None:
         result = _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descales, backend,
                                p_rule, ref_rule, is_fp8, block_table)
@@ -255,14 +259,16 @@ def _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descale
     return torch.cat(outs, 0), torch.cat(lses, 1)
 
 
-def _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw):
+def _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw, mean_of=None):
     """(out, lse) from one launch over the packed batch on the backend dispatch.packed_backends
     names, or None where there is none (a call a sequence then). A paged cache (``where``: each
     sequence's pages) goes to the backend that reads it in place where that one takes its layout,
     else its pages are gathered into a packed batch first (_gathered_pages); contiguous keys
     (``where``: each sequence's first key) go as they are. Backends read the caller's
-    (validated) index tensors."""
-    short = sum(q_lens) <= SHORT_MEAN_QUERIES * len(q_lens)
+    (validated) index tensors. ``mean_of``: the query counts that say whether the batch is short
+    (a mixed batch: its prefill sequences')."""
+    mean_of = mean_of or q_lens
+    short = sum(mean_of) <= SHORT_MEAN_QUERIES * len(mean_of)
     one, reader = dispatch.packed_backends(problem, backend, short)
     q_lens, k_lens = tuple(q_lens), tuple(k_lens)
     if block_table is not None:

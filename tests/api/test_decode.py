@@ -12,73 +12,7 @@ from zyfa.spec.kv_cache import decode_attention_fp64, sequence_keys
 from zyfa.triton_kernels.decode_launch import DecodeTile, triton_decode
 
 from conftest import DEVICE, assert_rel, describe_mismatch
-
-E4M3 = torch.float8_e4m3fn
-
-
-def _t(vals):
-    return torch.tensor(vals, dtype=torch.int32, device=DEVICE)
-
-
-def _randn(*shape, gen, dtype=torch.bfloat16):
-    return torch.randn(*shape, generator=gen).to(dtype).to(DEVICE)
-
-
-def _e4m3(x, gen):
-    """Random E4M3 codes of x's shape built from integer bits (exact under the interpreter):
-    any finite code, magnitudes up to 2^4 (exponent fields 0..10)."""
-    sign = torch.randint(0, 2, x.shape, generator=gen) << 7
-    exp = torch.randint(0, 11, x.shape, generator=gen) << 3
-    man = torch.randint(0, 8, x.shape, generator=gen)
-    return (sign | exp | man).to(torch.uint8).view(E4M3).to(DEVICE)
-
-
-def _cache(B, cap, Hkv, D, lens, dtype, gen):
-    """A dense cache (B, cap, Hkv, D) whose rows past each sequence's length hold NaN: a kernel
-    that reads past cache_seqlens turns its output NaN."""
-    k, v = (_randn(B, cap, Hkv, D, gen=gen, dtype=torch.float32) for _ in range(2))
-    if dtype == E4M3:
-        k, v = _e4m3(k, gen), _e4m3(v, gen)
-    else:
-        k, v = k.to(dtype), v.to(dtype)
-    for b, n in enumerate(lens):
-        _bytes(k)[b, n:] = _bytes(_nan(k.dtype))
-        _bytes(v)[b, n:] = _bytes(_nan(v.dtype))
-    return k, v
-
-
-def _nan(dtype):
-    if dtype == E4M3:
-        return torch.tensor(0x7F, dtype=torch.uint8).view(E4M3)
-    return torch.tensor(float("nan"), dtype=dtype)
-
-
-def _bytes(x):
-    """x's elements as integers of their width (assignment works for every dtype so)."""
-    return x.view(torch.uint8 if x.element_size() == 1 else torch.int16)
-
-
-def _paged(k, v, lens, page, gen, extra_cols=1):
-    """The dense cache's used rows as a shuffled pool of pages (two spare, every unused row
-    NaN) and its block table (padded by out-of-range page numbers, which must not be read)."""
-    B, _, Hkv, D = k.shape
-    counts = [-(-n // page) for n in lens]
-    pool = sum(counts) + 2
-    order = torch.randperm(pool, generator=gen).tolist()
-    kp = torch.empty((pool, page, Hkv, D), dtype=k.dtype, device=DEVICE)
-    _bytes(kp)[:] = _bytes(_nan(k.dtype).to(DEVICE))
-    vp = kp.clone()
-    table = torch.full((B, max(counts) + extra_cols), 10 ** 6, dtype=torch.int32)
-    used = 0
-    for b, (n, c) in enumerate(zip(lens, counts)):
-        for j in range(c):
-            p = order[used]
-            used += 1
-            table[b, j] = p
-            rows = min(page, n - j * page)
-            _bytes(kp)[p, :rows] = _bytes(k)[b, j * page:j * page + rows]
-            _bytes(vp)[p, :rows] = _bytes(v)[b, j * page:j * page + rows]
-    return kp, vp, table.to(DEVICE)
+from kv_cases import E4M3, _bytes, _cache, _e4m3, _nan, _paged, _randn, _t
 
 
 def _paged_descale(d, lens, table, page, pool):
@@ -174,8 +108,9 @@ def test_16bit_vs_fp64(case):
 @pytest.mark.parametrize("scales", ["head", "token", "q_e4m3"])
 @pytest.mark.parametrize("page", [0, 16])
 def test_e4m3_cache_vs_fp64(scales, page):
-    """E4M3 K/V against float64 on the dequantized cache; descales per (sequence, kv head),
-    per token (the pool's layout when paged), or with E4M3 q and its descale."""
+    """E4M3 K/V widened to BF16 dots (fp8_dots=False; per-token descales take that path
+    anyway) against float64 on the dequantized cache; descales per (sequence, kv head), per
+    token (the pool's layout when paged), or with E4M3 q and its descale."""
     B, Sq, Hq, Hkv, D, lens, causal = 2, 2, 8, 2, 64, [2, 37], True
     gen = torch.Generator().manual_seed(7 + page)
     kc, vc = _cache(B, max(lens) + 3, Hkv, D, lens, E4M3, gen)
@@ -193,7 +128,7 @@ def test_e4m3_cache_vs_fp64(scales, page):
         kc, vc, table = _paged(kc, vc, lens, page, gen)
         if scales == "token":
             kd, vd = (_paged_descale(d, lens, table, page, kc.shape[0]) for d in (kd, vd))
-    _check(q, kc, vc, lens, causal, table, what=f"E4M3 {scales}", k_descale=kd, v_descale=vd, **kw)
+    _check(q, kc, vc, lens, causal, table, what=f"E4M3 {scales}", k_descale=kd, v_descale=vd, fp8_dots=False, **kw)
 
 
 def _layouts_case(seed=3, dtype=torch.bfloat16):
@@ -377,11 +312,18 @@ def test_zyfa_backend_variable(monkeypatch):
     assert zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens)).startswith("selected: triton")
 
 
-# (kernel specialization, whether it compiles without spills today); the spilling ones are the
-# open work of the decode kernel: a key-by-key page lookup (pages smaller than the tile) holds a
-# 64-bit address a key and element, and E4M3 K/V's upcast tiles crowd the per-head path; a left
-# pad's 64-bit row start costs a few registers more
+# (kernel specialization, whether it compiles without spills today). Compiled without the
+# launcher's divisibility marks some spill: their loads compile a byte or two at a time. With the
+# strides marked as the launcher specializes them (aligned) they do not, the key-by-key page
+# gather included; the FP8 dots are checked so (tiles as default_tile picks them, and the
+# 64-row wgmma tile)
+_FP8 = dict(kv="fp8", kd_mode=1, vd_mode=1, fp8_dot=True, aligned=True)
 DECODE_SPECS = [
+    (dict(_FP8, block_n=128), True), (dict(_FP8, block_n=128, q_fp8=True, split=False, causal=False), True),
+    (dict(_FP8, block_n=32, page=16), True), (dict(_FP8, block_n=64, page=64, tile_in_page=True), True),
+    (dict(_FP8, block_n=32, sq=4, group=8, head_dim=256), True), (dict(_FP8, block_n=64, block_m=64), True),
+    (dict(_FP8, block_n=128, hw_round=False), True), (dict(page=16, block_n=16, aligned=True), True),
+    (dict(kv="fp8", kd_mode=2, vd_mode=2, page=16, aligned=True), True), (dict(leftpad=True, aligned=True), True),
     (dict(), True), (dict(split=False, causal=False), True), (dict(page=64, tile_in_page=True), True),
     (dict(page=16), False), (dict(kv="fp8", kd_mode=1, vd_mode=1), False),
     (dict(kv="fp8", kd_mode=2, vd_mode=2, page=16), False), (dict(kv="fp8", kd_mode=1, vd_mode=1, q_fp8=True), False),

@@ -53,16 +53,42 @@ def _seq_descales(ds, i):
 
 
 def _dense(q, k, v, ds, lens_q, lens_k, backend, causal):
-    """One flash_attn_func call per sequence: (out rows, lse columns) concatenated."""
+    """One call per sequence, the path the packed call gives it: (out rows, lse columns)
+    concatenated (_one_sequence)."""
+    routed = _routed(q, v, lens_q, lens_k, backend)
     outs, lses, a, c = [], [], 0, 0
     for i, (sq, sk) in enumerate(zip(lens_q, lens_k)):
         if sq:
-            o, lse = zyfa.flash_attn_func(q[a:a + sq][None], k[c:c + sk][None], v[c:c + sk][None], causal=causal,
-                                          return_lse=True, backend=backend, **_seq_descales(ds, i))
-            outs.append(o[0])
-            lses.append(lse[0])
+            o, lse = _one_sequence(q[a:a + sq], k[c:c + sk], v[c:c + sk], _seq_descales(ds, i), causal, None,
+                                   backend, routed, i, lens_q)
+            outs.append(o)
+            lses.append(lse)
         a, c = a + sq, c + sk
     return torch.cat(outs), torch.cat(lses, 1)
+
+
+def _routed(q, v, lens_q, lens_k, backend):
+    """The sequences a packed call sends to the decode kernel (zyfa.mixed.plan)."""
+    from zyfa import mixed
+    from zyfa.validation import fp8_rules
+    fp8 = v.dtype == torch.float8_e4m3fn
+    return mixed.plan(q, v, lens_q, lens_k, (-1, -1), backend, fp8, *fp8_rules(fp8, None, None, q.dtype)).decode
+
+
+def _one_sequence(q, k, v, ds, causal, scale, backend, routed, i, lens_q):
+    """(out (sq, H, Dv), lse (H, sq)) of sequence i alone: flash_attn_func, or where the packed
+    call routes it, the decode kernel with its queries last among the routed sequences' most
+    (zero rows first), as zyfa.mixed pads them."""
+    if i not in routed:
+        o, lse = zyfa.flash_attn_func(q[None], k[None], v[None], causal=causal, softmax_scale=scale, return_lse=True,
+                                      backend=backend, **ds)
+        return o[0], lse[0]
+    sq, most = q.shape[0], max(lens_q[j] for j in routed)
+    padded = torch.cat([torch.zeros(most - sq, *q.shape[1:], dtype=q.dtype, device=q.device), q])
+    from zyfa.triton_kernels.decode_launch import triton_decode     # the padding rows may see no key
+    o, lse = triton_decode(padded[None], k[None], v[None], _t([k.shape[0]]), None, softmax_scale=scale, causal=causal,
+                           **ds)
+    return o[0, most - sq:], lse[0, :, most - sq:]
 
 
 def _varlen(q, k, v, ds, lens_q, lens_k, backend, causal=True, **kw):
@@ -88,8 +114,9 @@ def test_varlen_equals_dense_per_sequence(backend, fp8, causal):
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 def test_chunked_prefill_is_the_last_rows_of_a_full_call(backend, fp8):
     """A chunk of new queries over a cached prefix (seqlen_q < seqlen_k) gives the last rows
-    of one causal call over the whole sequence."""
-    lens_k, lens_q = [9, 40], [3, 5]
+    of one causal call over the whole sequence. (Chunks of more than 16 queries: shorter ones
+    run on the decode kernel, zyfa.mixed, whose rows are not the prefill kernel's bits.)"""
+    lens_k, lens_q = [29, 40], [17, 20]
     full_q, k, v, ds = _inputs(lens_k, lens_k, fp8, seed=3)
     ends = torch.tensor(lens_k).cumsum(0).tolist()
     rows = torch.cat([torch.arange(e - n, e) for e, n in zip(ends, lens_q)]).to(DEVICE)
@@ -276,13 +303,14 @@ def test_random_packed_batches_in_one_launch_equal_per_sequence_calls(seed):
     starts = [0] + torch.tensor(lens_k).cumsum(0).tolist()[:-1]
     keep = torch.cat([torch.arange(s, s + u) for s, u in zip(starts, used)]).to(DEVICE)
     outs, lses, a = [], [], 0
+    routed = _routed(q, v, lens_q, used, "triton")
     for i, (sq, u) in enumerate(zip(lens_q, used)):
         if sq:
-            ks, vs = (t[keep][sum(used[:i]):sum(used[:i]) + u][None] for t in (k, v))
-            o, lse = zyfa.flash_attn_func(q[a:a + sq][None], ks, vs, softmax_scale=scale, causal=causal,
-                                          return_lse=True, backend="triton", **_seq_descales(ds, i))
-            outs.append(o[0])
-            lses.append(lse[0])
+            ks, vs = (t[keep][sum(used[:i]):sum(used[:i]) + u] for t in (k, v))
+            o, lse = _one_sequence(q[a:a + sq], ks, vs, _seq_descales(ds, i), causal, scale, "triton", routed, i,
+                                   lens_q)
+            outs.append(o)
+            lses.append(lse)
         a += sq
     out, lse = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens_q), _cu(lens_k), max(lens_q), max(lens_k),
                                            softmax_scale=scale, causal=causal, return_lse=True, backend="triton",
@@ -295,9 +323,9 @@ def test_random_packed_batches_in_one_launch_equal_per_sequence_calls(seed):
 def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_would_run(monkeypatch):
     """backend="auto": where the gfx950 kernel (which has no packed path) is the choice, short
     sequences (mean at most SHORT_MEAN_QUERIES) go to one Triton launch, long ones to a call a
-    sequence."""
+    sequence. (Sequences of more than 16 queries: shorter ones go to the decode kernel, zyfa.mixed.)"""
     from zyfa import dispatch, varlen
-    lens = [5, 9, 3]
+    lens = [17, 25, 20]
     q, k, v, _ = _inputs(lens, lens, False, seed=13)
     gfx950 = dataclasses.replace(dispatch.by_name("triton"), name="gfx950", run_packed=None, run_paged=None)
     real_select = dispatch.select
@@ -305,11 +333,11 @@ def test_auto_takes_one_launch_for_short_sequences_where_a_generated_kernel_woul
     calls = []
     monkeypatch.setattr(varlen.api, "flash_attn_func", lambda *a, **kw: calls.append(1) or
                         zyfa.flash_attn_func(*a, **{**kw, "backend": "triton"}))
-    monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 10)
-    out = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9, causal=True)
+    monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 30)
+    out = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 25, 25, causal=True)
     assert calls == []                                   # one launch
-    monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 4)
-    again = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 9, 9, causal=True)
+    monkeypatch.setattr(varlen, "SHORT_MEAN_QUERIES", 18)
+    again = zyfa.flash_attn_varlen_func(q, k, v, _cu(lens), _cu(lens), 25, 25, causal=True)
     assert len(calls) == 3 and torch.equal(out, again)   # a call a sequence, the same answer
 
 

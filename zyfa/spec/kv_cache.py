@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 
 from .descales import check_descale, coarse_descale, is_per_token
-from .e4m3 import e4m3_decode
-from .reference import attention_fp64
+from .e4m3 import e4m3_decode, e4m3_encode_nonneg
+from .reference import attention_fp64, fp8_attention_spec
 
 
 def check_cache_descale(name: str, d, batch: int, cache: torch.Tensor) -> None:
@@ -82,6 +82,57 @@ def decode_attention_fp64(q, k_cache, v_cache, cache_seqlens: list[int], block_t
         o, lse = attention_fp64(qv[b:b + 1], ks[b][None], vs[b][None], causal=causal,
                                 softmax_scale=softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5,
                                 return_lse=True)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def decode_query_e4m3(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A 16-bit q (batch, seqlen_q, heads, d) as the decode kernel's FP8 dots quantize it: each
+    (token, head) row as E4M3 codes with a power-of-two descale 2^e, e the least with
+    max|row| / 2^e <= 448 (clamped to [-126, 126]; an all-zero row takes -126), rounded to
+    nearest even. Returns (codes float8_e4m3fn like q, descale (batch, heads, seqlen_q) float32)."""
+    x = q.float()
+    bits = x.abs().amax(-1).view(torch.int32)
+    e = ((bits >> 23) & 0xFF) - 135 + ((bits & 0x7FFFFF) > 0x600000).to(torch.int32)
+    e = e.clamp(-126, 126)
+    scaled = x.double() * torch.exp2(-e.double())[..., None]          # exact: a power of two
+    codes = e4m3_encode_nonneg(scaled.abs()) | torch.where(scaled < 0, 0x80, 0).to(torch.int32)
+    descale = torch.exp2(e.double()).float().permute(0, 2, 1).contiguous()
+    return codes.to(torch.uint8).view(torch.float8_e4m3fn), descale
+
+
+def _raw_rows(cache: torch.Tensor, b: int, n: int, block_table=None, left: int = 0) -> torch.Tensor:
+    """Sequence b's cached rows [left, n) as stored (n - left, kv_heads, d)."""
+    if block_table is None:
+        return cache[b, left:n]
+    ids = block_table[b, :-(-n // cache.shape[1])].long().to(cache.device)
+    return cache.index_select(0, ids).flatten(0, 1)[left:n]
+
+
+def decode_fp8_spec(q, k_cache, v_cache, cache_seqlens: list[int], block_table=None, q_descale=None,
+                    k_descale=None, v_descale=None, causal: bool = False, softmax_scale=None, block_n: int = 64,
+                    fused_fma: bool = True, cache_leftpad: list[int] | None = None):
+    """What the decode kernel's FP8 dots compute with one key split of ``block_n``-key tiles:
+    zyfa.spec.reference.fp8_attention_spec (P rule exact, ref_rule running) of each sequence
+    over its cached E4M3 keys, q quantized by decode_query_e4m3 unless it is E4M3 already;
+    k_descale and v_descale per (sequence, kv head). Returns float64 out (batch, seqlen_q,
+    heads, d_v) and LSE (batch, heads, seqlen_q)."""
+    B, Hkv = q.shape[0], k_cache.shape[2]
+    if q.dtype == torch.float8_e4m3fn:
+        q8, qd = q, coarse_descale(q_descale.float(), B, Hkv, "q_descale")
+    else:
+        q8, qd = decode_query_e4m3(q)
+    kd = coarse_descale(k_descale.float(), B, Hkv, "k_descale")
+    vd = coarse_descale(v_descale.float(), B, Hkv, "v_descale")
+    outs, lses = [], []
+    for b, n in enumerate(cache_seqlens):
+        left = cache_leftpad[b] if cache_leftpad is not None else 0
+        k8 = _raw_rows(k_cache, b, n, block_table, left)[None]
+        v8 = _raw_rows(v_cache, b, n, block_table, left)[None]
+        o, lse = fp8_attention_spec(q8[b:b + 1], k8, v8, qd[b:b + 1], kd[b:b + 1], vd[b:b + 1], causal=causal,
+                                    softmax_scale=softmax_scale, p_rule="exact", ref_rule="running",
+                                    block_n=block_n, fused_fma=fused_fma, return_lse=True)
         outs.append(o)
         lses.append(lse)
     return torch.cat(outs), torch.cat(lses)

@@ -18,20 +18,30 @@ Pieces, named as in attention.py:
 Causal is bottom-right as in prefill (zyfa.spec.reference.causal_limit): query i sees keys
 j <= i + Sk - SQ.
 
-E4M3 K/V (and q) are widened to BF16 for the dots, which is exact (every E4M3 value is a BF16
-value); their descales enter the float32 scores and output: per (sequence, kv head) as one
-factor a row, per token as a factor a key (K: on the score, V: on P before P.V). So an E4M3
-cache computes what a BF16 cache holding its dequantized values computes, to float32
-rounding, P's BF16 rounding and the per-token V factor's rounding of P.
+Two ways through an E4M3 cache:
+  FP8_DOT    (descales per (sequence, kv head)) the dots in FP8, as the prefill FP8 path runs
+             them: q in E4M3 (BF16 q quantized here, a power-of-two descale a row, so the
+             scaling is exact and only the E4M3 rounding is new), Q.K^T and P.V on FP8
+             operands, P = 2^(y + 8) rounded to E4M3 by the exact rule against the running max
+             (the spec's ref_rule "running"), the row sum over the unrounded exponentials (its sums). A split computes
+             zyfa.spec.reference.fp8_attention_spec over its keys.
+  widened    (otherwise: per-token descales) K/V (and q) widened to BF16 for the dots, which is
+             exact (every E4M3 value is a BF16 value); their descales enter the float32 scores
+             and output: per (sequence, kv head) as one factor a row, per token as a factor a
+             key (K: on the score, V: on P before P.V). So the cache computes what a BF16 cache
+             holding its dequantized values computes, to float32 rounding, P's BF16 rounding
+             and the per-token V factor's rounding of P.
 """
 import triton
 import triton.language as tl
 
 from ..spec import constants as C
-from .attention import _dot
+from .attention import _dot, _max_nan
+from .p_rules import P_EXACT, e4m3_bits_nonneg, e4m3_rne, p_fp8
 
 _NEG_FLOOR: tl.constexpr = tl.constexpr(C.NEG_FLOOR)
 _LN2: tl.constexpr = tl.constexpr(C.LN2)
+_P_OFFSET: tl.constexpr = tl.constexpr(float(C.P_OFFSET_LOG2))         # P = 2^(y + 8)
 
 # descale modes of K and V (constexpr KD_MODE / VD_MODE)
 NO_DESCALE: tl.constexpr = tl.constexpr(0)     # 16-bit cache
@@ -140,6 +150,74 @@ def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, sta
 
 
 @triton.jit
+def _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
+              stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+              SQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
+              TILE_IN_PAGE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr,
+              HW_ROUND: tl.constexpr):
+    """One key tile with FP8 dots (E4M3 q, K, V; descales per (sequence, kv head), in row_fac
+    and the epilogue): the prefill FP8 path's step under the running reference, m the running
+    max of the log2 scores; returns the updated (acc, l_sum, m)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    cols = start_n + offs_n
+    row, tok = key_rows(b, table, start_n, offs_n, Sk, PAGE, TILE_IN_PAGE, MASKED)
+    row = row.to(tl.int64)
+    k_ptrs = K + (row * stride_kr + tok * stride_kt + kvh * stride_kh)[:, None] + tl.arange(0, D)[None, :]
+    v_ptrs = V + (row * stride_vr + tok * stride_vt + kvh * stride_vh)[:, None] + tl.arange(0, DV)[None, :]
+    if MASKED:
+        in_seq = cols < Sk
+        k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+    s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
+    c = tl.broadcast_to(row_fac[:, None], s.shape)
+    t = s * c
+    if MASKED:
+        valid = in_seq[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= qi[:, None] + (Sk - SQ))
+        t = tl.where(valid, t, float("-inf"))
+    m_new = _max_nan(m, tl.reduce(t, 1, _max_nan))
+    alpha = tl.exp2(m - m_new)
+    # y + 8 = t - (m - 8) in one rounding, as the prefill kernel forms exp2's argument
+    y = tl.fma(s, c, -(m_new - _P_OFFSET)[:, None])
+    if MASKED:
+        y = tl.where(valid, y, float("-inf"))
+    p = p_fp8(y, P_EXACT, HW_ROUND, Y_SHIFTED=True)
+    l_sum = l_sum * alpha + tl.sum(tl.exp2(y), 1)     # spec.rules.sums_unrounded: the running exact pair
+    if MASKED:
+        v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
+    else:
+        v = tl.load(v_ptrs)
+    acc = tl.dot(p, v, acc=acc * alpha[:, None])
+    return acc, l_sum, m_new
+
+
+@triton.jit
+def e4m3_rows(q, HW_ROUND: tl.constexpr):
+    """(codes, descale): each row of q as E4M3 with a power-of-two descale 2^e, e the least with
+    max|row| / 2^e <= 448 (zyfa.spec.kv_cache.decode_query_e4m3 is the contract). A power of two
+    scales exactly, so the codes are q's values rounded once, to nearest even; an all-zero row
+    takes e = -126 and codes 0."""
+    x = q.to(tl.float32)
+    bits = tl.max(tl.abs(x), 1).to(tl.int32, bitcast=True)
+    # amax = 1.m * 2^E: 448 = 1.75 * 2^8, so e = E - 8, one more where the mantissa passes 0.75
+    e = ((bits >> 23) & 0xFF) - 135 + ((bits & 0x7FFFFF) > 0x600000).to(tl.int32)
+    e = tl.minimum(tl.maximum(e, -126), 126)
+    descale = ((e + 127) << 23).to(tl.float32, bitcast=True)
+    x = x * ((127 - e) << 23).to(tl.float32, bitcast=True)[:, None]
+    if HW_ROUND:
+        codes = e4m3_rne(x)
+    else:
+        # the interpreter's float -> fp8 casts do not round like the GPU: the magnitude's code
+        # by integer arithmetic, then the sign
+        mag = e4m3_bits_nonneg(tl.abs(x))
+        sign = (x.to(tl.int32, bitcast=True) >> 24) & 0x80
+        codes = (mag | sign).to(tl.int8)
+    return codes.to(tl.float8e4nv, bitcast=True), descale
+
+
+@triton.jit
 def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE, LEFTPAD,
                   stride_qb, stride_qs, stride_qh, stride_kr, stride_kt, stride_kh,
                   stride_vr, stride_vt, stride_vh, stride_dr, stride_dh, stride_ob, stride_os, stride_oh,
@@ -147,14 +225,17 @@ def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
                   SQ: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
                   Q_FP8: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr, CAUSAL: tl.constexpr,
-                  SPLIT: tl.constexpr, UPCAST_DOT: tl.constexpr, HAS_LEFTPAD: tl.constexpr):
+                  SPLIT: tl.constexpr, UPCAST_DOT: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
+                  FP8_DOT: tl.constexpr = False, HW_ROUND: tl.constexpr = False):
     """Grid (n_splits, batch * kv_heads). q (B, SQ, Hq, D); the cache K/V (rows, tokens, Hkv, d)
     read through their strides; SEQLENS (B,) int32 the keys each sequence uses; TABLE
     (B, max_pages) int32 with PAGE > 0. QD: q's descales (B, Hkv) with Q_FP8; KD/VD by mode.
     SPLIT: write partials O_PART (B * Hkv, n_splits, GROUP * SQ, DV) and LSE_PART
     (B * Hkv, n_splits, GROUP * SQ) for merge_kernel; else the output O (B, SQ, Hq, DV) and
     LSE (B, Hq, SQ). HAS_LEFTPAD (dense caches): sequence b's keys are tokens
-    [LEFTPAD[b], SEQLENS[b]) of its row, FlashAttention's cache_leftpad."""
+    [LEFTPAD[b], SEQLENS[b]) of its row, FlashAttention's cache_leftpad. FP8_DOT (E4M3 cache,
+    KD_MODE = VD_MODE = PER_HEAD): the dots in FP8 (module docstring); HW_ROUND: E4M3
+    roundings by the GPU's conversion (not under the interpreter)."""
     split = tl.program_id(0)
     bk = tl.program_id(1)
     b = bk // Hkv
@@ -180,36 +261,59 @@ def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
     q_ptrs = Q + b * stride_qb + qi[:, None] * stride_qs + h[:, None] * stride_qh + tl.arange(0, D)[None, :]
     q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
     row_fac = tl.zeros([BLOCK_M], tl.float32) + qk_scale_log2
-    if Q_FP8:
-        q = q.to(tl.bfloat16)
-        row_fac = row_fac * tl.load(QD + b * Hkv + kvh)
-    if KD_MODE == PER_HEAD:
-        row_fac = row_fac * tl.load(KD + b * Hkv + kvh)
+    if FP8_DOT:
+        # the spec's factor c: (dq * dk) * scale for a coarse q descale, (dq_row * scale) * dk
+        # for q's rows quantized here (its per-token form)
+        if Q_FP8:
+            row_fac = (tl.load(QD + b * Hkv + kvh) * tl.load(KD + b * Hkv + kvh)) * row_fac
+        else:
+            q, q_scale = e4m3_rows(q, HW_ROUND)
+            row_fac = (q_scale * row_fac) * tl.load(KD + b * Hkv + kvh)
+    else:
+        if Q_FP8:
+            q = q.to(tl.bfloat16)
+            row_fac = row_fac * tl.load(QD + b * Hkv + kvh)
+        if KD_MODE == PER_HEAD:
+            row_fac = row_fac * tl.load(KD + b * Hkv + kvh)
 
     acc = tl.zeros([BLOCK_M, DV], tl.float32)
     l_sum = tl.zeros([BLOCK_M], tl.float32)
     m = tl.zeros([BLOCK_M], tl.float32) + _NEG_FLOOR
     table = TABLE + b * table_stride
     lo, band_start, hi = split_bounds(split, n_splits, Sk, SQ, BLOCK_N, CAUSAL)
-    for start_n in range(lo, band_start, BLOCK_N):
-        acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
-                                     stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                     stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE,
-                                     KD_MODE, VD_MODE, CAUSAL, False, UPCAST_DOT)
-    for start_n in range(band_start, hi, BLOCK_N):
-        acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
-                                     stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                     stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE,
-                                     KD_MODE, VD_MODE, CAUSAL, True, UPCAST_DOT)
+    if FP8_DOT:
+        for start_n in range(lo, band_start, BLOCK_N):
+            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
+                                      stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+                                      SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE, CAUSAL, False, UPCAST_DOT, HW_ROUND)
+        for start_n in range(band_start, hi, BLOCK_N):
+            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
+                                      stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+                                      SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE, CAUSAL, True, UPCAST_DOT, HW_ROUND)
+        m = m - _P_OFFSET               # P = 2^(y + 8): the LSE's reference is 8 below the max
+    else:
+        for start_n in range(lo, band_start, BLOCK_N):
+            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+                                         stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE,
+                                         KD_MODE, VD_MODE, CAUSAL, False, UPCAST_DOT)
+        for start_n in range(band_start, hi, BLOCK_N):
+            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+                                         stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE,
+                                         KD_MODE, VD_MODE, CAUSAL, True, UPCAST_DOT)
 
     # epilogue; a split whose keys a row cannot see (none, or all past its causal limit)
     # leaves l_sum 0: its partial is 0 with LSE -inf, weight 0 in the merge
     seen = l_sum > 0
     l_safe = tl.where(seen, l_sum, 1.0)
-    out = acc / l_safe[:, None]
     offs_dv = tl.arange(0, DV)
-    if VD_MODE == PER_HEAD:
-        out = out * tl.load(VD + b * Hkv + kvh)
+    if FP8_DOT:
+        out = (acc * tl.load(VD + b * Hkv + kvh)) / l_safe[:, None]         # the spec's order
+    else:
+        out = acc / l_safe[:, None]
+        if VD_MODE == PER_HEAD:
+            out = out * tl.load(VD + b * Hkv + kvh)
     lse = tl.where(seen, _LN2 * (m + tl.log2(l_safe)), float("-inf"))
     if SPLIT:
         part = bk * n_splits + split

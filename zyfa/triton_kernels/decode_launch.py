@@ -7,7 +7,7 @@ import math
 import torch
 import triton
 
-from ..device import interpreter_active, sm_count
+from ..device import hardware_rounding, interpreter_active, sm_count
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token
 from ..spec.shapes import out_dtype
@@ -29,31 +29,64 @@ class DecodeTile:
     block_n: int                 # keys a tile
     num_warps: int
     num_stages: int
+    # least rows a tile (a GQA group's query rows padded up to it): 16 takes Triton's mma.sync
+    # path, 64 its wgmma path (with FP8 dots, V's keys transposed into shared memory on the way)
+    block_m: int = 16
 
 
-def default_tile(head_dim: int, page_size: int) -> DecodeTile:
+def default_tile(head_dim: int, page_size: int, fp8_dot: bool = False) -> DecodeTile:
     """64-key tiles (32 at head dim 256, to keep the stages' K and V tiles in shared memory), 4
     warps, 2 stages (the fastest of 18 tiles summed over the three bench shapes on an H100:
     docs/decisions.md); a paged cache's tile no longer than its pages where they are shorter, so
-    that a tile still needs one page lookup. The interpreter takes 16 keys: small test lengths
-    then cross tiles."""
+    that a tile still needs one page lookup. FP8 dots: 128 keys up to head dim 128 (the same
+    bytes a stage as BF16's 64), 32 at 256 (64 keys at 32 rows spill), and never fewer than 32
+    (the FP8 MMA's reduction takes 32 keys): pages of 16 or 48 are then gathered a key at a time. The interpreter takes
+    16 keys: small test lengths then cross tiles."""
     if interpreter_active():
         return DecodeTile(16, 4, 1)
+    if fp8_dot:
+        block_n = 32 if head_dim > 128 else 128
+        if page_size and page_size < block_n:
+            block_n = 64 if page_size % 64 == 0 else 32
+        return DecodeTile(block_n, 4, 2)
     block_n = 32 if head_dim > 128 else 64
     if page_size and page_size < block_n:
         block_n = 16 if page_size % 32 else 32
     return DecodeTile(block_n, 4, 2)
 
 
-def decode_splits(batch: int, kv_heads: int, max_keys: int, device: torch.device, sm_margin: int = 0) -> int:
+def decode_splits(batch: int, kv_heads: int, max_keys: int, device: torch.device, sm_margin: int = 0,
+                  sms: int | None = None) -> int:
     """Key splits a (sequence, kv head): one where batch * kv_heads programs fill WAVES x the
     SMs, else enough to, at least MIN_SPLIT_KEYS keys each (of the longest sequence the cache
-    can hold), at most MAX_SPLITS."""
-    if interpreter_active() or device.type != "cuda":
-        return INTERPRETER_SPLITS
+    can hold), at most MAX_SPLITS, then evened out (even_splits). ``sms``: the SM count (else
+    the device's; the interpreter takes INTERPRETER_SPLITS)."""
+    if sms is None:
+        if interpreter_active() or device.type != "cuda":
+            return INTERPRETER_SPLITS
+        sms = sm_count(device)
+    sms = max(sms - sm_margin, 1)
     programs = batch * kv_heads
-    want = -(-WAVES * max(sm_count(device) - sm_margin, 1) // programs)
-    return max(1, min(want, -(-max_keys // MIN_SPLIT_KEYS), MAX_SPLITS))
+    want = -(-WAVES * sms // programs)
+    most = min(-(-max_keys // MIN_SPLIT_KEYS), MAX_SPLITS)
+    if want <= 1 or most <= 1:
+        return 1
+    return even_splits(programs, min(want, most), most, sms)
+
+
+def even_splits(programs: int, least: int, most: int, sms: int) -> int:
+    """The split count in [least, min(2 least, most)] whose programs come closest to a whole
+    number of rounds over the SMs: a memory-bound SM takes as long as its programs' keys, so
+    the call lasts as long as the SM given the most programs. 8 x 8 programs on 132 SMs: 5
+    splits leave 320 programs, 3 on some SMs and 2 on the rest (81% of the SMs' time used),
+    6 leave 384 (97%). The fewest splits among equals (fewer partials to merge)."""
+    best, best_use = least, 0.0
+    for s in range(least, max(least, min(2 * least, most)) + 1):
+        n = programs * s
+        use = n / (-(-n // sms) * sms)
+        if use > best_use + 1e-9:
+            best, best_use = s, use
+    return best
 
 
 def _descale_mode(d, batch: int, kv_heads: int, device):
@@ -67,17 +100,33 @@ def _descale_mode(d, batch: int, kv_heads: int, device):
     return coarse_descale(d, batch, kv_heads, "descale"), PER_HEAD, 0, 0
 
 
+def uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots=None) -> bool:
+    """Whether an E4M3 cache runs the FP8 dots: where both descales are per (sequence, kv head)
+    (fp8_dots None or True), not with per-token descales, nor with fp8_dots=False (the widened
+    BF16 dots). fp8_dots=True with per-token descales is refused."""
+    if k_cache.dtype != torch.float8_e4m3fn or fp8_dots is False:
+        return False
+    coarse = not is_per_token(k_descale) and not is_per_token(v_descale)
+    if fp8_dots and not coarse:
+        raise NotImplementedError("fp8_dots=True takes k_descale and v_descale per (sequence, kv head); per-token "
+                                  "descales run the widened BF16 dots (fp8_dots=None or False)")
+    return coarse
+
+
 def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=None, softmax_scale=None,
                   causal=False, q_descale=None, k_descale=None, v_descale=None, num_splits: int = 0,
-                  sm_margin: int = 0, tile: DecodeTile | None = None, cache_leftpad=None):
+                  sm_margin: int = 0, tile: DecodeTile | None = None, cache_leftpad=None, fp8_dots=None, out=None):
     """Run the decode kernel (inputs validated; cache_seqlens an int32 tensor on q's device,
-    block_table too for a paged cache, cache_leftpad (dense only) too). Returns (out (B, Sq, Hq, Dv), lse (B, Hq, Sq) float32)."""
+    block_table too for a paged cache, cache_leftpad (dense only) too; fp8_dots: uses_fp8_dots).
+    Returns (out (B, Sq, Hq, Dv), lse (B, Hq, Sq) float32); ``out``: a tensor of that shape and
+    the output dtype (a view into a packed output, say) that receives the output."""
     B, Sq, Hq, D = q.shape
     Hkv, Dv = k_cache.shape[2], v_cache.shape[-1]
     group = Hq // Hkv
     dev = q.device
     page = k_cache.shape[1] if block_table is not None else 0
-    tile = tile or default_tile(D, page)
+    fp8_dot = uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots)
+    tile = tile or default_tile(D, page, fp8_dot)
     max_keys = block_table.shape[1] * page if page else k_cache.shape[1]
     splits = num_splits or decode_splits(B, Hkv, max_keys, dev, sm_margin)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
@@ -85,7 +134,11 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
     # write float32 and round in torch, and feed the dots float32 operands
     interp = interpreter_active()
     final = out_dtype(q.dtype)
-    out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else final, device=dev)
+    given = out
+    if given is not None and (tuple(given.shape) != (B, Sq, Hq, Dv) or given.dtype != final):
+        raise ValueError(f"out must have shape {(B, Sq, Hq, Dv)} and dtype {final}, got {tuple(given.shape)} {given.dtype}")
+    if given is None or interp:
+        out = torch.empty(B, Sq, Hq, Dv, dtype=torch.float32 if interp else final, device=dev)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     kd, kd_mode, dr, dh = _descale_mode(k_descale, B, Hkv, dev)
     vd, vd_mode, vdr, vdh = _descale_mode(v_descale, B, Hkv, dev)
@@ -105,13 +158,15 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
         k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), dr, dh,
         out.stride(0), out.stride(1), out.stride(2), table.stride(0) if block_table is not None else 0,
         splits, Hq, Hkv, scale * LOG2E,
-        SQ=Sq, GROUP=group, D=D, DV=Dv, BLOCK_M=max(16, triton.next_power_of_2(rows)), BLOCK_N=tile.block_n,
+        SQ=Sq, GROUP=group, D=D, DV=Dv, BLOCK_M=max(tile.block_m, triton.next_power_of_2(rows)), BLOCK_N=tile.block_n,
         PAGE=page, TILE_IN_PAGE=bool(page) and page % tile.block_n == 0, Q_FP8=q_descale is not None,
         KD_MODE=kd_mode, VD_MODE=vd_mode, CAUSAL=causal, SPLIT=splits > 1, UPCAST_DOT=interp,
-        HAS_LEFTPAD=cache_leftpad is not None,
+        HAS_LEFTPAD=cache_leftpad is not None, FP8_DOT=fp8_dot, HW_ROUND=fp8_dot and hardware_rounding(dev),
         num_warps=tile.num_warps, num_stages=tile.num_stages)
     if splits > 1:
         merge_kernel[(B * Hkv * rows,)](o_part, lse_part, out, lse, splits, Hq, Hkv, out.stride(0), out.stride(1),
                                         out.stride(2), SQ=Sq, GROUP=group, DV=Dv,
                                         SPLITS=triton.next_power_of_2(splits), num_warps=1)
+    if given is not None:
+        return (given.copy_(out) if interp else given), lse
     return out.to(final), lse

@@ -112,7 +112,13 @@ def exact_p_bits(y8):
     Float-to-FP8 casts are not used: Triton's interpreter does not round them like the
     GPU does, and integer rounding makes every path agree with zyfa.spec.rules bit for bit.
     """
-    x = tl.exp2(y8)
+    return e4m3_bits_nonneg(tl.exp2(y8))
+
+
+@triton.jit
+def e4m3_bits_nonneg(x):
+    """int32 E4M3 codes of non-negative float32 x <= 448, rounded to nearest-even by integer
+    arithmetic (the interpreter's casts do not round like the GPU)."""
     u = x.to(tl.int32, bitcast=True)
     # normal E4M3 (x >= 2^-6): keep 3 mantissa bits, round half to even, rebias 127 -> 7
     normal = ((u + 0x7FFFF + ((u >> 20) & 1)) >> 20) - 960

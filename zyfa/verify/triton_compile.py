@@ -103,9 +103,15 @@ def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: 
 def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0, tile_in_page: bool = False,
                    kd_mode: int = 0, vd_mode: int = 0, q_fp8: bool = False, split: bool = True, causal: bool = True,
                    sq: int = 1, group: int = 4, head_dim: int = 128, block_n: int = 64, num_warps: int = 4,
-                   num_stages: int = 2, leftpad: bool = False):
+                   num_stages: int = 2, leftpad: bool = False, fp8_dot: bool = False, hw_round: bool = True,
+                   aligned: bool = False, block_m: int = 16):
     """The decode kernel (zyfa.triton_kernels.decode) and, when ``split``, its merge kernel,
-    compiled for a GPU target; returns the decode kernel's."""
+    compiled for a GPU target; returns the decode kernel's. ``fp8_dot``: the FP8 dots (an E4M3
+    cache with descales per (sequence, kv head); q E4M3 with ``q_fp8``, else BF16 quantized in
+    the kernel), E4M3 rounded by the GPU's conversion with ``hw_round``. ``aligned``: the
+    pointers and the cache's, q's and the output's strides marked divisible by 16, as Triton's
+    launcher specializes them at run time for caches of head dim 64-256 (without it the loads
+    compile a byte or two at a time)."""
     import inspect as _inspect
     from ..triton_kernels.decode import decode_kernel, merge_kernel
     el = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[kv]
@@ -113,13 +119,19 @@ def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0, tile_i
                 VD="*fp32", O="*bf16", LSE="*fp32", O_PART="*fp32", LSE_PART="*fp32", SEQLENS="*i32", TABLE="*i32",
                 LEFTPAD="*i32")
     rows = group * sq
-    consts = dict(SQ=sq, GROUP=group, D=head_dim, DV=head_dim, BLOCK_M=max(16, triton.next_power_of_2(rows)),
+    consts = dict(SQ=sq, GROUP=group, D=head_dim, DV=head_dim, BLOCK_M=max(block_m, triton.next_power_of_2(rows)),
                   BLOCK_N=block_n, PAGE=page, TILE_IN_PAGE=tile_in_page, Q_FP8=q_fp8, KD_MODE=kd_mode,
-                  VD_MODE=vd_mode, CAUSAL=causal, SPLIT=split, UPCAST_DOT=False, HAS_LEFTPAD=leftpad)
+                  VD_MODE=vd_mode, CAUSAL=causal, SPLIT=split, UPCAST_DOT=False, HAS_LEFTPAD=leftpad,
+                  FP8_DOT=fp8_dot, HW_ROUND=fp8_dot and hw_round)
     sig = {n: ptrs.get(n, "constexpr" if n in consts else "fp32" if n == "qk_scale_log2" else "i32")
            for n in _inspect.signature(decode_kernel.fn).parameters}
     opts = {"num_warps": num_warps, "num_stages": num_stages}
-    k = triton.compile(ASTSource(decode_kernel, sig, consts, {}), target=TARGETS[target], options=opts)
+    attrs = {}
+    if aligned:
+        names = list(sig)
+        div16 = [n for n in names if sig[n].startswith("*") or (n.startswith("stride_") and not n.startswith("stride_d"))]
+        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
+    k = triton.compile(ASTSource(decode_kernel, sig, consts, attrs), target=TARGETS[target], options=opts)
     if split:
         mconsts = dict(SQ=sq, GROUP=group, DV=head_dim, SPLITS=8)
         msig = {n: "*fp32" if n in ("O_PART", "LSE_PART", "LSE") else "*bf16" if n == "O" else

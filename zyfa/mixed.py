@@ -1,0 +1,178 @@
+"""Mixed varlen batches: prefill chunks and decode sequences (1-16 queries) in one
+flash_attn_varlen_func call, as vLLM and SGLang issue them.
+
+The decode sequences run on the Triton decode kernel (zyfa.triton_kernels.decode: a GQA group's
+query heads in one tile, keys split over programs), the rest in the one prefill launch the call
+would make anyway. That launch writes the whole packed output, so that no prefill row is copied:
+in it each decode sequence keeps its queries but sees only its first keys (as many as it has
+queries: a tile of no real work), and the decode kernel then overwrites those rows in place
+(their output and LSE), through views where the decode sequences lie together with equal
+query counts, else through a gathered q and a scatter of their (few) rows. Packed keys are read
+by the decode kernel as one cache row that every sequence shares, each sequence's keys
+[start, start + len) of it (the left-pad path); a paged cache through the rows of the block
+table that the decode sequences use.
+
+Taken (``plan``) with backend auto or triton where the decode kernel can run the batch's decode
+part: head dims (64, 64) / (128, 128) / (256, 256), no sliding window, 16-bit inputs, or E4M3
+under the rules the decode kernel's FP8 dots compute (p_rule exact, ref_rule running) with V
+stored key-major; ``explain_varlen`` says which kernel each part runs and why.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from . import dispatch
+from .device import device_arch, to_device
+from .triton_kernels.backend import DECODE_HEAD_DIMS
+
+MAX_DECODE_QUERIES = 16      # zyfa.decode.MAX_QUERIES: queries a sequence the decode kernel takes
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedPlan:
+    decode: tuple[int, ...]          # sequences the decode kernel runs
+    prefill: tuple[int, ...]         # sequences the prefill launch runs (with queries)
+    why: str                         # why the decode sequences are, or are not, routed
+
+    @property
+    def routed(self) -> bool:
+        return bool(self.decode)
+
+
+def plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule) -> MixedPlan:
+    """Which sequences go to the decode kernel: every one with 1..MAX_DECODE_QUERIES queries,
+    where the decode kernel can take the call (else none, and ``why`` says what stops it)."""
+    decode = tuple(i for i, n in enumerate(q_lens) if 1 <= n <= MAX_DECODE_QUERIES)
+    prefill = tuple(i for i, n in enumerate(q_lens) if n > MAX_DECODE_QUERIES)
+    head_dims = (q.shape[-1], v.shape[-1])
+    reason = None
+    if not decode:
+        reason = f"no sequence has 1..{MAX_DECODE_QUERIES} queries"
+    elif backend not in ("auto", "triton"):
+        reason = f"backend {backend!r} (the decode kernel runs under auto or triton)"
+    elif window != (-1, -1):
+        reason = "a sliding window (the decode kernel has none)"
+    elif head_dims not in DECODE_HEAD_DIMS:
+        reason = f"head dims {head_dims} (the decode kernel takes {DECODE_HEAD_DIMS})"
+    elif q.dtype == torch.int8:
+        reason = "INT8 Q.K^T (the decode kernel takes E4M3 or 16-bit q)"
+    elif is_fp8 and (p_rule, ref_rule) != ("exact", "running"):
+        reason = (f"FP8 rules {p_rule}/{ref_rule}: the decode kernel's FP8 dots compute exact/running "
+                  "(pass ref_rule='running' to route decodes)")
+    elif v.stride(-1) != 1:
+        reason = "V stored transposed (the decode kernel reads V key-major)"
+    else:
+        ok, why = dispatch.by_name("triton").can_implement(_decode_problem(q, v, is_fp8, q_lens, decode))
+        if not ok:
+            reason = f"the decode kernel cannot run here: {why}"
+    if reason is not None:
+        return MixedPlan((), tuple(i for i, n in enumerate(q_lens) if n), f"decode sequences not routed: {reason}")
+    return MixedPlan(decode, prefill, f"{len(decode)} sequence(s) of 1..{MAX_DECODE_QUERIES} queries on the Triton "
+                                      f"decode kernel, {len(prefill)} on the prefill launch")
+
+
+def _decode_problem(q, v, is_fp8, q_lens, decode):
+    return dispatch.DecodeProblem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
+                                  head_dims=(q.shape[-1], v.shape[-1]), seqlen_q=max(q_lens[i] for i in decode),
+                                  paged=False)
+
+
+def run_mixed(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw, *,
+              mixed: MixedPlan):
+    """(out, lse) of a routed mixed batch: the prefill launch over every sequence (a decode
+    sequence seeing its first q_len keys there; with no prefill sequence, no launch), then the
+    decode kernel over the decode sequences' rows. The arguments are varlen._one_launch's."""
+    from .varlen import _one_launch, _per_sequence
+    dev = q.device
+    scale, causal, p_rule, ref_rule = kw["softmax_scale"], kw["causal"], kw["p_rule"], kw["ref_rule"]
+    descales = {n: kw[n] for n in ("q_descale", "k_descale", "v_descale") if n in kw}
+    is_fp8 = problem.is_fp8
+    if mixed.prefill:
+        pre_k = list(k_lens)
+        for i in mixed.decode:
+            pre_k[i] = min(k_lens[i], q_lens[i])
+        result = _one_launch(q, k, v, q_lens, pre_k, where, cu_seqlens_q, block_table, problem, backend, kw,
+                             mean_of=[q_lens[i] for i in mixed.prefill])
+        if result is None:
+            result = _per_sequence(q, k, v, q_lens, pre_k, where, scale, causal, (-1, -1), descales, backend, p_rule,
+                                   ref_rule, is_fp8, block_table)
+        out, lse = result
+    else:
+        from .spec.shapes import out_dtype
+        out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=out_dtype(q.dtype), device=dev)
+        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=dev)
+    run_decodes(mixed, out, lse, q, k, v, q_lens, k_lens, where, scale, causal, descales, block_table)
+    return out, lse
+
+
+def run_decodes(mixed: MixedPlan, out, lse, q, k, v, q_lens, k_lens, where, softmax_scale, causal, descales,
+                block_table) -> None:
+    """Overwrite the decode sequences' rows of the packed out (total_q, Hq, Dv) and lse (Hq,
+    total_q) with the decode kernel's: one launch (and its merge) over all of them."""
+    from .triton_kernels.decode_launch import triton_decode
+    dec = list(mixed.decode)
+    dev = q.device
+    starts = [0]
+    for n in q_lens:
+        starts.append(starts[-1] + n)
+    sq = max(q_lens[i] for i in dec)
+    together = all(q_lens[i] == sq for i in dec) and all(starts[b] == starts[a + 1] for a, b in zip(dec, dec[1:]))
+    first, rows = starts[dec[0]], len(dec) * sq
+    if together:
+        q_dec = q[first:first + rows].view(len(dec), sq, *q.shape[1:])
+    else:
+        # each sequence's queries last in its sq rows (padding first keeps the causal offsets)
+        idx = torch.tensor([starts[i] + j - (sq - q_lens[i]) if j >= sq - q_lens[i] else -1
+                            for i in dec for j in range(sq)], dtype=torch.long)
+        real = idx >= 0
+        q_dec = torch.zeros(len(dec) * sq, *q.shape[1:], dtype=q.dtype, device=dev)
+        q_dec[to_device(real, dev, torch.bool)] = q.index_select(0, to_device(idx[real], dev, torch.long))
+        q_dec = q_dec.view(len(dec), sq, *q.shape[1:])
+    lens = [k_lens[i] for i in dec]
+    if block_table is None:
+        cache_k = k.unsqueeze(0).expand(len(dec), *k.shape)
+        cache_v = v.unsqueeze(0).expand(len(dec), *v.shape)
+        left = [where[i] for i in dec]
+        seqlens = to_device([s + n for s, n in zip(left, lens)], dev)
+        table, leftpad = None, to_device(left, dev)
+    else:
+        cache_k, cache_v = k, v
+        width = max(len(where[i]) for i in dec)
+        table = to_device([where[i] + [0] * (width - len(where[i])) for i in dec], dev)
+        seqlens, leftpad = to_device(lens, dev), None
+    sel = to_device(dec, dev, torch.long)
+    ds = {n: (d.index_select(0, sel.to(d.device)) if d is not None and d.dim() == 2 else d) for n, d in descales.items()}
+    o_view = out[first:first + rows].view(len(dec), sq, *out.shape[1:]) if together else None
+    o_dec, lse_dec = triton_decode(q_dec, cache_k, cache_v, seqlens, table, softmax_scale=softmax_scale, causal=causal,
+                                   cache_leftpad=leftpad, out=o_view, **ds)
+    if together:
+        lse[:, first:first + rows] = lse_dec.permute(1, 0, 2).reshape(lse.shape[0], rows)
+        return
+    keep = to_device(real, dev, torch.bool)
+    dst = to_device(idx[real], dev, torch.long)
+    out.index_copy_(0, dst, o_dec.reshape(-1, *out.shape[1:])[keep])
+    lse.index_copy_(1, dst, lse_dec.permute(1, 0, 2).reshape(lse.shape[0], -1)[:, keep])
+
+
+def explain_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k=None, seqused_k=None, causal=False, window_size=(-1, -1),
+                   block_table=None, backend="auto", p_rule=None, ref_rule=None) -> str:
+    """Which kernel each part of a flash_attn_varlen_func call runs: the decode sequences
+    (1..16 queries) and the rest. The lengths are read (and checked) as the call reads them."""
+    from .validation import check_window, fp8_rules
+    from .varlen import _key_lengths, _lengths
+    q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
+    k_lens, _ = _key_lengths(k, cu_seqlens_k, block_table, seqused_k, len(q_lens))
+    is_fp8 = v.dtype == torch.float8_e4m3fn
+    p_rule, ref_rule = fp8_rules(is_fp8, p_rule, ref_rule, q.dtype)
+    _, window = check_window(window_size, causal)
+    mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule)
+    lines = [f"mixed batch: {mixed.why}"]
+    if mixed.routed:
+        lines.append(f"  decode  sequences {list(mixed.decode)}: Triton decode kernel")
+    rest = list(mixed.prefill)
+    if rest:
+        lines.append(f"  prefill sequences {rest}: one packed launch (the backend chosen for the longest, "
+                     f"{max(q_lens[i] for i in rest)} queries, {max(k_lens[i] for i in rest)} keys)")
+    return "\n".join(lines)
