@@ -34,10 +34,17 @@ def _fp8_check(name, B, Sq, Sk, Hq, Hkv, D, Dv, window, causal, ref_rule="block"
     explain = zyfa.explain(**x.kwargs(), **kw)
     out = zyfa.flash_attn_func(**x.kwargs(), **kw, backend="ptx")
     spec = fp8_attention_spec(**x.kwargs(), **kw)
-    rounding = rel_err(spec.bfloat16(), spec)
-    err = rel_err(out, spec)
-    return dict(name=name, check="ptx vs spec", err=err, bound=1.5 * rounding + 1e-4, ok=err <= 1.5 * rounding + 1e-4,
-                explain=explain.splitlines()[0])
+    # realistic scores: the tensor cores' S (~13-bit accumulation) moves some t across a P rounding
+    # boundary, so the kernel is held to float64 as the spec is (the exact-S spec equality is the
+    # GPU tests' job); INT8 scores are exact integers: the spec itself
+    if int8:
+        rounding = rel_err(spec.bfloat16(), spec)
+        err, bound, check = rel_err(out, spec), 1.5 * rounding + 1e-4, "ptx vs spec"
+    else:
+        ref = attention_fp64(*x.dequantized(), causal=causal, window_size=window)
+        spec_err, rounding = rel_err(spec, ref), rel_err(spec.bfloat16(), spec)
+        err, bound, check = rel_err(out, ref), 1.1 * math.hypot(spec_err, rounding), "ptx vs float64 (1.1x the spec's)"
+    return dict(name=name, check=check, err=err, bound=bound, ok=err <= bound, explain=explain.splitlines()[0])
 
 
 def _bf16_check(name, B, Sq, Sk, Hq, Hkv, D, Dv, window, causal):
