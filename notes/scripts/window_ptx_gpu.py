@@ -139,8 +139,12 @@ def timings():
         calls["bf16 fa3"] = lambda: fa3(qb, kb, vb, **w)
         calls["fp8 fa3"] = lambda: fa3(x.q, x.k, vc, **w, q_descale=x.q_descale, k_descale=x.k_descale,
                                        v_descale=x.v_descale)
-    for fn in calls.values():
-        fn()
+    for name, fn in list(calls.items()):
+        try:
+            fn()
+        except RuntimeError as e:          # fa3-fwd 0.0.3 is built without local attention
+            print(f"{name}: not measured ({str(e)[-80:]})")
+            del calls[name]
     torch.cuda.synchronize()
     times = {name: [] for name in calls}
     for _ in range(3):                                           # in turns, the best of three
