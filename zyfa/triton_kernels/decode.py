@@ -99,24 +99,37 @@ def split_bounds(split, n_splits, Sk, SQ: tl.constexpr, BLOCK_N: tl.constexpr, C
 
 
 @triton.jit
-def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
-                 stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh, stride_dr, stride_dh,
-                 SQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr,
-                 CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr):
-    """One key tile of the online softmax; returns the updated (acc, l_sum, m)."""
+def _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+              D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
+              TILE_IN_PAGE: tl.constexpr, MASKED: tl.constexpr):
+    """A key tile's columns, whether each is in the sequence, its cache rows and tokens
+    (key_rows), K loaded (keys past Sk as 0 where MASKED) and V's pointers (V is loaded after
+    the softmax)."""
     offs_n = tl.arange(0, BLOCK_N)
     cols = start_n + offs_n
     row, tok = key_rows(b, table, start_n, offs_n, Sk, PAGE, TILE_IN_PAGE, MASKED)
     row = row.to(tl.int64)
     k_ptrs = K + (row * stride_kr + tok * stride_kt + kvh * stride_kh)[:, None] + tl.arange(0, D)[None, :]
     v_ptrs = V + (row * stride_vr + tok * stride_vt + kvh * stride_vh)[:, None] + tl.arange(0, DV)[None, :]
-    d_off = row * stride_dr + kvh * stride_dh + tok       # per-token descales: (rows, kv_heads, tokens)
+    in_seq = cols < Sk
     if MASKED:
-        in_seq = cols < Sk
         k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
     else:
         k = tl.load(k_ptrs)
+    return cols, in_seq, row, tok, k, v_ptrs
+
+
+@triton.jit
+def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+                 stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh, stride_dr, stride_dh,
+                 SQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+                 PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr,
+                 CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """One key tile of the online softmax; returns the updated (acc, l_sum, m)."""
+    cols, in_seq, row, tok, k, v_ptrs = _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh,
+                                                  stride_vr, stride_vt, stride_vh, D, DV, BLOCK_N, PAGE,
+                                                  TILE_IN_PAGE, MASKED)
+    d_off = row * stride_dr + kvh * stride_dh + tok       # per-token descales: (rows, kv_heads, tokens)
     s = _dot(q, k.to(q.dtype).T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
     if KD_MODE == PER_TOKEN:
         if MASKED:
@@ -158,17 +171,9 @@ def _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
     """One key tile with FP8 dots (E4M3 q, K, V; descales per (sequence, kv head), in row_fac
     and the epilogue): the prefill FP8 path's step under the running reference, m the running
     max of the log2 scores; returns the updated (acc, l_sum, m)."""
-    offs_n = tl.arange(0, BLOCK_N)
-    cols = start_n + offs_n
-    row, tok = key_rows(b, table, start_n, offs_n, Sk, PAGE, TILE_IN_PAGE, MASKED)
-    row = row.to(tl.int64)
-    k_ptrs = K + (row * stride_kr + tok * stride_kt + kvh * stride_kh)[:, None] + tl.arange(0, D)[None, :]
-    v_ptrs = V + (row * stride_vr + tok * stride_vt + kvh * stride_vh)[:, None] + tl.arange(0, DV)[None, :]
-    if MASKED:
-        in_seq = cols < Sk
-        k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
-    else:
-        k = tl.load(k_ptrs)
+    cols, in_seq, _, _, k, v_ptrs = _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh,
+                                              stride_vr, stride_vt, stride_vh, D, DV, BLOCK_N, PAGE,
+                                              TILE_IN_PAGE, MASKED)
     s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
     c = tl.broadcast_to(row_fac[:, None], s.shape)
     t = s * c
