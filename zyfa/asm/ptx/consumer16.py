@@ -39,196 +39,218 @@ def emit_consumer_16(prog: Program, c: Cta, tiles: TileLoop) -> None:
     Layout.early_pv_wait moves the P V wait into the softmax and the rescale before P V.
     The d128 / MLA consumers (dense and packed) take turns to issue their GEMM phases
     (Layout.turns); an unconditional rescale after P V measured slower here."""
-    emit = prog.emit
-    _, _, q_descs = emit_consumer_start(prog, c)
-    scratch = prog.reg("u32")                             # this thread's scratch word (Layout.pins_softmax)
-    emit("mov.u32", scratch, "%tid.x")
-    emit("mad.lo.u32", scratch, scratch, 4, c.shared.base)
-    emit("add.u32", scratch, scratch, c.layout.scratch_offset - 4 * THREADS)
-    handed = tiles.word is not None
-    t, it, base = prog.regs("u32", 3)
-    emit("mov.u32", t, "%ctaid.x")
-    emit("mov.u32", it, 0)
-    emit("mov.u32", base, 0)
-    total, A, l = prog.regs("f32", c.layout.dv // 2), prog.regs("f32", 2), prog.regs("f32", 2)
-    for ti in total:                                       # defined once (else ptxas serializes every wgmma)
-        emit("mov.f32", ti, f32(0.0))
-    j, start_n, slot, prev_slot = prog.regs("u32", 4)
-    s = prog.regs("f32", c.layout.block_n // 2)
-    p_regs = [prog.regs("b32", 4) for _ in range(c.layout.block_n // 16)]   # P(j - 1): A of the P V in flight
-    onto, q_done = prog.regs("pred", 2)                    # a P V adds to total; the tile's last S is done
-    below_end = prog.reg("u32")                            # the tile's first block in the masked band, or n_blocks
+    k = _Consumer16(prog, c, tiles)
+    rows = k.head("", "CONSUMER_DONE")
+    prog.emit("wgmma.wait", 0)
+    sm = k.first_softmax(rows, "_FIRST")
+    emit_pack16(prog, c, sm.p, k.p_regs)
+    k.block_loops(rows)
+    prog.label("LAST_PV")
+    if k.early:
+        k.rescale_before_pv()
+    if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM or not c.layout.packed:
+        _emit_tile_after_tile(prog, c, tiles, k.t, k.it, k.base, rows, k.head, k.first_softmax, k.issue_pv,
+                              k.prev_slot, k.total, k.A, k.l, k.p_regs)
+        return
+    k.last_pv_beside_next_tile(rows)
 
-    def head(tag: str, done_label: str) -> Rows:
+
+class _Consumer16:
+    """The 16-bit consumer's registers (allocated, and the first values set, in the order the
+    kernel text has always had them) and the pieces its block loops and tile change-over emit."""
+
+    def __init__(self, prog: Program, c: Cta, tiles: TileLoop):
+        self.prog, self.c, self.tiles = prog, c, tiles
+        emit = prog.emit
+        _, _, self.q_descs = emit_consumer_start(prog, c)
+        self.scratch = prog.reg("u32")                    # this thread's scratch word (Layout.pins_softmax)
+        emit("mov.u32", self.scratch, "%tid.x")
+        emit("mad.lo.u32", self.scratch, self.scratch, 4, c.shared.base)
+        emit("add.u32", self.scratch, self.scratch, c.layout.scratch_offset - 4 * THREADS)
+        self.handed = tiles.word is not None
+        self.t, self.it, self.base = prog.regs("u32", 3)
+        emit("mov.u32", self.t, "%ctaid.x")
+        emit("mov.u32", self.it, 0)
+        emit("mov.u32", self.base, 0)
+        self.total, self.A, self.l = prog.regs("f32", c.layout.dv // 2), prog.regs("f32", 2), prog.regs("f32", 2)
+        for ti in self.total:                             # defined once (else ptxas serializes every wgmma)
+            emit("mov.f32", ti, f32(0.0))
+        self.j, self.start_n, self.slot, self.prev_slot = prog.regs("u32", 4)
+        self.s = prog.regs("f32", c.layout.block_n // 2)
+        self.p_regs = [prog.regs("b32", 4) for _ in range(c.layout.block_n // 16)]   # P(j - 1): A of the P V in flight
+        self.onto, self.q_done = prog.regs("pred", 2)     # a P V adds to total; the tile's last S is done
+        self.below_end = prog.reg("u32")                  # the tile's first block in the masked band, or n_blocks
+        self.turn = _turns(prog, c) if c.layout.turns else None
+        self.early = c.layout.early_pv_wait
+        self.alpha_prev = prog.regs("f32", 2) if self.early else None   # the last block's alpha, for the next P V
+        if self.early:
+            for half in (0, 1):
+                emit("mov.f32", self.alpha_prev[half], f32(1.0))
+
+    def head(self, tag: str, done_label: str) -> Rows:
         """Tile t's Q (on to ``done_label`` past the last tile), registers and K(0); S(0) issued."""
+        prog, c, emit = self.prog, self.c, self.prog.emit
         done = prog.reg("pred")
-        if handed:
-            emit_q_wait(prog, c, it, tag)
-            emit("ld.shared.b32", t, tiles.word)
-        emit("setp.ge.u32", done, t, tiles.count)
+        if self.handed:
+            emit_q_wait(prog, c, self.it, tag)
+            emit("ld.shared.b32", self.t, self.tiles.word)
+        emit("setp.ge.u32", done, self.t, self.tiles.count)
         emit("bra.div", done_label, guard=done)
-        emit_tile_work(prog, c, tiles, t)
+        emit_tile_work(prog, c, self.tiles, self.t)
         rows = emit_rows(prog, c.params, c.thread, c.tile, c.layout.dv)
-        emit("shr.u32", below_end, rows.band_start, c.layout.block_n.bit_length() - 1)   # band_start: a block's
-        emit_relative(prog, c.tile, below_end)            # a window: counted from the tile's first block
-        emit("min.u32", below_end, below_end, c.tile.n_blocks)
-        if not handed:
-            emit_q_wait(prog, c, it, tag)
-        emit("mov.u32", slot, base)
-        emit_kv_wait(prog, c, slot, f"_FIRST{tag}")       # K(0) (split_kv: the stage's "full" is K's)
-        if turn:
-            turn[0]()
-        emit_scores(prog, c, q_descs, slot, s, f"_FIRST{tag}", wait=False)
-        if turn:
-            turn[1]()
+        emit("shr.u32", self.below_end, rows.band_start, c.layout.block_n.bit_length() - 1)   # band_start: a block's
+        emit_relative(prog, c.tile, self.below_end)       # a window: counted from the tile's first block
+        emit("min.u32", self.below_end, self.below_end, c.tile.n_blocks)
+        if not self.handed:
+            emit_q_wait(prog, c, self.it, tag)
+        emit("mov.u32", self.slot, self.base)
+        emit_kv_wait(prog, c, self.slot, f"_FIRST{tag}")  # K(0) (split_kv: the stage's "full" is K's)
+        if self.turn:
+            self.turn[0]()
+        emit_scores(prog, c, self.q_descs, self.slot, self.s, f"_FIRST{tag}", wait=False)
+        if self.turn:
+            self.turn[1]()
         return rows
 
-    def release_q_after_last_s(block: Reg) -> None:
+    def release_q_after_last_s(self, block: Reg) -> None:
         """Q free once S(block) is done, if it is the tile's last: the next Q loads under the last P V."""
-        last = prog.reg("u32")
+        emit = self.prog.emit
+        last = self.prog.reg("u32")
         emit("add.u32", last, block, 1)
-        emit("setp.eq.u32", q_done, last, c.tile.n_blocks)
-        emit("and.pred", q_done, q_done, c.thread.lane0)
-        emit("mbarrier.arrive", tiles.q_free, guard=q_done)
+        emit("setp.eq.u32", self.q_done, last, self.c.tile.n_blocks)
+        emit("and.pred", self.q_done, self.q_done, self.c.thread.lane0)
+        emit("mbarrier.arrive", self.tiles.q_free, guard=self.q_done)
 
-    def first_softmax(rows: Rows, tag: str):
+    def first_softmax(self, rows: Rows, tag: str):
         """Block 0 of a tile, its S done: the row state reset, its softmax (P packed later)."""
+        prog, c, emit = self.prog, self.c, self.prog.emit
         for half in (0, 1):
-            emit("mov.f32", A[half], f32(NEG_FLOOR))
-            emit("mov.f32", l[half], f32(0.0))
-        emit("mov.u32", j, 0)
-        emit_first_start(prog, c.tile, start_n)
-        emit_release(prog, c, free_bar(prog, c, slot))  # K(0) read
-        release_q_after_last_s(j)
-        sm = emit_softmax16(prog, c, rows, start_n, s, A, tag)
-        emit_row_update16(prog, sm, l, A)
+            emit("mov.f32", self.A[half], f32(NEG_FLOOR))
+            emit("mov.f32", self.l[half], f32(0.0))
+        emit("mov.u32", self.j, 0)
+        emit_first_start(prog, c.tile, self.start_n)
+        emit_release(prog, c, free_bar(prog, c, self.slot))   # K(0) read
+        self.release_q_after_last_s(self.j)
+        sm = emit_softmax16(prog, c, rows, self.start_n, self.s, self.A, tag)
+        emit_row_update16(prog, sm, self.l, self.A)
         return sm
 
-    turn = _turns(prog, c) if c.layout.turns else None
-    early = c.layout.early_pv_wait
-    alpha_prev = prog.regs("f32", 2) if early else None   # the last block's alpha, for the next P V
-    if early:
-        for half in (0, 1):
-            emit("mov.f32", alpha_prev[half], f32(1.0))
-
-    def rescale_before_pv() -> None:
+    def rescale_before_pv(self) -> None:
         """total *= the last block's alpha, before P(j - 1) V is issued (while S(j) runs); at a
         tile's first P V, which overwrites total, the product is unused."""
-        emit_scale_rows(prog, total, alpha_prev)
+        emit_scale_rows(self.prog, self.total, self.alpha_prev)
 
-    def pin(sm) -> None:
+    def pin(self, sm) -> None:
         """A value of the block's softmax stored before the P V wait, which keeps ptxas from
         hoisting that wait above it (Layout.pins_softmax): the row sums, or with early_pv_wait
         one early exponential."""
-        if early:
-            emit("st.shared.f32", scratch, sm.p[EARLY_PV_WAIT_EXP])
+        emit = self.prog.emit
+        if self.early:
+            emit("st.shared.f32", self.scratch, sm.p[EARLY_PV_WAIT_EXP])
             return
-        both = prog.reg("f32")
+        both = self.prog.reg("f32")
         emit("add.f32", both, sm.l_blk[0], sm.l_blk[1])
-        emit("st.shared.f32", scratch, both)
+        emit("st.shared.f32", self.scratch, both)
 
-    def issue_pv(block_slot) -> None:
+    def issue_pv(self, block_slot) -> None:
         """P(j - 1) V; a tile's first overwrites total (which holds the last tile's output)."""
-        _, v_tile, _, _ = stage(prog, c, block_slot)
-        emit("setp.gt.u32", onto, j, 1)
-        emit_pv16(prog, c, p_regs, v_tile, total, accumulate=onto)
+        _, v_tile, _, _ = stage(self.prog, self.c, block_slot)
+        self.prog.emit("setp.gt.u32", self.onto, self.j, 1)
+        emit_pv16(self.prog, self.c, self.p_regs, v_tile, self.total, accumulate=self.onto)
 
-    rows = head("", "CONSUMER_DONE")
-    emit("wgmma.wait", 0)
-    sm = first_softmax(rows, "_FIRST")
-    emit_pack16(prog, c, sm.p, p_regs)
-
-    def advance(end: Reg, body: str, below: str | None = None) -> None:
+    def advance(self, rows: Rows, end: Reg, body: str, below: str | None = None) -> None:
         """The loop's bottom: on to block j + 1, back to ``body`` while j < ``end`` (the test
         sits under the block's last FADDs instead of before S: -25 static cycles a block);
         ``below``: a window's left band ends there (window.emit_below_again)."""
-        go = prog.reg("pred")
-        emit_next_block(prog, c, j, start_n, slot, prev_slot)
+        go = self.prog.reg("pred")
+        emit_next_block(self.prog, self.c, self.j, self.start_n, self.slot, self.prev_slot)
         if below:
-            emit_below_again(prog, rows, start_n, below)
-        emit("setp.lt.u32", go, j, end)
-        emit("bra", body, guard=go)
+            emit_below_again(self.prog, rows, self.start_n, below)
+        self.prog.emit("setp.lt.u32", go, self.j, end)
+        self.prog.emit("bra", body, guard=go)
 
-    prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output. Two copies")
-    prog.comment("of the loop: the blocks below the masked band (no mask test), the band's")
-    for tag, masked in BLOCK_LOOPS:
-        if masked:
-            prog.label("BELOW_DONE")                       # j: the band's first block, or past the last
-            last = prog.reg("pred")
-            emit("setp.ge.u32", last, j, c.tile.n_blocks)
-            emit("bra", "LAST_PV", guard=last)
-        else:                                              # a tile's blocks after its first enter here
-            emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}", below_end, "BELOW_DONE")
-            emit_left_band_jump(prog, rows, start_n, "BLOCK_BODY")   # a window's left band: the masked copy
-        prog.label(f"BLOCK_BODY{tag}")
-        emit_kv_wait(prog, c, slot, tag)
-        if turn:
-            turn[0]()
-        emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
-        if early:
-            rescale_before_pv()
-        emit_v_wait(prog, c, prev_slot, tag)
-        issue_pv(prev_slot)
-        if turn:
-            turn[1]()
-        emit("wgmma.wait", 1)                              # S(j); P(j - 1) V may still run
-        emit_release(prog, c, free_bar(prog, c, slot))  # K(j) read: the producer may reload it
-        release_q_after_last_s(j)
-        sm = emit_softmax16(prog, c, rows, start_n, s, A, tag, masked=masked)
-        pin(sm)
-        emit("wgmma.wait", 0)                              # P(j - 1) V
-        emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
-        emit_pack16(prog, c, sm.p, p_regs)                # P(j - 1)'s registers are free
-        if early:
-            for half in (0, 1):
-                emit("mov.f32", alpha_prev[half], sm.alpha[half])
-        else:
-            emit_rescale(prog, total, sm.alpha, tag)
-        emit_row_update16(prog, sm, l, A)
-        advance(c.tile.n_blocks if masked else below_end, f"BLOCK_BODY{tag}",   # then BELOW_DONE, LAST_PV
-                f"BLOCK_BODY{BLOCK_LOOPS[0][0]}" if masked else None)
+    def block_loops(self, rows: Rows) -> None:
+        """Block j: GEMM phase S(j) + P(j - 1) V; the softmax of S(j); the output rescaled."""
+        prog, c, emit = self.prog, self.c, self.prog.emit
+        j, slot, prev_slot = self.j, self.slot, self.prev_slot
+        prog.comment("block j: GEMM phase S(j) + P(j - 1) V; softmax of S(j); rescale the output. Two copies")
+        prog.comment("of the loop: the blocks below the masked band (no mask test), the band's")
+        for tag, masked in BLOCK_LOOPS:
+            if masked:
+                prog.label("BELOW_DONE")                   # j: the band's first block, or past the last
+                last = prog.reg("pred")
+                emit("setp.ge.u32", last, j, c.tile.n_blocks)
+                emit("bra", "LAST_PV", guard=last)
+            else:                                          # a tile's blocks after its first enter here
+                emit_block_loop_head(prog, c, j, self.start_n, slot, prev_slot, f"BLOCK_LOOP{tag}", self.below_end,
+                                     "BELOW_DONE")
+                emit_left_band_jump(prog, rows, self.start_n, "BLOCK_BODY")   # a window's left band: the masked copy
+            prog.label(f"BLOCK_BODY{tag}")
+            emit_kv_wait(prog, c, slot, tag)
+            if self.turn:
+                self.turn[0]()
+            emit_scores(prog, c, self.q_descs, slot, self.s, tag, wait=False)
+            if self.early:
+                self.rescale_before_pv()
+            emit_v_wait(prog, c, prev_slot, tag)
+            self.issue_pv(prev_slot)
+            if self.turn:
+                self.turn[1]()
+            emit("wgmma.wait", 1)                          # S(j); P(j - 1) V may still run
+            emit_release(prog, c, free_bar(prog, c, slot))   # K(j) read: the producer may reload it
+            self.release_q_after_last_s(j)
+            sm = emit_softmax16(prog, c, rows, self.start_n, self.s, self.A, tag, masked=masked)
+            self.pin(sm)
+            emit("wgmma.wait", 0)                          # P(j - 1) V
+            emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
+            emit_pack16(prog, c, sm.p, self.p_regs)        # P(j - 1)'s registers are free
+            if self.early:
+                for half in (0, 1):
+                    emit("mov.f32", self.alpha_prev[half], sm.alpha[half])
+            else:
+                emit_rescale(prog, self.total, sm.alpha, tag)
+            emit_row_update16(prog, sm, self.l, self.A)
+            self.advance(rows, c.tile.n_blocks if masked else self.below_end, f"BLOCK_BODY{tag}",   # then
+                         f"BLOCK_BODY{BLOCK_LOOPS[0][0]}" if masked else None)          # BELOW_DONE, LAST_PV
 
-    prog.label("LAST_PV")
-    if early:
-        rescale_before_pv()
-    if c.layout.dv > HEAD_DIM or c.layout.dqk > HEAD_DIM or not c.layout.packed:
-        _emit_tile_after_tile(prog, c, tiles, t, it, base, rows, head, first_softmax, issue_pv, prev_slot,
-                              total, A, l, p_regs)
-        return
-    prog.comment("the tile's last P V with the next tile's S(0); its softmax, then this tile's epilogue")
-    to = emit_epilogue_targets(prog, c, rows)             # before the next tile's registers replace these
-    A_last, l_last = prog.regs("f32", 2), prog.regs("f32", 2)
-    for half in (0, 1):
-        emit("mov.f32", A_last[half], A[half])
-        emit("mov.f32", l_last[half], l[half])
-    n_last = prog.reg("u32")                              # the tile's block count: its last P V's j
-    emit("mov.u32", n_last, j)
-    emit("add.u32", base, base, c.tile.n_blocks)
-    emit("add.u32", it, it, 1)
-    if not handed:
-        emit_next_t(prog, tiles, t)
-    emit_v_wait(prog, c, prev_slot, "_LAST")
-    next_rows = head("_NEXT", "TILE_DONE")
-    emit("mov.u32", j, n_last)
-    issue_pv(prev_slot)
-    emit("wgmma.wait", 1)                                  # S(0); the last P V may still run
-    for dst, src in zip(_row_registers(rows), _row_registers(next_rows)):
-        emit(MOVES[dst.kind], dst, src)
-    sm = first_softmax(rows, "_NEXT")
-    pin(sm)
-    emit("wgmma.wait", 0)                                  # the last P V
-    emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
-    emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
-    emit_pack16(prog, c, sm.p, p_regs)
-    emit("bra", FIRST_LOOP)
+    def last_pv_beside_next_tile(self, rows: Rows) -> None:
+        """LAST_PV in a packed launch at Dqk and Dv 64 or 128: the tile's last P V with the next
+        tile's S(0); its softmax, then this tile's epilogue."""
+        prog, c, emit = self.prog, self.c, self.prog.emit
+        prog.comment("the tile's last P V with the next tile's S(0); its softmax, then this tile's epilogue")
+        to = emit_epilogue_targets(prog, c, rows)         # before the next tile's registers replace these
+        A_last, l_last = prog.regs("f32", 2), prog.regs("f32", 2)
+        for half in (0, 1):
+            emit("mov.f32", A_last[half], self.A[half])
+            emit("mov.f32", l_last[half], self.l[half])
+        n_last = prog.reg("u32")                          # the tile's block count: its last P V's j
+        emit("mov.u32", n_last, self.j)
+        emit("add.u32", self.base, self.base, c.tile.n_blocks)
+        emit("add.u32", self.it, self.it, 1)
+        if not self.handed:
+            emit_next_t(prog, self.tiles, self.t)
+        emit_v_wait(prog, c, self.prev_slot, "_LAST")
+        next_rows = self.head("_NEXT", "TILE_DONE")
+        emit("mov.u32", self.j, n_last)
+        self.issue_pv(self.prev_slot)
+        emit("wgmma.wait", 1)                              # S(0); the last P V may still run
+        for dst, src in zip(_row_registers(rows), _row_registers(next_rows)):
+            emit(MOVES[dst.kind], dst, src)
+        sm = self.first_softmax(rows, "_NEXT")
+        self.pin(sm)
+        emit("wgmma.wait", 0)                              # the last P V
+        emit_release(prog, c, v_bar(prog, c, self.prev_slot, c.shared.v_free0))
+        emit_epilogue_values(prog, c, to, None, self.total, A_last, l_last)
+        emit_pack16(prog, c, sm.p, self.p_regs)
+        emit("bra", FIRST_LOOP)
 
-    prog.label("TILE_DONE")
-    emit("mov.u32", j, n_last)
-    issue_pv(prev_slot)
-    emit("wgmma.wait", 0)
-    emit_release(prog, c, v_bar(prog, c, prev_slot, c.shared.v_free0))
-    emit_epilogue_values(prog, c, to, None, total, A_last, l_last)
-    prog.label("CONSUMER_DONE")
+        prog.label("TILE_DONE")
+        emit("mov.u32", self.j, n_last)
+        self.issue_pv(self.prev_slot)
+        emit("wgmma.wait", 0)
+        emit_release(prog, c, v_bar(prog, c, self.prev_slot, c.shared.v_free0))
+        emit_epilogue_values(prog, c, to, None, self.total, A_last, l_last)
+        prog.label("CONSUMER_DONE")
 
 
 def _emit_tile_after_tile(prog: Program, c: Cta, tiles: TileLoop, t: Reg, it: Reg, base: Reg, rows: Rows, head,
