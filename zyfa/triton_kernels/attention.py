@@ -88,6 +88,26 @@ def block_bounds(start_m, Sq, Sk, win_left, win_right, BLOCK_M: tl.constexpr, BL
 
 
 @triton.jit
+def _scores(q, q_tail, k_desc, k_tail_desc, tb, key0, kvh, D: tl.constexpr, D_TAIL: tl.constexpr,
+            BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr, QK_INT8: tl.constexpr):
+    """S = Q K^T of the key block whose first key is row ``key0`` of K (float32; Dqk 192 in two
+    parts, the tail through its own descriptor)."""
+    k = k_desc.load([tb, key0, kvh, 0]).reshape(BLOCK_N, D)
+    if QK_INT8:                    # exact integers (|S| < 2^22 for head dims <= 256): exact in float32
+        s = tl.dot(q, k.T, out_dtype=tl.int32)
+        if D_TAIL > 0:
+            k_tail = k_tail_desc.load([tb, key0, kvh, D]).reshape(BLOCK_N, D_TAIL)
+            s = tl.dot(q_tail, k_tail.T, acc=s, out_dtype=tl.int32)
+        s = s.to(tl.float32)
+    else:
+        s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
+        if D_TAIL > 0:
+            k_tail = k_tail_desc.load([tb, key0, kvh, D]).reshape(BLOCK_N, D_TAIL)
+            s = _dot(q_tail, k_tail.T, s, UPCAST_DOT)
+    return s
+
+
+@triton.jit
 def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc, kd_ptrs,
                  tb, v_tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk, win_left, win_right,
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
@@ -104,18 +124,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
     one page; FP8 V^T's inner coordinate stays a multiple of 16 keys, as TMA wants).
     """
     cols = start_n + offs_n
-    k = k_desc.load([tb, k_off + start_n, kvh, 0]).reshape(BLOCK_N, D)
-    if QK_INT8:                    # exact integers (|S| < 2^22 for head dims <= 256): exact in float32
-        s = tl.dot(q, k.T, out_dtype=tl.int32)
-        if D_TAIL > 0:
-            k_tail = k_tail_desc.load([tb, k_off + start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
-            s = tl.dot(q_tail, k_tail.T, acc=s, out_dtype=tl.int32)
-        s = s.to(tl.float32)
-    else:
-        s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
-        if D_TAIL > 0:
-            k_tail = k_tail_desc.load([tb, k_off + start_n, kvh, D]).reshape(BLOCK_N, D_TAIL)
-            s = _dot(q_tail, k_tail.T, s, UPCAST_DOT)
+    s = _scores(q, q_tail, k_desc, k_tail_desc, tb, k_off + start_n, kvh, D, D_TAIL, BLOCK_N, UPCAST_DOT, QK_INT8)
     # c: raw dot products to the log2 domain (FP8: the spec's c, per row or per row and key)
     if PER_TOKEN_QK:
         kd = tl.load(kd_ptrs + cols, mask=cols < Sk, other=0.0)
@@ -266,23 +275,8 @@ def attention_fwd_kernel(
     else:
         q_tail = q
 
-    # factor from raw dot products to the log2 domain, per row
-    if IS_FP8 and PER_TOKEN_QK:
-        qd = tl.load(QD + (b * Hq + h) * Sq + offs_m, mask=row_ok, other=0.0)
-        row_fac = qd * qk_scale_log2
-        kd_ptrs = KD + (b * Hkv + kvh) * Sk
-    elif IS_FP8:
-        scale = tl.load(QD + b * Hkv + kvh) * tl.load(KD + b * Hkv + kvh) * qk_scale_log2
-        if not QK_INT8:                 # (int8 S takes t = S c: a negative c needs nothing)
-            if scale < 0:               # a negative descale: S -> -S exactly, c -> -c, y unchanged
-                q = _negated(q)
-                q_tail = _negated(q_tail)
-                scale = -scale
-        row_fac = tl.zeros([BLOCK_M], tl.float32) + scale
-        kd_ptrs = KD
-    else:
-        row_fac = tl.zeros([BLOCK_M], tl.float32) + qk_scale_log2
-        kd_ptrs = KD
+    q, q_tail, row_fac, kd_ptrs = _row_factor(q, q_tail, QD, KD, b, h, kvh, Sq, Sk, Hq, Hkv, qk_scale_log2, offs_m,
+                                              row_ok, IS_FP8, PER_TOKEN_QK, QK_INT8, BLOCK_M)
 
     total = tl.zeros([BLOCK_M, DV], tl.float32)
     l_sum = tl.zeros([BLOCK_M], tl.float32)
@@ -322,7 +316,41 @@ def attention_fwd_kernel(
                                                D, D_TAIL, DV, BLOCK_N, UPCAST_DOT, HW_ROUND,
                                                WGMMA_KEY_ORDER, QK_INT8)
 
-    # epilogue
+    _store_tile(total, l_sum, A, VD, O, o_desc, LSE, b, h, kvh, Hq, Hkv, Sq, q_off, start_m, offs_m, offs_dv, row_ok,
+                o_row_stride, lse_head_stride, IS_FP8, VARLEN, BLOCK_M, DV)
+
+
+@triton.jit
+def _row_factor(q, q_tail, QD, KD, b, h, kvh, Sq, Sk, Hq, Hkv, qk_scale_log2, offs_m, row_ok,
+                IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, QK_INT8: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(q, q_tail, row_fac, kd_ptrs): the factor from raw dot products to the log2 domain, per
+    row (per-token: the row's, times each key's from kd_ptrs); a negative per-head factor flips
+    Q's signs instead (S -> -S exactly, c -> -c, y unchanged)."""
+    if IS_FP8 and PER_TOKEN_QK:
+        qd = tl.load(QD + (b * Hq + h) * Sq + offs_m, mask=row_ok, other=0.0)
+        row_fac = qd * qk_scale_log2
+        kd_ptrs = KD + (b * Hkv + kvh) * Sk
+    elif IS_FP8:
+        scale = tl.load(QD + b * Hkv + kvh) * tl.load(KD + b * Hkv + kvh) * qk_scale_log2
+        if not QK_INT8:                 # (int8 S takes t = S c: a negative c needs nothing)
+            if scale < 0:
+                q = _negated(q)
+                q_tail = _negated(q_tail)
+                scale = -scale
+        row_fac = tl.zeros([BLOCK_M], tl.float32) + scale
+        kd_ptrs = KD
+    else:
+        row_fac = tl.zeros([BLOCK_M], tl.float32) + qk_scale_log2
+        kd_ptrs = KD
+    return q, q_tail, row_fac, kd_ptrs
+
+
+@triton.jit
+def _store_tile(total, l_sum, A, VD, O, o_desc, LSE, b, h, kvh, Hq, Hkv, Sq, q_off, start_m, offs_m, offs_dv, row_ok,
+                o_row_stride, lse_head_stride, IS_FP8: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
+                DV: tl.constexpr):
+    """The epilogue: out = total / l (FP8: times V's descales) and the natural-log LSE, stored
+    (packed batches through masked pointers: a tile's rows past its sequence are the next one's)."""
     out = total / l_sum[:, None]
     p_offset = 0.0
     if IS_FP8:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 
 from ..asm.gfx950.attention import attention_kernel as gfx950_kernel
 from ..asm.gfx950.lean_p import p_codes_kernel as gfx950_p_codes
@@ -39,10 +40,13 @@ def _h(text) -> str:
 
 
 def _code_only(asm: str) -> str:
-    """Triton's PTX / AMDGCN without debug sections, line info and comments."""
+    """Triton's PTX / AMDGCN without debug sections, line info and comments (AMDGCN's .LtmpN
+    labels only anchor line info: dropped, and their numbers out of references)."""
     asm = asm[:asm.find(".section")] if ".section" in asm else asm
-    return "\n".join(line.split("//")[0] for line in asm.splitlines()
-                     if not line.strip().startswith((".loc", ".file", "$L__", "//", ";")))
+    lines = [line.split("//")[0] for line in asm.splitlines()
+             if not line.strip().startswith((".loc", ".file", "$L__", "//", ";"))
+             and not re.fullmatch(r"\.Ltmp\d+:", line.strip())]
+    return re.sub(r"\.Ltmp\d+", ".Ltmp", "\n".join(lines))
 
 
 def fingerprints(triton: bool = True) -> dict:
