@@ -103,20 +103,22 @@ def _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh,
               D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
               TILE_IN_PAGE: tl.constexpr, MASKED: tl.constexpr):
     """A key tile's columns, whether each is in the sequence, its cache rows and tokens
-    (key_rows), K loaded (keys past Sk as 0 where MASKED) and V's pointers (V is loaded after
-    the softmax)."""
+    (key_rows), and K's and V's pointers."""
     offs_n = tl.arange(0, BLOCK_N)
     cols = start_n + offs_n
     row, tok = key_rows(b, table, start_n, offs_n, Sk, PAGE, TILE_IN_PAGE, MASKED)
     row = row.to(tl.int64)
     k_ptrs = K + (row * stride_kr + tok * stride_kt + kvh * stride_kh)[:, None] + tl.arange(0, D)[None, :]
     v_ptrs = V + (row * stride_vr + tok * stride_vt + kvh * stride_vh)[:, None] + tl.arange(0, DV)[None, :]
-    in_seq = cols < Sk
+    return cols, cols < Sk, row, tok, k_ptrs, v_ptrs
+
+
+@triton.jit
+def _load_keys(ptrs, in_seq, MASKED: tl.constexpr):
+    """A tile of K or V (keys past the sequence as 0 where MASKED)."""
     if MASKED:
-        k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
-    else:
-        k = tl.load(k_ptrs)
-    return cols, in_seq, row, tok, k, v_ptrs
+        return tl.load(ptrs, mask=in_seq[:, None], other=0.0)
+    return tl.load(ptrs)
 
 
 @triton.jit
@@ -126,10 +128,11 @@ def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, sta
                  PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr,
                  CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr):
     """One key tile of the online softmax; returns the updated (acc, l_sum, m)."""
-    cols, in_seq, row, tok, k, v_ptrs = _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh,
-                                                  stride_vr, stride_vt, stride_vh, D, DV, BLOCK_N, PAGE,
-                                                  TILE_IN_PAGE, MASKED)
+    cols, in_seq, row, tok, k_ptrs, v_ptrs = _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt,
+                                                       stride_kh, stride_vr, stride_vt, stride_vh, D, DV, BLOCK_N,
+                                                       PAGE, TILE_IN_PAGE, MASKED)
     d_off = row * stride_dr + kvh * stride_dh + tok       # per-token descales: (rows, kv_heads, tokens)
+    k = _load_keys(k_ptrs, in_seq, MASKED)
     s = _dot(q, k.to(q.dtype).T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
     if KD_MODE == PER_TOKEN:
         if MASKED:
@@ -154,10 +157,7 @@ def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, sta
         else:
             vd = tl.load(VD + d_off)
         p = p * vd[None, :]
-    if MASKED:
-        v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
-    else:
-        v = tl.load(v_ptrs)
+    v = _load_keys(v_ptrs, in_seq, MASKED)
     acc = _dot(_rounded(p, q.dtype, UPCAST_DOT), v.to(q.dtype), acc * alpha[:, None], UPCAST_DOT)
     return acc, l_sum, m_new
 
@@ -171,9 +171,10 @@ def _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
     """One key tile with FP8 dots (E4M3 q, K, V; descales per (sequence, kv head), in row_fac
     and the epilogue): the prefill FP8 path's step under the running reference, m the running
     max of the log2 scores; returns the updated (acc, l_sum, m)."""
-    cols, in_seq, _, _, k, v_ptrs = _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh,
-                                              stride_vr, stride_vt, stride_vh, D, DV, BLOCK_N, PAGE,
-                                              TILE_IN_PAGE, MASKED)
+    cols, in_seq, _, _, k_ptrs, v_ptrs = _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh,
+                                                   stride_vr, stride_vt, stride_vh, D, DV, BLOCK_N, PAGE,
+                                                   TILE_IN_PAGE, MASKED)
+    k = _load_keys(k_ptrs, in_seq, MASKED)
     s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
     c = tl.broadcast_to(row_fac[:, None], s.shape)
     t = s * c
@@ -190,10 +191,7 @@ def _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
         y = tl.where(valid, y, float("-inf"))
     p = p_fp8(y, P_EXACT, HW_ROUND, Y_SHIFTED=True)
     l_sum = l_sum * alpha + tl.sum(tl.exp2(y), 1)     # spec.rules.sums_unrounded: the running exact pair
-    if MASKED:
-        v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
-    else:
-        v = tl.load(v_ptrs)
+    v = _load_keys(v_ptrs, in_seq, MASKED)
     acc = tl.dot(p, v, acc=acc * alpha[:, None])
     return acc, l_sum, m_new
 
@@ -220,6 +218,29 @@ def e4m3_rows(q, HW_ROUND: tl.constexpr):
         sign = (x.to(tl.int32, bitcast=True) >> 24) & 0x80
         codes = (mag | sign).to(tl.int8)
     return codes.to(tl.float8e4nv, bitcast=True), descale
+
+
+@triton.jit
+def _query_factor(q, QD, KD, b, Hkv, kvh, qk_scale_log2, BLOCK_M: tl.constexpr, Q_FP8: tl.constexpr, KD_MODE: tl.constexpr,
+                  FP8_DOT: tl.constexpr, HW_ROUND: tl.constexpr):
+    """(q as the dots take it, each row's factor from raw dot products to the log2 domain);
+    the per-head descales of (sequence b, kv head kvh)."""
+    row_fac = tl.zeros([BLOCK_M], tl.float32) + qk_scale_log2
+    if FP8_DOT:
+        # the spec's factor c: (dq * dk) * scale for a coarse q descale, (dq_row * scale) * dk
+        # for q's rows quantized here (its per-token form)
+        if Q_FP8:
+            row_fac = (tl.load(QD + b * Hkv + kvh) * tl.load(KD + b * Hkv + kvh)) * row_fac
+        else:
+            q, q_scale = e4m3_rows(q, HW_ROUND)
+            row_fac = (q_scale * row_fac) * tl.load(KD + b * Hkv + kvh)
+    else:
+        if Q_FP8:
+            q = q.to(tl.bfloat16)
+            row_fac = row_fac * tl.load(QD + b * Hkv + kvh)
+        if KD_MODE == PER_HEAD:
+            row_fac = row_fac * tl.load(KD + b * Hkv + kvh)
+    return q, row_fac
 
 
 @triton.jit
@@ -265,21 +286,7 @@ def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
     h = kvh * GROUP + g
     q_ptrs = Q + b * stride_qb + qi[:, None] * stride_qs + h[:, None] * stride_qh + tl.arange(0, D)[None, :]
     q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
-    row_fac = tl.zeros([BLOCK_M], tl.float32) + qk_scale_log2
-    if FP8_DOT:
-        # the spec's factor c: (dq * dk) * scale for a coarse q descale, (dq_row * scale) * dk
-        # for q's rows quantized here (its per-token form)
-        if Q_FP8:
-            row_fac = (tl.load(QD + b * Hkv + kvh) * tl.load(KD + b * Hkv + kvh)) * row_fac
-        else:
-            q, q_scale = e4m3_rows(q, HW_ROUND)
-            row_fac = (q_scale * row_fac) * tl.load(KD + b * Hkv + kvh)
-    else:
-        if Q_FP8:
-            q = q.to(tl.bfloat16)
-            row_fac = row_fac * tl.load(QD + b * Hkv + kvh)
-        if KD_MODE == PER_HEAD:
-            row_fac = row_fac * tl.load(KD + b * Hkv + kvh)
+    q, row_fac = _query_factor(q, QD, KD, b, Hkv, kvh, qk_scale_log2, BLOCK_M, Q_FP8, KD_MODE, FP8_DOT, HW_ROUND)
 
     acc = tl.zeros([BLOCK_M, DV], tl.float32)
     l_sum = tl.zeros([BLOCK_M], tl.float32)
