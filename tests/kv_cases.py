@@ -70,3 +70,17 @@ def _paged(k, v, lens, page, gen, extra_cols=1):
             _bytes(kp)[p, :rows] = _bytes(k)[b, j * page:j * page + rows]
             _bytes(vp)[p, :rows] = _bytes(v)[b, j * page:j * page + rows]
     return kp, vp, table.to(DEVICE)
+
+
+def assert_same_up_to_key_tiles(out, lse, ref_out, ref_lse, head_dim, page_size, fp8_dot=False):
+    """A paged decode equals the dense one bit for bit where both read the same key tiles; on a
+    GPU, pages shorter than the dense tile get a shorter tile (decode_launch.default_tile), so
+    the float32 sums run in another order: each BF16 output within one BF16 step (2^-7 of its
+    magnitude, plus the smallest normal's), the LSE within float32 ordering."""
+    from zyfa.triton_kernels.decode_launch import default_tile
+    if default_tile(head_dim, page_size, fp8_dot) == default_tile(head_dim, 0, fp8_dot):
+        assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+        return
+    o, r = out.double(), ref_out.double()
+    assert ((o - r).abs() <= 2.0 ** -7 * r.abs() + 2.0 ** -126).all(), "paged vs dense beyond a BF16 step"
+    assert (lse.double() - ref_lse.double()).abs().max() < 1e-5

@@ -11,7 +11,7 @@ from zyfa.mixed import explain_varlen
 from zyfa.spec.reference import attention_fp64
 
 from conftest import DEVICE, assert_rel, describe_mismatch, rounding_error
-from kv_cases import E4M3, _bytes, _e4m3, _randn
+from kv_cases import E4M3, _bytes, _e4m3, _randn, assert_same_up_to_key_tiles
 
 # q_lens, k_lens: decodes of 1 and 3 queries between prefill chunks (17+ queries), causal
 Q_LENS, K_LENS = [1, 40, 3, 1, 20, 0], [30, 60, 25, 50, 20, 7]
@@ -94,9 +94,9 @@ def test_mixed_batch_parts_are_their_paths(page):
         d = {n: x[b:b + 1] for n, x in kw.items()}
         o1, l1 = zyfa.flash_attn_with_kvcache(q[starts[b]:starts[b + 1]][None], kc, vc, causal=True,
                                               return_softmax_lse=True, backend="triton", **d)
-        assert torch.equal(out[starts[b]:starts[b + 1]], o1[0]), f"decode {b}: " + describe_mismatch(
-            out[starts[b]:starts[b + 1]], o1[0])
-        assert torch.equal(lse[:, starts[b]:starts[b + 1]], l1[0])
+        # (a paged batch's decode tile follows its pages: on a GPU, shorter than the dense call's)
+        assert_same_up_to_key_tiles(out[starts[b]:starts[b + 1]], lse[:, starts[b]:starts[b + 1]], o1[0], l1[0],
+                                    D, page)
     pre = [1, 4]                                      # prefill rows: the call over the prefill sequences alone
     q_pre = torch.cat([q[starts[b]:starts[b + 1]] for b in pre])
     kv_pre = [torch.cat([_keys(k, v, table, b)[i][0] for b in pre]) for i in (0, 1)]
