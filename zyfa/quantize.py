@@ -211,7 +211,7 @@ def quantize_int8_qk(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed
     if not isinstance(key_block, int) or isinstance(key_block, bool) or key_block < 1:
         raise ValueError(f"key_block must be a positive int, got {key_block!r}")
     if _use_fused(fused, q, k, v, "head"):
-        from .triton_kernels.quantize import quantize_int8_qk_fused
+        from .triton_kernels.quantize_int8 import quantize_int8_qk_fused
         return quantize_int8_qk_fused(q, k, v, smooth_k=smooth_k, hadamard=hadamard, seed=seed, key_block=key_block)
     qf, kf, vf = q.float(), k.float(), v.float()
     if smooth_k:

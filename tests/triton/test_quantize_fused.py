@@ -5,7 +5,8 @@ import torch
 from conftest import DEVICE
 
 from zyfa.quantize import quantize_fp8, quantize_int8_qk
-from zyfa.triton_kernels.quantize import quantize_fp8_fused, quantize_int8_qk_fused
+from zyfa.triton_kernels.quantize import quantize_fp8_fused
+from zyfa.triton_kernels.quantize_int8 import quantize_int8_qk_fused
 
 OPTIONS = [{}, {"smooth_k": True}, {"hadamard": True}, {"smooth_k": True, "hadamard": True}]
 # (D, Dv, Hq, Hkv, Sq, Sk): GQA, odd lengths, 192-128
@@ -224,7 +225,7 @@ def test_fused_calls_share_no_tensor_a_caller_can_change():
 def test_k_sums_in_chunks_equal_pytorch(monkeypatch, programs):
     """smooth_k's sums from _sums_pass's chunks of several tiles, added by atomics (fewer
     programs asked for: 19 tiles of 8 keys in one chunk, or chunks of 8, 8 and 3 tiles), divided
-    as _channel_mean divides them, equal zyfa.quantize.smooth_mean bit for bit, a NaN and an
+    as channel_mean divides them, equal zyfa.quantize.smooth_mean bit for bit, a NaN and an
     Inf left out of their channels' sums and counts; v's amax from the same launch."""
     import zyfa.triton_kernels.quantize as fused
     from zyfa.quantize import smooth_mean
@@ -236,7 +237,7 @@ def test_k_sums_in_chunks_equal_pytorch(monkeypatch, programs):
     v = torch.randn(B, S, H, 64, generator=g).to(torch.bfloat16)
     v[0, 3, 1, 7] = float("inf")
     k, v = k.to(DEVICE), v.to(DEVICE)
-    sums, v_amax = fused._sums(k, v)                                    # (B * H, 2, 256), zero past D
+    sums, v_amax = fused.channel_sums(k, v)                                  # (B * H, 2, 256), zero past D
     got = (sums[:, 0] / sums[:, 1].clamp(min=1)).float()
     want = smooth_mean(k.float())                                       # (B, 1, H, D)
     assert torch.equal(got[:, :D], want.reshape(B * H, D)) and not sums[:, :, D:].any()
@@ -268,7 +269,7 @@ def _fma32(a, b, c):
 
 
 def test_quotient_by_reciprocal_equals_ieee_division():
-    """The quantizer's division on the GPU (_quotient's FMA_DIV form: n = -RN(1 / d),
+    """The quantizer's division on the GPU (quotient's FMA_DIV form: n = -RN(1 / d),
     q' = RN(x n), e = fma(q', d, x), -fma(e, n, q')) is IEEE float32 x / d bit for bit, the
     sign of zero included, wherever the quantizers divide: |x| <= the amax that d is taken
     from (d = amax / 448 or / 127, amax >= 1e-12), emulated here with exact float64 steps.

@@ -1,6 +1,7 @@
 """Fused FP8 (E4M3) quantization of q, k, v in Triton: the same bits as zyfa.quantize_fp8
 (the PyTorch path, which stays the spec and the CPU path) for granularity "head" and "tensor",
-with and without smooth_k and hadamard; and zyfa.quantize_int8_qk's (the INT8 Q.K^T mode).
+with and without smooth_k and hadamard; the tile machinery quantize_int8.py (the INT8 Q.K^T
+mode's quantizer) shares.
 
 Passes over memory, per tensor (each pass one launch for q, k and v together, ``_quant_qkv``):
   q, v            2: the finite amax per (batch, kv head) of the (rotated) values, gathered
@@ -15,9 +16,7 @@ Passes over memory, per tensor (each pass one launch for q, k and v together, ``
                   (Without hadamard, per-channel max and min taken with the sums would give
                   that amax in the same pass, rounding being monotonic; not done yet.)
 No torch op runs between the launches: a call is two launches (three with smooth_k) and a
-few allocations. The INT8 mode: ``_sums_pass`` (smooth_k's sums and v's amax), then
-``_int8_qkv`` (q a token a scale and k a key block a scale, each tile's or block's own
-amax; V^T's E4M3 codes).
+few allocations.
 
 E4M3 codes are built with integer arithmetic (Triton's interpreter does not round float->fp8
 casts like the GPU): round-half-even, saturating at 448, non-finite -> 0x7F as quantize_fp8.
@@ -32,7 +31,7 @@ import triton.language as tl
 
 from ..device import interpreter_active
 from ..quantize_common import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
-from ..spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, KEY_BLOCK, MAGIC, MAGIC_BITS
+from ..spec.constants import AMAX_FLOOR, E4M3_MAX, MAGIC, MAGIC_BITS
 
 _MODE_AMAX: tl.constexpr = tl.constexpr(1)      # finite amax of the transformed values
 _MODE_QUANT: tl.constexpr = tl.constexpr(2)     # E4M3 codes written
@@ -53,7 +52,7 @@ def tile_rows(block_d: int) -> int:
 
 
 @triton.jit
-def _butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
+def butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
     """Sylvester butterflies (a + b, a - b) within blocks of BLOCK = 2^NSTAGE channels,
     widest stride first: zyfa.quantize.rotate's order. Strides above 2: each stage gathers
     every column's partner p (column ^ stride; warp shuffles, where reshapes and permutes went
@@ -95,7 +94,7 @@ def e4m3_code(x):
 
 
 @triton.jit
-def _quotient(x, d, FMA_DIV: tl.constexpr):
+def quotient(x, d, FMA_DIV: tl.constexpr):
     """x / d correctly rounded (d > 0 and finite: one value, or a row's broadcast over its row).
     FMA_DIV: from n = -RN(1 / d), once a row, q' = RN(x n), e = RN(x + q' d) = RN(x - q d), and
     -RN(q' + e n) = RN(q + e / d's reciprocal): Markstein's correctly rounded quotient wherever
@@ -113,7 +112,7 @@ def _quotient(x, d, FMA_DIV: tl.constexpr):
 
 
 @triton.jit
-def _tile(x_ptr, out_ptr, sums_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
+def quantize_tile(x_ptr, out_ptr, sums_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
           pid, tile, S, S_OUT, D, sb, ss, sh, sd, HKV,
           MODE: tl.constexpr, GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr,
           HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, TRANS: tl.constexpr, PER_TENSOR: tl.constexpr,
@@ -127,7 +126,7 @@ def _tile(x_ptr, out_ptr, sums_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
     dmask = d < D
     m = (s[:, None] < S) & dmask[None, :]
     if SMOOTH:
-        mean = _channel_mean(sums_ptr, pid, d, BD)                  # zero past D
+        mean = channel_mean(sums_ptr, pid, d, BD)                  # zero past D
     if HAD:
         signs = tl.load(signs_ptr + d)                              # zero past D
         hscale = tl.load(scale_ptr)
@@ -144,12 +143,12 @@ def _tile(x_ptr, out_ptr, sums_ptr, signs_ptr, scale_ptr, amax_ptr, descale_ptr,
         if SMOOTH:
             x = x - mean[None, :]
         if HAD:
-            x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+            x = butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
         if MODE == _MODE_AMAX:
             fin = m & (tl.abs(x) < float("inf"))
             amax = tl.maximum(amax, tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1))
         else:
-            code = e4m3_code(_quotient(x, descale, FMA_DIV)).to(tl.uint8)
+            code = e4m3_code(quotient(x, descale, FMA_DIV)).to(tl.uint8)
             if TRANS:                       # (B, HKV, D, S_OUT) bytes; the pad past S as zeros
                 code = tl.where(s[:, None] < S, code, 0)
                 off = (pid * D + d[None, :]) * S_OUT + s[:, None]
@@ -177,17 +176,17 @@ def _quant_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, sums_ptr, signs_qk, sca
     which = tl.program_id(2)
     if which == 0:
         if tile < NTQ:
-            _tile(q_ptr, q_out, dummy, signs_qk, scale_qk, amax_ptr, descale_ptr,
+            quantize_tile(q_ptr, q_out, dummy, signs_qk, scale_qk, amax_ptr, descale_ptr,
                   pid, tile, Sq, Sq, Dqk, qsb, qss, qsh, qsd, HKV,
                   MODE, GROUP, False, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK, FMA_DIV)
     elif which == 1:
         if tile < NTK:
-            _tile(k_ptr, k_out, sums_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS,
+            quantize_tile(k_ptr, k_out, sums_ptr, signs_qk, scale_qk, amax_ptr + SLOTS, descale_ptr + SLOTS,
                   pid, tile, Sk, Sk, Dqk, ksb, kss, ksh, ksd, HKV,
                   MODE, 1, SMOOTH, HAD, HBLOCK_QK, HSTAGES_QK, False, PER_TENSOR, BS, BD_QK, FMA_DIV)
     else:
         if tile < NTV:
-            _tile(v_ptr, v_out, dummy, signs_v, scale_v, amax_ptr + 2 * SLOTS, descale_ptr + 2 * SLOTS,
+            quantize_tile(v_ptr, v_out, dummy, signs_v, scale_v, amax_ptr + 2 * SLOTS, descale_ptr + 2 * SLOTS,
                   pid, tile, Sk, S_OUT_V, Dv, vsb, vss, vsh, vsd, HKV,
                   MODE, 1, False, HAD, HBLOCK_V, HSTAGES_V, True, PER_TENSOR, BS, BD_V, FMA_DIV)
 
@@ -226,12 +225,12 @@ def _sums_pass(k_ptr, v_ptr, sums_ptr, v_amax, dummy, Sk, D, Dv, ksb, kss, ksh, 
     else:
         if V_AMAX:
             if chunk < NTV:
-                _tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, pid, chunk, Sk, Sk, Dv,
+                quantize_tile(v_ptr, dummy, dummy, dummy, dummy, v_amax, dummy, pid, chunk, Sk, Sk, Dv,
                       vsb, vss, vsh, vsd, HKV, 1, 1, False, False, 1, 0, False, False, BS_V, BD_V, FMA_DIV)
 
 
 @triton.jit
-def _channel_mean(sums_ptr, pid, d, BD: tl.constexpr):
+def channel_mean(sums_ptr, pid, d, BD: tl.constexpr):
     """smooth_k's mean of kv head ``pid`` from its row of _sums_pass's sums: the float64 sum
     over the finite count (at least 1), rounded once to float32, as zyfa.quantize.smooth_mean
     (zero past D)."""
@@ -242,7 +241,7 @@ def _channel_mean(sums_ptr, pid, d, BD: tl.constexpr):
 SUM_PROGRAMS = 1024    # about: enough programs to keep 132 SMs' loads in flight
 
 
-def _sums(k, v=None, smooth: bool = True):
+def channel_sums(k, v=None, smooth: bool = True):
     """_sums_pass's launch: (sums (B * Hkv, 2, BD) float64, v's amax bits (B * Hkv,) int32 or
     None), one zeroed buffer. The sums' chunks are as many tiles as leave ~SUM_PROGRAMS programs."""
     B, S, H, D = k.shape
@@ -257,14 +256,14 @@ def _sums(k, v=None, smooth: bool = True):
     vv = v if v is not None else k
     ntv = triton.cdiv(S, BLOCK_S) if v is not None else 0
     _sums_pass[(B * H, max(nchunk, ntv, 1), 2)](
-        k, vv, ws, v_amax if v is not None else ws, _dummy(k.device), S, D, vv.shape[-1], *k.stride(), *vv.stride(), H,
+        k, vv, ws, v_amax if v is not None else ws, dummy_pointer(k.device), S, D, vv.shape[-1], *k.stride(), *vv.stride(), H,
         nchunk, per, ntv, SMOOTH=smooth, V_AMAX=v is not None, BS=rows, BD=bd, BS_V=BLOCK_S,
         BD_V=triton.next_power_of_2(vv.shape[-1]), FMA_DIV=not interpreter_active())
     return ws[:n].view(B * H, 2, bd), v_amax
 
 
 @functools.lru_cache(maxsize=64)
-def _rotation(n, seed, device):
+def rotation_parts(n, seed, device):
     """(row signs padded to a power of two, [scale], block) on the device, made once: a tensor
     copied from the host a call would wait for the GPU's queue (pageable copies synchronize)."""
     signs, block, scale = hadamard_parts(n, seed)
@@ -274,7 +273,7 @@ def _rotation(n, seed, device):
 
 
 @functools.lru_cache(maxsize=16)
-def _dummy(device):
+def dummy_pointer(device):
     """A pointer for the arguments a specialization does not read (never written)."""
     return torch.zeros(1, dtype=torch.float32, device=device)
 
@@ -322,150 +321,12 @@ def quantize_fp8_fused(q, k, v, granularity: str = "head", smooth_k: bool = Fals
     if granularity not in ("head", "tensor"):
         raise ValueError(f"the fused quantizer supports granularity 'head' and 'tensor', not {granularity!r}; "
                          "use fused=False")
-    dummy = _dummy(q.device)
-    had_qk = _rotation(D, seed, q.device) if hadamard else None
-    had_v = _rotation(Dv, seed + 1, q.device) if hadamard else None
-    sums = _sums(k)[0] if smooth_k else None
+    dummy = dummy_pointer(q.device)
+    had_qk = rotation_parts(D, seed, q.device) if hadamard else None
+    had_v = rotation_parts(Dv, seed + 1, q.device) if hadamard else None
+    sums = channel_sums(k)[0] if smooth_k else None
     q8, k8, vt, (qd, kd, vd) = _qkv_passes(q, k, v, Hq // Hkv, granularity, dummy, had_qk, had_v, sums)
     f8 = torch.float8_e4m3fn
     v8 = vt.view(f8)[..., :k.shape[1]].permute(0, 3, 1, 2)
     v_rot = _v_rotation(Dv, seed + 1, q.device).clone() if hadamard else None   # the caller's own copy
     return FP8Inputs(q8.view(f8), k8.view(f8), v8, qd, kd, vd, v_rot)
-
-
-# The INT8 Q.K^T mode's quantizer (zyfa.quantize_int8_qk, bit for bit): q one scale a token and
-# head, k one a block of key_block keys and kv head, both int8 after smoothing and rotation;
-# v E4M3 a (batch, kv head), transposed. One launch for smooth_k's sums and v's amax, one for
-# the codes.
-_INT8: tl.constexpr = tl.constexpr(INT8_MAX)
-
-
-@triton.jit
-def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
-                      HSTAGES: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
-    """A tile loaded as float32 (zeros where masked), minus the channel means, rotated."""
-    x = tl.load(ptrs, mask=m, other=0.0).to(tl.float32)
-    if SMOOTH:
-        x = x - mean[None, :]
-    if HAD:
-        x = _butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
-    return x
-
-
-@triton.jit
-def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H, ds_at,
-               SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
-               PER_ROW: tl.constexpr, ONE_DS: tl.constexpr, NSUB: tl.constexpr, BS: tl.constexpr,
-               BD: tl.constexpr, FMA_DIV: tl.constexpr):
-    """Rows lo..hi of head h of batch b: int8 codes, and per row the descale (NaN where the
-    row has a non-finite value, whose code is 0). The scale is each row's (PER_ROW) or one for
-    all the rows, found in a first sweep over them (NSUB tiles of BS rows); ONE_DS: that one
-    descale written once, at ds_ptr + ds_at, NaN if any row has a non-finite value."""
-    d = tl.arange(0, BD)
-    dmask = d < D
-    amax = 0.0
-    nbad = 0
-    if not PER_ROW:
-        for i in range(NSUB):
-            s = lo + i * BS + tl.arange(0, BS)
-            m = (s[:, None] < hi) & dmask[None, :]
-            x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
-                                  SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
-            fin = m & (tl.abs(x) < float("inf"))
-            amax = tl.maximum(amax, tl.max(tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1), axis=0))
-    for i in range(NSUB):
-        s = lo + i * BS + tl.arange(0, BS)
-        m = (s[:, None] < hi) & dmask[None, :]
-        x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
-                              SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
-        fin = tl.abs(x) < float("inf")
-        if PER_ROW:
-            row_amax = tl.max(tl.where(fin & m, tl.abs(x), 0.0), axis=1)
-        else:
-            row_amax = tl.zeros((BS,), tl.float32) + amax
-        descale = tl.math.div_rn(tl.maximum(row_amax, _AMAX_FLOOR), _INT8)          # descale_of(amax, 127)
-        y = tl.minimum(tl.maximum(_quotient(x, descale[:, None], FMA_DIV), -_INT8), _INT8)
-        code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)  # round half to even
-        tl.store(out_ptr + ((b * S + s[:, None]) * H + h) * D + d[None, :], code.to(tl.int8), mask=m)
-        bad = tl.sum(m.to(tl.int32) * (1 - fin.to(tl.int32)), axis=1)
-        if ONE_DS:
-            nbad += tl.sum(bad, axis=0)
-        else:
-            tl.store(ds_ptr + (b * H + h) * S + s, tl.where(bad == 0, descale, float("nan")), mask=s < hi)
-    if ONE_DS:
-        one = tl.math.div_rn(tl.maximum(amax, _AMAX_FLOOR), _INT8)
-        tl.store(ds_ptr + ds_at, tl.where(nbad == 0, one, float("nan")))
-
-
-@triton.jit
-def _int8_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, qd_ptr, kd_ptr, sums_ptr, signs_ptr, scale_ptr,
-              v_amax, vd_ptr, dummy, Sq, Sk, S_OUT_V, D, Dv, qsb, qss, qsh, qsd, ksb, kss, ksh, ksd,
-              vsb, vss, vsh, vsd, HKV, NTQ, NTK, NTV, KEY_BLOCK,
-              GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
-              HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, K_BLOCK_DS: tl.constexpr, BS: tl.constexpr,
-              BD: tl.constexpr, BS_V: tl.constexpr, BD_V: tl.constexpr, FMA_DIV: tl.constexpr):
-    """Grid (batch * kv heads, the most tiles of the three, 3): axis 2 = 0 a tile of BS queries
-    of the group's heads, 1 a block of KEY_BLOCK keys (NSUB_K tiles of BS; smooth_k's mean
-    from _sums_pass's sums), 2 a tile of BS_V tokens of V^T's codes (v's amax from
-    _sums_pass). K_BLOCK_DS: k's descales one a block (B, Hkv, NTK), else one a key
-    (B, Hkv, Sk)."""
-    pid = tl.program_id(0).to(tl.int64)
-    tile = tl.program_id(1)
-    which = tl.program_id(2)
-    b = pid // HKV
-    hk = pid % HKV
-    d = tl.arange(0, BD)
-    signs = d * 0.0
-    hscale = 1.0
-    if HAD:
-        signs = tl.load(signs_ptr + d)
-        hscale = tl.load(scale_ptr)
-    if which == 0:
-        if tile < NTQ:
-            for g in range(GROUP):
-                _int8_rows(q_ptr, q_out, qd_ptr, d * 0.0, signs, hscale, b, hk * GROUP + g, tile * BS,
-                           tl.minimum(tile * BS + BS, Sq), Sq, D, qsb, qss, qsh, qsd, HKV * GROUP, 0,
-                           False, HAD, HBLOCK, HSTAGES, True, False, 1, BS, BD, FMA_DIV)
-    elif which == 1:
-        if tile < NTK:
-            mean = d * 0.0
-            if SMOOTH:
-                mean = _channel_mean(sums_ptr, pid, d, BD)
-            _int8_rows(k_ptr, k_out, kd_ptr, mean, signs, hscale, b, hk, tile * KEY_BLOCK,
-                       tl.minimum(tile * KEY_BLOCK + KEY_BLOCK, Sk), Sk, D, ksb, kss, ksh, ksd, HKV, pid * NTK + tile,
-                       SMOOTH, HAD, HBLOCK, HSTAGES, False, K_BLOCK_DS, NSUB_K, BS, BD, FMA_DIV)
-    else:
-        if tile < NTV:
-            _tile(v_ptr, v_out, dummy, dummy, dummy, v_amax, vd_ptr, pid, tile, Sk, S_OUT_V, Dv,
-                  vsb, vss, vsh, vsd, HKV, 2, 1, False, False, 1, 0, True, False, BS_V, BD_V, FMA_DIV)
-
-
-def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
-                           key_block: int = 128) -> FP8Inputs:
-    """zyfa.quantize_int8_qk in Triton kernels, bit for bit: one launch for smooth_k's sums and
-    v's amax (_sums_pass), one for q and k's codes and V^T's (_int8_qkv)."""
-    B, Sq, Hq, D = q.shape
-    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
-    dev = q.device
-    dummy = _dummy(dev)
-    signs, scale, block = _rotation(D, seed, dev) if hadamard else (dummy, dummy, 1)
-    sums, v_amax = _sums(k, v, smooth=smooth_k)
-    q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
-    k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
-    qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
-    rows = tile_rows(bd)
-    s_out = Sk + (-Sk) % 16
-    ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(s_out, BLOCK_S)
-    block_ds = key_block == KEY_BLOCK          # the generated kernel's form, written by the kernel
-    kd = torch.empty(B, Hkv, ntk if block_ds else Sk, dtype=torch.float32, device=dev)
-    vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
-    vt = torch.empty(B, Hkv, Dv, s_out, dtype=torch.uint8, device=dev)
-    _int8_qkv[(B * Hkv, max(ntq, ntk, ntv), 3)](
-        q, k, v, q8, k8, vt, qd, kd, sums, signs, scale, v_amax, vd, dummy, Sq, Sk, s_out, D, Dv,
-        *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
-        GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
-        NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v,
-        FMA_DIV=not interpreter_active())
-    v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
-    return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))

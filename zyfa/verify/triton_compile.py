@@ -85,7 +85,8 @@ def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: 
                            block_d: int = 128, block_dv: int = 128, key_block: int = 128):
     """The INT8 Q.K^T mode's codes launch (``_int8_qkv``: q, k and V^T) compiled for a GPU
     target (the sums launch before it is compile_quantizer's mode 0)."""
-    from ..triton_kernels.quantize import BLOCK_S, _int8_qkv, tile_rows
+    from ..triton_kernels.quantize import BLOCK_S, tile_rows
+    from ..triton_kernels.quantize_int8 import _int8_qkv
     sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*i8" for n in ("q_out", "k_out")},
            "v_out": "*u8", **{n: "*fp32" for n in ("qd_ptr", "kd_ptr")}, "sums_ptr": "*fp64",
            **{n: "*fp32" for n in ("signs_ptr", "scale_ptr")}, "v_amax": "*i32", "vd_ptr": "*fp32", "dummy": "*fp32",
