@@ -1,7 +1,7 @@
 """Throughput microbenchmarks of the instructions a softmax can be built from, as generated
 PTX: each thread runs ``iters`` rounds of ``chains`` independent dependency chains of one
 instruction (enough chains to hide its latency), and stores a value that depends on every
-result so nothing is optimised away. Timed by ``notes/scripts/microbench.py``.
+result so nothing is optimised away. Timed on a GPU by the lab's microbenchmark script (outside the package).
 
 Every kernel also advances each chain's input with one FADD per round (so loop-invariant
 code cannot be hoisted); the ``fadd`` kernel alone is that baseline.
