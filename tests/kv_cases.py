@@ -60,16 +60,22 @@ def _paged(k, v, lens, page, gen, extra_cols=1):
     _bytes(kp)[:] = _bytes(_nan(k.dtype).to(DEVICE))
     vp = kp.clone()
     table = torch.full((B, max(counts) + extra_cols), 10 ** 6, dtype=torch.int32)
+    fill_pages((kp, vp), [lambda b, lo, hi, x=x: _bytes(x)[b, lo:hi] for x in (k, v)], table, order, lens, page)
+    return kp, vp, table.to(DEVICE)
+
+
+def fill_pages(pools, sources, table, order, lens, page):
+    """Sequence b's rows into pool pages taken in ``order``, its page numbers into table row b:
+    ``sources`` gives each pool's rows [lo, hi) of sequence b as bytes."""
     used = 0
-    for b, (n, c) in enumerate(zip(lens, counts)):
-        for j in range(c):
+    for b, n in enumerate(lens):
+        for j in range(-(-n // page)):
             p = order[used]
             used += 1
             table[b, j] = p
             rows = min(page, n - j * page)
-            _bytes(kp)[p, :rows] = _bytes(k)[b, j * page:j * page + rows]
-            _bytes(vp)[p, :rows] = _bytes(v)[b, j * page:j * page + rows]
-    return kp, vp, table.to(DEVICE)
+            for pool, rows_of in zip(pools, sources):
+                _bytes(pool)[p, :rows] = rows_of(b, j * page, j * page + rows)
 
 
 def assert_same_up_to_key_tiles(out, lse, ref_out, ref_lse, head_dim, page_size, fp8_dot=False):

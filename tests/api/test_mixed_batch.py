@@ -11,7 +11,7 @@ from zyfa.mixed import explain_varlen
 from zyfa.spec.reference import attention_fp64
 
 from conftest import DEVICE, assert_rel, describe_mismatch, rounding_error
-from kv_cases import E4M3, _bytes, _e4m3, _randn, assert_same_up_to_key_tiles
+from kv_cases import E4M3, _bytes, _e4m3, _randn, assert_same_up_to_key_tiles, fill_pages
 
 # q_lens, k_lens: decodes of 1 and 3 queries between prefill chunks (17+ queries), causal
 Q_LENS, K_LENS = [1, 40, 3, 1, 20, 0], [30, 60, 25, 50, 20, 7]
@@ -48,17 +48,9 @@ def _pages(k, v, page):
     kp, vp = (torch.empty(pool, page, *x.shape[1:], dtype=x.dtype, device=DEVICE) for x in (k, v))
     for x in (kp, vp):
         _bytes(x).zero_()
-    kb, vb = _bytes(k), _bytes(v)
     table = torch.zeros(len(K_LENS), max(counts), dtype=torch.int32)
-    used = 0
-    for b, (n, c) in enumerate(zip(K_LENS, counts)):
-        for j in range(c):
-            p = order[used]
-            used += 1
-            table[b, j] = p
-            rows = min(page, n - j * page)
-            _bytes(kp)[p, :rows] = kb[starts[b] + j * page:starts[b] + j * page + rows]
-            _bytes(vp)[p, :rows] = vb[starts[b] + j * page:starts[b] + j * page + rows]
+    fill_pages((kp, vp), [lambda b, lo, hi, x=x: _bytes(x)[starts[b] + lo:starts[b] + hi] for x in (k, v)],
+               table, order, K_LENS, page)
     return kp, vp, table
 
 
