@@ -226,9 +226,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                                window=window, packed=True)
     kw = dict(softmax_scale=scale, causal=causal, **descales, p_rule=p_rule, ref_rule=ref_rule, window_size=window)
     mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule)      # decodes: zyfa.mixed
-    launch = run_mixed if mixed.routed else _one_launch
-    result = launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw,
-                    **({"mixed": mixed} if mixed.routed else {}))
+    args = (q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw)
+    result = run_mixed(*args, mixed=mixed) if mixed.routed else _one_launch(*args)
     if result is None:
         result = _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descales, backend,
                                p_rule, ref_rule, is_fp8, block_table)
