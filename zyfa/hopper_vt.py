@@ -20,6 +20,8 @@ import triton
 import triton.language as tl
 
 from .device import to_device
+from .spec.constants import LOG2E
+from .spec.descales import coarse_view, head_factor, per_channel_v_descale
 from .spec.key_order import HOPPER_GROUP
 from .spec.shapes import starts_of
 
@@ -29,10 +31,15 @@ BLOCK_D, BLOCK_K = 64, 256
 @triton.jit
 def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, stride_h, stride_d,
                slot_start, key_start, key_count, sequences, page_table, table_stride,
+               qd, kd, vd, fac, vd_out, qd_b, qd_h, kd_b, kd_h, vd_b, vd_h, vd_d, score_scale,
                PACKED: tl.constexpr, KEY_ORDER: tl.constexpr, PAGE: tl.constexpr, BLOCK_D: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+               BLOCK_K: tl.constexpr, FACTORS: tl.constexpr, BLOCK_V: tl.constexpr):
     bh = tl.program_id(0)
     b, h = bh // kv_heads, bh % kv_heads
+    if FACTORS:
+        if (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
+            _factors(qd, kd, vd, fac, vd_out, b, h, bh, qd_b, qd_h, kd_b, kd_h, vd_b, vd_h, vd_d, dv, score_scale,
+                     BLOCK_V)
     slot = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     if PACKED:
@@ -71,11 +78,30 @@ def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, s
     tl.store(out, x, mask=(d[:, None] < dv) & (slot[None, :] < padded_k))
 
 
-def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_order, page=0):
+@triton.jit
+def _factors(qd, kd, vd, fac, vd_out, b, h, bh, qd_b, qd_h, kd_b, kd_h, vd_b, vd_h, vd_d, dv, score_scale,
+             BLOCK_V: tl.constexpr):
+    """(b, h)'s score factor, (q descale * k descale) * score_scale in float32 as
+    zyfa.spec.descales.head_factor forms it, and its V descales a channel (a coarse one
+    broadcast: stride 0), as per_channel_v_descale writes them."""
+    q_d = tl.load(qd + b * qd_b + h * qd_h).to(tl.float32)
+    k_d = tl.load(kd + b * kd_b + h * kd_h).to(tl.float32)
+    tl.store(fac + bh, (q_d * k_d) * score_scale)
+    ch = tl.arange(0, BLOCK_V)
+    v_d = tl.load(vd + b * vd_b + h * vd_h + ch * vd_d, mask=ch < dv)
+    tl.store(vd_out + bh * dv + ch, v_d.to(tl.float32), mask=ch < dv)
+
+
+_NO_FACTOR_SIZES = (0,) * 7 + (1.0,)     # the strides and scale of a launch that writes no factors
+
+
+def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_order, page=0, factors=None):
     grid = (batch_heads, triton.cdiv(padded, BLOCK_K), triton.cdiv(Dv, BLOCK_D))
     if grid[1]:
-        _vt_kernel[grid](u, out, seqlen_k, padded, Hkv, Dv, *u.stride(), *tables, PACKED=packed,
-                         KEY_ORDER=key_order, PAGE=page, BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K)
+        _vt_kernel[grid](u, out, seqlen_k, padded, Hkv, Dv, *u.stride(), *tables,
+                         *(factors or (u,) * 5 + _NO_FACTOR_SIZES), PACKED=packed, KEY_ORDER=key_order,
+                         PAGE=page, BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K, FACTORS=factors is not None,
+                         BLOCK_V=triton.next_power_of_2(Dv))
 
 
 def hopper_vt(v: torch.Tensor) -> torch.Tensor:
@@ -87,6 +113,32 @@ def hopper_vt(v: torch.Tensor) -> torch.Tensor:
     out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=v.device)
     _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0, u, 0), packed=False, key_order=True)  # no tables
     return out
+
+
+def hopper_inputs(v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Tensor, v_descale: torch.Tensor,
+                  softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a dense FP8 call of the generated kernel prepares, in hopper_vt's one launch:
+    (V^T as hopper_vt writes it, the score factors (B, Hkv) float32 of
+    zyfa.spec.descales.head_factor, the V
+    descales (B, Hkv, Dv) float32 of per_channel_v_descale). Descales as validated (coarse q
+    and k: (), (Hkv,) or (B, Hkv); v also (B, Hkv, Dv)), float32 q and k ones (the factor's
+    product in their own type otherwise: head_factor's own launches)."""
+    B, Sk, Hkv, Dv = v.shape
+    dev = v.device
+    if q_descale.dtype != torch.float32 or k_descale.dtype != torch.float32:
+        return hopper_vt(v), head_factor(q_descale, k_descale, B, Hkv, softmax_scale, dev), \
+            per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
+    qd, kd = (coarse_view(d.to(dev), B, Hkv, n) for d, n in ((q_descale, "q_descale"), (k_descale, "k_descale")))
+    vd = v_descale.to(dev)
+    vd = vd if vd.dim() == 3 else coarse_view(vd, B, Hkv, "v_descale")[..., None].expand(B, Hkv, Dv)
+    u = v.view(torch.uint8)
+    padded = Sk + (-Sk) % HOPPER_GROUP
+    out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=dev)
+    fac = torch.empty(B, Hkv, dtype=torch.float32, device=dev)
+    vd_out = torch.empty(B, Hkv, Dv, dtype=torch.float32, device=dev)
+    factors = (qd, kd, vd, fac, vd_out, *qd.stride(), *kd.stride(), *vd.stride(), softmax_scale * LOG2E)
+    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0, u, 0), packed=False, key_order=True, factors=factors)
+    return out, fac, vd_out
 
 
 def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int], key_order: bool = False,

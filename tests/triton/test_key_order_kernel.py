@@ -28,3 +28,25 @@ def test_equals_the_spec(B, Sk, Hkv, Dv, layout):
     want = spec_hopper_vt(v)
     assert out.shape == want.shape and out.is_contiguous()
     assert torch.equal(out, want.contiguous())
+
+
+@pytest.mark.parametrize("shapes", [((), (), ()), ((2,), (2,), (2,)), ((3, 2), (3, 2), (3, 2, 128)),
+                                    ((3, 2), (), (3, 2))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hopper_inputs_are_the_spec_factors_and_vt(shapes, dtype):
+    """The dense FP8 call's one preparing launch: V^T as hopper_vt writes it, the score
+    factors bit for bit head_factor's and the V descales per_channel_v_descale's, for every
+    descale shape validation admits (bfloat16 q / k descales: head_factor's own launches)."""
+    from zyfa.hopper_vt import hopper_inputs
+    from zyfa.spec.descales import head_factor, per_channel_v_descale
+    B, Sk, Hkv, Dv = 3, 40, 2, 128
+    v = _bytes(B, Sk, Hkv, Dv, seed=5)
+    g = torch.Generator().manual_seed(len(shapes[2]))
+    qd, kd, vd = (torch.rand(s, generator=g).mul(0.03).add(1e-3).to(DEVICE, dtype if i < 2 else torch.float32)
+                  for i, s in enumerate(shapes))
+    scale = 0.0883883476
+    vt, fac, vds = hopper_inputs(v, qd, kd, vd, scale)
+    assert torch.equal(vt, spec_hopper_vt(v).contiguous())
+    want_fac = head_factor(qd, kd, B, Hkv, scale, v.device)
+    assert fac.dtype == torch.float32 and torch.equal(fac, want_fac), (fac, want_fac)
+    assert torch.equal(vds, per_channel_v_descale(vd, B, Hkv, Dv))

@@ -19,7 +19,7 @@ import torch
 from .constants import KEY_BLOCK, LOG2E
 
 
-def _coarse(d: torch.Tensor, B: int, Hkv: int, name: str) -> torch.Tensor:
+def coarse_view(d: torch.Tensor, B: int, Hkv: int, name: str) -> torch.Tensor:
     """scalar | (Hkv,) | (B, Hkv) -> (B, Hkv)."""
     if d.dim() == 0:
         return d.reshape(1, 1).expand(B, Hkv)
@@ -59,7 +59,7 @@ def check_descale(name: str, d, B: int, Hkv: int, fine_shape: tuple, block_shape
             fine = f"{fine_shape}" + (f" or {block_shape} (a block of {KEY_BLOCK} keys)" if block_shape else "")
             raise ValueError(_shape_msg(name, d, B, Hkv, fine))
         return
-    _coarse(d, B, Hkv, name)   # raises on a bad shape
+    coarse_view(d, B, Hkv, name)   # raises on a bad shape
 
 
 def is_per_token(d) -> bool:
@@ -83,9 +83,9 @@ def normalize_descales(q, k, v, q_descale=None, k_descale=None, v_descale=None):
     if qd.dim() == 3:
         qs = qd
     else:
-        qs = _coarse(qd, B, Hkv, "q_descale").repeat_interleave(group, dim=1)[..., None].expand(B, Hq, Sq)
+        qs = coarse_view(qd, B, Hkv, "q_descale").repeat_interleave(group, dim=1)[..., None].expand(B, Hq, Sq)
     if kd.dim() != 3:
-        ks = _coarse(kd, B, Hkv, "k_descale")[..., None].expand(B, Hkv, Sk)
+        ks = coarse_view(kd, B, Hkv, "k_descale")[..., None].expand(B, Hkv, Sk)
     else:
         ks = kd.repeat_interleave(KEY_BLOCK, -1)[..., :Sk] if is_per_key_block(kd, Sk) else kd
     return qs.contiguous(), ks.contiguous(), per_channel_v_descale(vd, B, Hkv, Dv)
@@ -110,10 +110,10 @@ def row_factor(qs: torch.Tensor, softmax_scale: float) -> torch.Tensor:
 
 def per_channel_v_descale(vd: torch.Tensor, B: int, Hkv: int, Dv: int) -> torch.Tensor:
     """v_descale as (B, Hkv, Dv) float32 contiguous."""
-    vs = vd if vd.dim() == 3 else _coarse(vd, B, Hkv, "v_descale")[..., None].expand(B, Hkv, Dv)
+    vs = vd if vd.dim() == 3 else coarse_view(vd, B, Hkv, "v_descale")[..., None].expand(B, Hkv, Dv)
     return vs.float().contiguous()
 
 
 def coarse_descale(d: torch.Tensor, B: int, Hkv: int, name: str) -> torch.Tensor:
     """(B, Hkv) float32 contiguous form of a coarse descale (for the kernels)."""
-    return _coarse(d, B, Hkv, name).contiguous()
+    return coarse_view(d, B, Hkv, name).contiguous()

@@ -12,7 +12,7 @@ from ...spec.rules import DEFAULT_P_RULE
 from ...spec.shapes import Packed
 from ...spec.descales import (coarse_descale, head_factor, is_per_key_block, is_per_token, key_blocks,
                               normalize_descales, per_channel_v_descale, row_factor)
-from ...hopper_vt import hopper_vt
+from ...hopper_vt import hopper_inputs, hopper_vt
 from ...tma import tma_ready
 from ...device import device_index, sm_count, to_device
 from . import attention as attn
@@ -276,10 +276,13 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     B, Sq, Sk, extra = _batch(q, k, packed)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dev = q.device
-    fac = head_factor(q_descale, k_descale, B, Hkv, scale, dev)
-    vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
+    if packed is None:                 # V^T in the key order and the factors: one launch
+        vt, fac, vd = hopper_inputs(v, q_descale, k_descale, v_descale, scale)
+    else:                              # already in the key order
+        vt = v.view(torch.uint8).permute(0, 2, 3, 1)
+        fac = head_factor(q_descale, k_descale, B, Hkv, scale, dev)
+        vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
-    vt = v.view(torch.uint8).permute(0, 2, 3, 1) if packed is not None else hopper_vt(v)   # key order either way
     vt = vt.reshape(v.shape[0] * Hkv, Dv, -1)
     out = torch.empty(q.shape[0], Sq_total, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
