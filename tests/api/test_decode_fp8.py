@@ -138,3 +138,7 @@ def test_decode_splits_fill_the_sms():
     assert decode_splits(8, 8, 32768, cuda, sms=132) == 6
     assert decode_splits(128, 8, 2048, cuda, sms=132) == 1
     assert decode_splits(8, 8, 600, cuda, sms=132) == 2          # at least MIN_SPLIT_KEYS keys a split
+    # rounds of two programs an SM (the 128-key FP8 tile): 512 programs, not 384 (264 slots:
+    # a full round and a tail of 120 programs running one an SM)
+    assert decode_splits(8, 8, 32768, cuda, sms=132, per_sm=2) == 8
+    assert decode_splits(32, 8, 8192, cuda, sms=132, per_sm=3) == 3     # 768 programs on 396 slots

@@ -32,6 +32,9 @@ class DecodeTile:
     # least rows a tile (a GQA group's query rows padded up to it): 16 takes Triton's mma.sync
     # path, 64 its wgmma path (with FP8 dots, V's keys transposed into shared memory on the way)
     block_m: int = 16
+    # programs an SM holds at once (the tile's registers: 128 threads each); decode_splits
+    # counts a round of programs in these slots. 1: as if an SM ran one at a time
+    per_sm: int = 1
 
 
 def default_tile(head_dim: int, page_size: int, fp8_dot: bool = False) -> DecodeTile:
@@ -40,15 +43,18 @@ def default_tile(head_dim: int, page_size: int, fp8_dot: bool = False) -> Decode
     docs/decisions.md); a paged cache's tile no longer than its pages where they are shorter, so
     that a tile still needs one page lookup. FP8 dots: 128 keys up to head dim 128 (the same
     bytes a stage as BF16's 64), 32 at 256 (64 keys at 32 rows spill), and never fewer than 32
-    (the FP8 MMA's reduction takes 32 keys): pages of 16 or 48 are then gathered a key at a time. The interpreter takes
-    16 keys: small test lengths then cross tiles."""
+    (the FP8 MMA's reduction takes 32 keys): pages of 16 or 48 are then gathered a key at a time;
+    their 128-key tiles take 3 stages. ``per_sm`` as compiled for sm_90a (a test holds it to the
+    registers). The interpreter takes 16 keys: small test lengths then cross tiles."""
     if interpreter_active():
         return DecodeTile(16, 4, 1)
     if fp8_dot:
         block_n = 32 if head_dim > 128 else 128
         if page_size and page_size < block_n:
             block_n = 64 if page_size % 64 == 0 else 32
-        return DecodeTile(block_n, 4, 2)
+        if block_n == 128:          # 3 stages: as many programs an SM as 2 (d128: ~206 registers)
+            return DecodeTile(128, 4, 3, per_sm=3 if head_dim <= 64 else 2)
+        return DecodeTile(block_n, 4, 2, per_sm=3 if block_n == 64 else 1)
     block_n = 32 if head_dim > 128 else 64
     if page_size and page_size < block_n:
         block_n = 16 if page_size % 32 else 32
@@ -56,11 +62,12 @@ def default_tile(head_dim: int, page_size: int, fp8_dot: bool = False) -> Decode
 
 
 def decode_splits(batch: int, kv_heads: int, max_keys: int, device: torch.device, sm_margin: int = 0,
-                  sms: int | None = None) -> int:
+                  sms: int | None = None, per_sm: int = 1) -> int:
     """Key splits a (sequence, kv head): one where batch * kv_heads programs fill WAVES x the
     SMs, else enough to, at least MIN_SPLIT_KEYS keys each (of the longest sequence the cache
-    can hold), at most MAX_SPLITS, then evened out (even_splits). ``sms``: the SM count (else
-    the device's; the interpreter takes INTERPRETER_SPLITS)."""
+    can hold), at most MAX_SPLITS, then evened out over rounds of ``per_sm`` programs an SM
+    (even_splits). ``sms``: the SM count (else the device's; the interpreter takes
+    INTERPRETER_SPLITS)."""
     if sms is None:
         if interpreter_active() or device.type != "cuda":
             return INTERPRETER_SPLITS
@@ -71,15 +78,16 @@ def decode_splits(batch: int, kv_heads: int, max_keys: int, device: torch.device
     most = min(-(-max_keys // MIN_SPLIT_KEYS), MAX_SPLITS)
     if want <= 1 or most <= 1:
         return 1
-    return even_splits(programs, min(want, most), most, sms)
+    return even_splits(programs, min(want, most), most, sms * per_sm)
 
 
 def even_splits(programs: int, least: int, most: int, sms: int) -> int:
     """The split count in [least, min(2 least, most)] whose programs come closest to a whole
-    number of rounds over the SMs: a memory-bound SM takes as long as its programs' keys, so
-    the call lasts as long as the SM given the most programs. 8 x 8 programs on 132 SMs: 5
-    splits leave 320 programs, 3 on some SMs and 2 on the rest (81% of the SMs' time used),
-    6 leave 384 (97%). The fewest splits among equals (fewer partials to merge)."""
+    number of rounds over ``sms`` slots (SMs times the programs each holds at once): a
+    memory-bound SM takes as long as its programs' keys, so the call lasts as long as the SM
+    given the most programs. 8 x 8 programs on 132 one-program slots: 5 splits leave 320
+    programs, 3 on some SMs and 2 on the rest (81% of the SMs' time used), 6 leave 384 (97%).
+    The fewest splits among equals (fewer partials to merge)."""
     best, best_use = least, 0.0
     for s in range(least, max(least, min(2 * least, most)) + 1):
         n = programs * s
@@ -128,7 +136,7 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
     fp8_dot = uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots)
     tile = tile or default_tile(D, page, fp8_dot)
     max_keys = block_table.shape[1] * page if page else k_cache.shape[1]
-    splits = num_splits or decode_splits(B, Hkv, max_keys, dev, sm_margin)
+    splits = num_splits or decode_splits(B, Hkv, max_keys, dev, sm_margin, per_sm=tile.per_sm)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     # Triton's interpreter truncates float32 -> bf16 and multiplies bf16 as raw bits: under it,
     # write float32 and round in torch, and feed the dots float32 operands
