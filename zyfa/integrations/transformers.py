@@ -247,6 +247,10 @@ def _decodable(query, key, value, causal) -> bool:
             and query.shape[-1] == value.shape[-1])
 
 
+# Eager under torch.compile: transformers compiles a StaticCache model's steps with CUDA graphs
+# on a GPU, and traced, the mask reading's data-dependent branches split the step into graphs
+# whose replays overwrote tensors it had derived (its key ranges) before the decode call read them
+@torch.compiler.disable
 def _forward(module, query, key, value, attention_mask, dropout, scaling, kwargs, quant=None):
     """``quant``: None (BF16/FP16), "fp8" or "int8" (QUANTIZERS)."""
     reason = _fallback_reason(module, query, key, value, dropout, kwargs)
