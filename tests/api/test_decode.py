@@ -343,8 +343,8 @@ def test_decode_kernel_compiles_for_sm90(spec, no_spills):
     import subprocess
     import sys
     code = ("import json, sys; from zyfa.verify.triton_compile import compile_decode; "
-            "from zyfa.asm.ptx.assemble import assemble; "
-            "k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble(k.asm['ptx']); "
+            "from zyfa.verify.triton_compile import assemble_compiled; "
+            "k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble_compiled(k); "
             "print(json.dumps([a.registers, a.spill_bytes]))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env,
@@ -369,8 +369,8 @@ def test_fp8_decode_tiles_state_the_programs_an_sm_holds(head_dim, page, monkeyp
     spec = dict(_FP8, head_dim=head_dim, block_n=t.block_n, num_stages=t.num_stages, page=page,
                 tile_in_page=bool(page))
     code = ("import json, sys; from zyfa.verify.triton_compile import compile_decode; "
-            "from zyfa.asm.ptx.assemble import assemble; "
-            "k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble(k.asm['ptx']); "
+            "from zyfa.verify.triton_compile import assemble_compiled; "
+            "k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble_compiled(k); "
             "print(json.dumps([a.registers, k.metadata.shared]))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env,

@@ -141,10 +141,17 @@ def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0, tile_i
     return k
 
 
+def assemble_compiled(k):
+    """A Triton-compiled kernel's PTX assembled (registers, spills) by the ptxas Triton set its
+    PTX version for (TRITON_PTXAS_PATH where a machine sets it, else the wheel's)."""
+    from triton import knobs
+    return assemble(k.asm["ptx"], ptxas=knobs.nvidia.ptxas.path)
+
+
 def summarize_sm90(k) -> dict:
     ptx = k.asm["ptx"]
     code = sass(k.asm["cubin"])
-    a = assemble(ptx)
+    a = assemble_compiled(k)
     return {"wgmma_e4m3": len(re.findall(r"wgmma\.mma_async[^\n]*e4m3", ptx)),
             "cvt_e4m3x2": ptx.count("cvt.rn.satfinite.e4m3x2.f32"), "sass_lines": code.count("\n"),
             "qgmma_sass": code.count("QGMMA"), "hgmma_sass": code.count("HGMMA"),

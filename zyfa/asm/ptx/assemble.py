@@ -37,13 +37,14 @@ def sass(cubin: bytes) -> str:
                               check=True).stdout
 
 
-def assemble(ptx: str, arch: str = "sm_90a") -> Assembled:
-    """Assemble with ``ptxas -O3 -v``; raises RuntimeError with ptxas's message on failure."""
+def assemble(ptx: str, arch: str = "sm_90a", ptxas: str | None = None) -> Assembled:
+    """Assemble with ``ptxas -O3 -v`` (the one in Triton's wheel, or ``ptxas``); raises
+    RuntimeError with ptxas's message on failure."""
     with tempfile.TemporaryDirectory() as d:
         src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([tool("ptxas"), f"-arch={arch}", "-O3", "-v", src, "-o", out],
+        r = subprocess.run([ptxas or tool("ptxas"), f"-arch={arch}", "-O3", "-v", src, "-o", out],
                            capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(f"ptxas failed:\n{r.stderr}")
