@@ -11,7 +11,7 @@ TINY = Case("decode", "tiny decode", 2, 1, 128, 4, 2, 64, 64)
 
 
 def test_decode_cases_are_the_issue_shapes():
-    shapes = {(c.B, c.Sq, c.Sk, c.Hq, c.Hkv, c.D) for c in cases_for("decode")}
+    shapes = {(c.B, c.Sq, c.Sk, c.Hq, c.Hkv, c.D) for c in cases_for("decode") if c.group == "decode"}
     assert shapes == {(32, 1, 8192, 32, 8, 128), (128, 1, 2048, 32, 8, 128), (8, 1, 32768, 32, 8, 128)}
     assert TINY.kv_bytes(2) == 2 * 128 * 2 * 128 * 2
 
@@ -44,3 +44,34 @@ def test_report_takes_decode_records(tmp_path):
     methods = [m for m in all_methods() if m.label in ("zyfa-decode-bf16", "copy-bf16")]
     path = str(tmp_path / "r.json")
     assert "tiny decode" in markdown(run([TINY], methods, path, timer=lambda fn: 1.0, rounds=1), path)
+
+
+def test_mixed_case_is_the_issue_batch():
+    (case,) = cases_for("mixed")
+    assert case.query_lengths == (1,) * 16 + (4096, 4096) and case.lengths == (8192,) * 16 + (4096, 4096)
+    assert case in cases_for("decode")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the CPU's records")
+@pytest.mark.slow
+def test_mixed_case_times_one_call_beside_separate_calls(tmp_path):
+    """A mixed batch: zyfa's varlen call and the separate calls (decode kernel + prefill call)
+    run and are held to float64 on the last prefill chunk's rows (fewer queries than keys:
+    bottom-right causal), FLOPs the sequences' own; the decode-only and dense methods are not
+    asked, the separate calls not on a plain packed case."""
+    from zyfa.bench.cases import attention_flops
+    mixed = Case("mixed", "tiny mixed", 4, 20, 40, 4, 2, 64, 64, lengths=(40, 33, 40, 30), q_lengths=(1, 1, 1, 20))
+    plain = Case("varlen", "tiny varlen", 2, 20, 20, 4, 2, 64, 64, lengths=(7, 20))
+    assert mixed.flops == sum(attention_flops(1, 4, m, n, 64, 64, True) for m, n in ((1, 40), (1, 33), (1, 40), (20, 30)))
+    labels = {"zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8", "zyfa-separate-varlen-bf16", "zyfa-separate-varlen-fp8",
+              "zyfa-decode-bf16", "zyfa-bf16"}
+    doc = run([mixed, plain], [m for m in all_methods() if m.label in labels], str(tmp_path / "r.json"),
+              timer=lambda fn: 1.0, rounds=1)
+    recs = {(r["case"], r["label"]): r for r in doc["records"]}
+    assert {lab for case, lab in recs if case == "tiny mixed"} == labels - {"zyfa-decode-bf16", "zyfa-bf16"}
+    assert {lab for case, lab in recs if case == "tiny varlen"} == {"zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8"}
+    for dtype, bound in (("bf16", 0.01), ("fp8", 0.08)):
+        for path in ("auto", "separate"):
+            r = recs[("tiny mixed", f"zyfa-{path}-varlen-{dtype}")]
+            assert r["status"] == "ok" and r["repeatable"] and r["nonfinite"] == 0, r
+            assert r["err_e2e"] < bound and r["err_rows"] == "last 20", r

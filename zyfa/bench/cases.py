@@ -27,7 +27,15 @@ class Case:
     input: str = "realistic"
     softmax_scale: float | None = None
     lengths: tuple[int, ...] | None = None    # a packed (varlen) batch: each sequence's tokens
+    # a mixed batch: each sequence's queries, the last of its ``lengths`` keys (a decode step's
+    # 1..16, a prefill chunk's more); None: as many queries as keys
+    q_lengths: tuple[int, ...] | None = None
     window: tuple[int, int] = (-1, -1)        # window_size (left, right), as FlashAttention takes it
+
+    @property
+    def query_lengths(self) -> tuple[int, ...] | None:
+        """A packed batch's queries a sequence."""
+        return self.q_lengths or self.lengths
 
     @property
     def decode(self) -> bool:
@@ -41,8 +49,8 @@ class Case:
     @property
     def flops(self) -> float:
         if self.lengths:
-            return sum(attention_flops(1, self.Hq, n, n, self.D, self.Dv, self.causal, self.window)
-                       for n in self.lengths)
+            return sum(attention_flops(1, self.Hq, m, n, self.D, self.Dv, self.causal, self.window)
+                       for m, n in zip(self.query_lengths, self.lengths))
         return attention_flops(self.B, self.Hq, self.Sq, self.Sk, self.D, self.Dv, self.causal, self.window)
 
 
@@ -122,6 +130,19 @@ def decode_cases() -> list[Case]:
             for b, s in ((32, 8192), (128, 2048), (8, 32768))]
 
 
+# what a serving engine's step issues: 16 one-token decodes over 8K keys and two 4K prefill chunks
+MIXED_QUERIES = (1,) * 16 + (4096, 4096)
+MIXED_KEYS = (8192,) * 16 + (4096, 4096)
+
+
+def mixed_cases() -> list[Case]:
+    """A mixed varlen batch (decodes and prefill chunks in one flash_attn_varlen_func call,
+    causal), GQA 32/8 d128: zyfa's one call beside the same work as separate calls (the decode
+    kernel, then the prefill call) and FA3's varlen call."""
+    return [Case("mixed", "mixed 16 decodes x 8K + 2 x 4K prefill GQA 32/8", len(MIXED_KEYS), max(MIXED_QUERIES),
+                 max(MIXED_KEYS), 32, 8, 128, 128, lengths=MIXED_KEYS, q_lengths=MIXED_QUERIES)]
+
+
 def window_cases() -> list[Case]:
     """Sliding-window attention as Mistral-7B's layers run it at long context: a window of 4096
     keys (FlashAttention's window_size (4096, 0), causal) over 32K tokens, GQA 32/8, d128. zyfa
@@ -131,10 +152,11 @@ def window_cases() -> list[Case]:
 
 
 def cases_for(names: str) -> list[Case]:
-    """Case groups by name: quick, sweep, models, varlen, frontier, decode, window, all, or one head
-    dim of the sweep (sweep-d128)."""
+    """Case groups by name: quick, sweep, models, varlen, frontier, decode (with the mixed batch),
+    mixed, window, all, or one head dim of the sweep (sweep-d128)."""
     table = {"sweep": sweep_cases, "models": model_cases, "quick": quick_cases, "varlen": varlen_cases,
-             "frontier": frontier_cases, "decode": decode_cases, "window": window_cases}
+             "frontier": frontier_cases, "decode": lambda: decode_cases() + mixed_cases(), "mixed": mixed_cases,
+             "window": window_cases}
     for d, dv in SWEEP_DIMS:
         table[f"sweep-d{d}"] = functools.partial(sweep_cases, dims=((d, dv),))
     out = []

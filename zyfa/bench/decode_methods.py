@@ -1,7 +1,8 @@
 """What `zyfa bench --cases decode` times: zyfa's decode kernel on dense and paged caches, BF16
 and E4M3, FlashAttention-3's flash_attn_with_kvcache (BF16, FP8) and a device copy of the cache
 (the bandwidth ceiling). A case's cache is its k, v; the E4M3 cache, q and descales are
-quantize_fp8's per-head ones, which zyfa and FA3 both read."""
+quantize_fp8's per-head ones, which zyfa and FA3 both read. And a mixed batch (decodes beside
+prefill chunks) as separate calls, the anchor of zyfa's one varlen call there."""
 from __future__ import annotations
 
 import torch
@@ -86,6 +87,68 @@ def _copy(inp: Inputs):
     return call, lambda res: res
 
 
+def _zyfa_separate(dtype: str):
+    """A mixed batch as separate calls, as an engine without zyfa's routing issues it: the
+    decode sequences (1..16 queries, one count) in one flash_attn_with_kvcache call over a dense
+    cache of their keys, the rest in one flash_attn_varlen_func call. The cache and the
+    prefill tokens are gathered outside the timing; ``finish`` (untimed) writes the parts into
+    the packed layout the error is taken on."""
+    from ..decode import MAX_QUERIES
+
+    def build(inp: Inputs):
+        a = inp.varlen_args(dtype == "fp8")
+        q, k, v = a["q"], a["k"], a["v"]
+        ql, kl = inp.case.query_lengths, inp.case.lengths
+        cq, ck = _starts(ql), _starts(kl)
+        dec = [i for i, n in enumerate(ql) if n <= MAX_QUERIES]
+        pre = [i for i, n in enumerate(ql) if n > MAX_QUERIES]
+        sq = ql[dec[0]]
+        if any(ql[i] != sq for i in dec):
+            raise ValueError("the separate decode call takes decode sequences of one query count")
+        width = max(kl[i] for i in dec)
+        k_dec, v_dec = (torch.zeros(len(dec), width, *x.shape[1:], dtype=x.dtype, device=x.device) for x in (k, v))
+        for j, i in enumerate(dec):
+            k_dec[j, :kl[i]], v_dec[j, :kl[i]] = k[ck[i]:ck[i] + kl[i]], v[ck[i]:ck[i] + kl[i]]
+        q_dec = torch.stack([q[cq[i]:cq[i] + sq] for i in dec])
+        lens = torch.tensor([kl[i] for i in dec], dtype=torch.int32, device=q.device)
+        names = [n for n in ("q_descale", "k_descale", "v_descale") if n in a]
+        ds_dec, ds_pre = ({n: a[n][rows] for n in names} for rows in (dec, pre))
+        q_pre = torch.cat([q[cq[i]:cq[i] + ql[i]] for i in pre])
+        k_pre, v_pre = (torch.cat([x[ck[i]:ck[i] + kl[i]] for i in pre]) for x in (k, v))
+        cu_q, cu_k = (torch.tensor(_starts([ls[i] for i in pre]), dtype=torch.int32) for ls in (ql, kl))
+        longest_q, longest_k = max(ql[i] for i in pre), max(kl[i] for i in pre)
+
+        def call():
+            d = zyfa.flash_attn_with_kvcache(q_dec, k_dec, v_dec, cache_seqlens=lens, softmax_scale=inp.scale,
+                                             causal=inp.case.causal, return_softmax_lse=True, **ds_dec)
+            p = zyfa.flash_attn_varlen_func(q_pre, k_pre, v_pre, cu_q, cu_k, longest_q, longest_k,
+                                            softmax_scale=inp.scale, causal=inp.case.causal, return_lse=True,
+                                            **ds_pre)
+            return d, p
+
+        def finish(res):
+            (o_dec, l_dec), (o_pre, l_pre) = res
+            out = torch.empty(cq[-1], *o_pre.shape[1:], dtype=o_pre.dtype, device=o_pre.device)
+            lse = torch.empty(l_pre.shape[0], cq[-1], dtype=l_pre.dtype, device=l_pre.device)
+            for j, i in enumerate(dec):
+                out[cq[i]:cq[i] + sq], lse[:, cq[i]:cq[i] + sq] = o_dec[j], l_dec[j]
+            r = 0
+            for i in pre:
+                out[cq[i]:cq[i] + ql[i]], lse[:, cq[i]:cq[i] + ql[i]] = o_pre[r:r + ql[i]], l_pre[:, r:r + ql[i]]
+                r += ql[i]
+            return out[None], lse[None]
+        return call, finish
+    return build
+
+
+def _starts(lengths) -> list[int]:
+    """0, then each running total of ``lengths`` (cu_seqlens as a host list)."""
+    out = [0]
+    for n in lengths:
+        out.append(out[-1] + n)
+    return out
+
+
 def decode_methods() -> list[Method]:
     zm = zyfa_missing("triton")
     out = [Method("zyfa", "triton", dtype, "head" if dtype == "fp8" else None, _zyfa_decode(dtype, page), zm,
@@ -93,4 +156,6 @@ def decode_methods() -> list[Method]:
     out += [Method("fa3", "fa3", dtype, "head" if dtype == "fp8" else None, _fa3_decode(dtype, page),
                    _fa3_kvcache_missing, decode=True, page_size=page) for page in (None, PAGE) for dtype in ("bf16", "fp8")]
     out.append(Method("copy", "torch", "bf16", None, _copy, gpu_missing, decode=True))
+    out += [Method("zyfa", "separate", dtype, "head" if dtype == "fp8" else None, _zyfa_separate(dtype), zm,
+                   varlen=True, mixed=True) for dtype in ("bf16", "fp8")]
     return out

@@ -48,20 +48,22 @@ class Inputs:
         """Rows the error is measured on: all up to 4K queries, else the last 2K (they see every
         key); packed batches: those of the last sequence (packed rows of the batch-1 view)."""
         if self.case.lengths:
-            total, last = sum(self.case.lengths), self.case.lengths[-1]
+            total, last = sum(self.case.query_lengths), self.case.query_lengths[-1]
             return slice(total - min(last, 2048), total)
         return slice(0, self.case.Sq) if self.case.Sq <= 4096 else slice(self.case.Sq - 2048, self.case.Sq)
 
-    def packed(self) -> tuple[torch.Tensor, int]:
-        """A packed case's int32 cu_seqlens on the inputs' device, and its longest sequence."""
+    def packed(self, lengths: tuple[int, ...] | None = None) -> tuple[torch.Tensor, int]:
+        """int32 cu_seqlens on the inputs' device of a packed case's sequences (its keys; or
+        ``lengths``, its queries say), and the longest."""
         cu = [0]
-        for n in self.case.lengths:
+        for n in lengths or self.case.lengths:
             cu.append(cu[-1] + n)
-        return torch.tensor(cu, dtype=torch.int32, device=self.q.device), max(self.case.lengths)
+        return torch.tensor(cu, dtype=torch.int32, device=self.q.device), max(lengths or self.case.lengths)
 
     def varlen_args(self, fp8: bool) -> dict:
         """flash_attn_varlen_func's arguments for a packed case (FP8: descales per sequence)."""
         cu, longest = self.packed()
+        cu_q, longest_q = self.packed(self.case.query_lengths)
         n = len(self.case.lengths)
         if not fp8:
             q, k, v, ds = self.q[0], self.k[0], self.v[0], {}
@@ -69,7 +71,8 @@ class Inputs:
             x = self.fp8("head")
             q, k, v = x.q[0], x.k[0], x.v[0]
             ds = {name: getattr(x, name).expand(n, -1).contiguous() for name in ("q_descale", "k_descale", "v_descale")}
-        return dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest, **ds)
+        return dict(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu, max_seqlen_q=longest_q, max_seqlen_k=longest,
+                    **ds)
 
     def reference(self, quant: str | None):
         """float64 (out, lse) on the chosen rows: of the BF16 inputs (quant None) or of the
@@ -105,11 +108,13 @@ class Method:
     page_size: int | None = None     # varlen, decode: the keys from a paged KV cache of pages this size
     ref_rule: str | None = None      # FP8: a reference rule other than the default (the fast mode: running)
     decode: bool = False             # takes decode cases only (flash_attn_with_kvcache, its anchors, a copy)
+    mixed: bool = False              # takes mixed packed batches only (case.q_lengths: decodes beside prefill)
 
     def applies(self, case: Case) -> bool:
-        """Whether ``case`` is of the kind this method takes (packed, decode or dense prefill):
-        on another kind it is not a method that could have run, so it gets no record."""
-        return self.varlen == bool(case.lengths) and self.decode == case.decode
+        """Whether ``case`` is of the kind this method takes (packed, mixed, decode or dense
+        prefill): on another kind it is not a method that could have run, so it gets no record."""
+        return (self.varlen == bool(case.lengths) and self.decode == case.decode
+                and (not self.mixed or case.q_lengths is not None))
 
     @property
     def label(self) -> str:

@@ -42,8 +42,8 @@ def case_inputs(case: Case, device, captured=None) -> Inputs:
     from zyfa.activations import make
     seed = zlib.crc32(case.name.encode()) % 1000
     if case.lengths:                  # packed: one batch-1 row of all the tokens
-        total = sum(case.lengths)
-        q, k, v = make(case.input, 1, total, case.Hq, case.Hkv, case.D, case.Dv, seed=seed, device=device)
+        q, k, v = make(case.input, 1, sum(case.query_lengths), case.Hq, case.Hkv, case.D, case.Dv,
+                       seqlen_k=sum(case.lengths), seed=seed, device=device)
         return Inputs(case, q, k, v)
     q, k, v = make(case.input, case.B, case.Sq, case.Hq, case.Hkv, case.D, case.Dv, seqlen_k=case.Sk,
                    seed=seed, device=device)
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="zyfa bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="quick", help="quick (under a minute), sweep, sweep-d64|d128|d256|d192, models, "
-                    "varlen, frontier, decode, window, all; comma-separated")
+                    "varlen, frontier, decode (with the mixed batch), mixed, window, all; comma-separated")
     ap.add_argument("--activations", help="a safetensors file from zyfa.activations.capture: bench on its layers")
     ap.add_argument("--methods", help="comma-separated labels to run (default: all), e.g. zyfa-fp8-lean_cubic,fa3-fp8")
     ap.add_argument("--out", default=os.path.join("bench", "results"), help="results folder")
