@@ -4,13 +4,14 @@ one forward (torch.profiler), and the KL divergence of its next-token distributi
 run whose attention is computed in float32.
 
     python bench/e2e_transformers.py --seqlen 16384 --out bench/results
-    python bench/e2e_transformers.py --trained --train-minutes 4 --seqlen 8192
+    python bench/e2e_transformers.py --trained --train-minutes 4 --seqlen 8192 --decode-steps 256
 
 The default model is Mistral-7B-shaped with random BF16 weights (for speed: its attention has
 neither the diffuse nor the peaked heads of a trained model). ``--trained`` first trains a
 small byte-level decoder (6 layers, GQA 8/2, head dim 128, ~68M parameters) on the Python
 standard library's sources, which every machine with Python has, then measures it on held-out
-text. Records the run in <out>/<gpu>.json under <date>-<gpu>-e2e-transformers.json (trained:
+text. ``--decode-steps``: the last tokens of the text are then decoded one at a time on zyfa with a
+BF16 and an E4M3 KV cache, and the E4M3 cache's KL from the BF16 one recorded. Records the run in <out>/<gpu>.json under <date>-<gpu>-e2e-transformers.json (trained:
 ...-e2e-transformers-trained.json; zyfa.bench.store) and prints a table.
 """
 from __future__ import annotations
@@ -94,6 +95,42 @@ def kl_mean(ref_logits, logits, chunk=2048) -> float:
     return total / (ref_logits.shape[0] * ref_logits.shape[1])
 
 
+def decode_kl(model, ids, prompt: int, steps: int) -> dict:
+    """Decode on zyfa, teacher-forced: the first ``prompt`` tokens of ``ids`` prefilled, then
+    ``steps`` one-token steps over the tokens that follow, once with a BF16 cache (DynamicCache)
+    and once with zyfa's E4M3 cache (E4M3Cache: codes and per-token scales, read in place by the
+    decode kernel). The mean KL of the E4M3 cache's next-token distributions from the BF16
+    cache's, their argmax agreement, and the SDPA fallbacks logged while decoding (none expected)."""
+    import logging
+    from transformers import DynamicCache
+    from zyfa.integrations.fp8_cache import E4M3Cache
+
+    class Count(logging.Handler):
+        fallbacks = 0
+
+        def emit(self, record):
+            Count.fallbacks += "falling back" in record.getMessage()
+    handler = Count()
+    log = logging.getLogger("zyfa")
+    log.addHandler(handler)
+    zt._logged.clear()
+    model.set_attn_implementation("zyfa")
+    out = {}
+    try:
+        for name, cache in (("bf16", DynamicCache()), ("e4m3", E4M3Cache())):
+            steps_logits = []
+            with torch.no_grad():
+                model(ids[:, :prompt], past_key_values=cache, use_cache=True)
+                for i in range(prompt, prompt + steps):
+                    steps_logits.append(model(ids[:, i:i + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+            out[name] = torch.stack(steps_logits, 1)
+    finally:
+        log.removeHandler(handler)
+    return dict(decode_prompt=prompt, decode_steps=steps, kl_e4m3_vs_bf16_cache=kl_mean(out["bf16"], out["e4m3"]),
+                argmax_agreement_e4m3_vs_bf16_cache=(out["bf16"].argmax(-1) == out["e4m3"].argmax(-1)).float()
+                .mean().item(), sdpa_fallbacks_logged=Count.fallbacks)
+
+
 def stdlib_bytes(limit: int = 48 << 20) -> torch.Tensor:
     """The Python standard library's .py sources (no site-packages), concatenated, as uint8."""
     import pathlib
@@ -164,6 +201,9 @@ def main():
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--impls", default="fp32_ref,sdpa,fa3,zyfa,fp8_inputs_fp32,fa3_fp8,zyfa_fp8,zyfa_int8qk")
     ap.add_argument("--out", default=os.path.join("bench", "results"))
+    ap.add_argument("--decode-steps", type=int, default=0,
+                    help="then decode this many tokens after the first --seqlen minus them, teacher-forced, with a "
+                         "BF16 and an E4M3 cache on zyfa: the E4M3 cache's KL from the BF16 one")
     a = ap.parse_args()
     from transformers import AutoModelForCausalLM, MistralConfig
     register_extra()
@@ -223,6 +263,9 @@ def main():
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     doc = dict(date=datetime.date.today().isoformat(), gpu=gpu, versions=versions(None), model=model_desc,
                seqlen=a.seqlen, turns=True, layers=layers, records=rows)
+    if a.decode_steps:
+        doc["decode"] = decode_kl(model, ids, a.seqlen - a.decode_steps, a.decode_steps)
+        print("decode:", doc["decode"], flush=True)
     import transformers
     doc["versions"]["transformers"] = transformers.__version__
     path, key = results_file(a.out), run_key("e2e-transformers-trained" if a.trained else "e2e-transformers")

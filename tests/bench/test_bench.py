@@ -169,7 +169,8 @@ def test_e2e_trained_mode_trains_and_records(tmp_path):
     import sys
     r = subprocess.run([sys.executable, "bench/e2e_transformers.py", "--trained", "--train-steps", "30",
                         "--train-seqlen", "64", "--train-batch", "4", "--layers", "1", "--seqlen", "96",
-                        "--reps", "1", "--impls", "fp32_ref,sdpa,zyfa_fp8", "--out", str(tmp_path)],
+                        "--reps", "1", "--impls", "fp32_ref,sdpa,zyfa_fp8", "--out", str(tmp_path),
+                        "--decode-steps", "8"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     losses = [float(line.split("train loss ")[1].split()[0]) for line in r.stdout.splitlines() if "train loss" in line]
@@ -179,6 +180,10 @@ def test_e2e_trained_mode_trains_and_records(tmp_path):
     assert final < losses[0] - 1.0, (losses, final)          # from ~ln 256 = 5.5 nats a byte
     kl = {row["attn_implementation"]: row.get("kl_vs_fp32_attention") for row in doc["records"]}
     assert kl["fp32_ref"] == 0 and kl["sdpa"] > 0 and kl["zyfa_fp8"] > 0
+    # decoding the last 8 bytes with an E4M3 cache moves the distributions a little, on zyfa throughout
+    dec = doc["decode"]
+    assert dec["decode_steps"] == 8 and 0 < dec["kl_e4m3_vs_bf16_cache"] < 0.05, dec
+    assert dec["argmax_agreement_e4m3_vs_bf16_cache"] > 0.5 and dec["sdpa_fallbacks_logged"] == 0, dec
 
 
 def test_bench_lists_only_what_it_could_have_run(tmp_path):
