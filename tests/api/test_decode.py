@@ -333,24 +333,30 @@ DECODE_SPECS = [
     (dict(leftpad=True), False), (dict(kv="fp8", kd_mode=2, vd_mode=2, leftpad=True), False)]
 
 
-@pytest.mark.parametrize("spec, no_spills", DECODE_SPECS)
-@pytest.mark.slow
-def test_decode_kernel_compiles_for_sm90(spec, no_spills):
-    """The compiler takes what the interpreter runs (it refuses, e.g., branches returning a scalar
-    in one place and a tensor in another): every constexpr path, compiled for sm_90a on the CPU
-    in a process without TRITON_INTERPRET; the paths marked so without spills."""
+def _compiled_for_sm90(spec: dict) -> tuple[int, int, int]:
+    """(registers, spill bytes, shared bytes) of the decode kernel ``spec`` compiled for sm_90a
+    on the CPU, in a process without TRITON_INTERPRET (the interpreter's kernels cannot be)."""
     import json
     import subprocess
     import sys
     code = ("import json, sys; from zyfa.verify.triton_compile import compile_decode; "
             "from zyfa.verify.triton_compile import assemble_compiled; "
             "k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble_compiled(k); "
-            "print(json.dumps([a.registers, a.spill_bytes]))")
+            "print(json.dumps([a.registers, a.spill_bytes, k.metadata.shared]))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    registers, spills = json.loads(r.stdout.strip().splitlines()[-1])
+    return tuple(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("spec, no_spills", DECODE_SPECS)
+@pytest.mark.slow
+def test_decode_kernel_compiles_for_sm90(spec, no_spills):
+    """The compiler takes what the interpreter runs (it refuses, e.g., branches returning a scalar
+    in one place and a tensor in another): every constexpr path, compiled for sm_90a on the CPU;
+    the paths marked so without spills."""
+    registers, spills, _ = _compiled_for_sm90(spec)
     assert spills == 0 or not no_spills, (spec, registers, spills)
 
 
@@ -358,25 +364,13 @@ def test_decode_kernel_compiles_for_sm90(spec, no_spills):
 @pytest.mark.slow
 def test_fp8_decode_tiles_state_the_programs_an_sm_holds(head_dim, page, monkeypatch):
     """decode_splits counts rounds in default_tile's per_sm programs an SM: that many fit by
-    registers and shared memory (sm_90a, compiled on the CPU as the launcher specializes the
-    FP8 dots), and one more does not."""
-    import json
-    import subprocess
-    import sys
+    registers and shared memory (sm_90a, compiled as the launcher specializes the FP8 dots),
+    and one more does not."""
     from zyfa.triton_kernels import decode_launch
     monkeypatch.setattr(decode_launch, "interpreter_active", lambda: False)     # a GPU's tile
     t = decode_launch.default_tile(head_dim, page, fp8_dot=True)
-    spec = dict(_FP8, head_dim=head_dim, block_n=t.block_n, num_stages=t.num_stages, page=page,
-                tile_in_page=bool(page))
-    code = ("import json, sys; from zyfa.verify.triton_compile import compile_decode; "
-            "from zyfa.verify.triton_compile import assemble_compiled; "
-            "k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble_compiled(k); "
-            "print(json.dumps([a.registers, k.metadata.shared]))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    registers, shared = json.loads(r.stdout.strip().splitlines()[-1])
+    registers, _, shared = _compiled_for_sm90(dict(_FP8, head_dim=head_dim, block_n=t.block_n,
+                                                   num_stages=t.num_stages, page=page, tile_in_page=bool(page)))
     by_registers = 65536 // (-(-registers // 8) * 8 * 32 * t.num_warps)
     by_shared = 232448 // max(shared, 1)          # sm_90's 227 KB a block, 228 KB an SM
     assert t.per_sm == min(by_registers, by_shared), (t, registers, shared)
