@@ -11,7 +11,7 @@ import math
 import torch
 
 from . import dispatch
-from .device import device_arch, interpreter_active, to_device
+from .device import device_arch, to_device
 from .spec import backend as _reference
 from .spec.kv_cache import check_cache_descale
 from .triton_kernels import backend as _triton
@@ -138,11 +138,12 @@ def explain_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, q_
 
 def decode_plan(q, k_cache, table, k_descale=None, v_descale=None, num_splits=0, sm_margin=0, fp8_dots=None) -> str:
     """The Triton decode kernel's plan in words: key splits, rows a tile, the tile, its dots."""
-    from .triton_kernels.decode_launch import decode_splits, default_tile, uses_fp8_dots
+    from .triton_kernels.decode_launch import tile_and_splits, uses_fp8_dots
     page = k_cache.shape[1] if table is not None else 0
     capacity = table.shape[1] * page if page else k_cache.shape[1]
-    splits = num_splits or decode_splits(q.shape[0], k_cache.shape[2], capacity, q.device, sm_margin)
     fp8_dot = uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots)
+    tile, splits = tile_and_splits(q.shape[-1], page, fp8_dot, q.shape[0], k_cache.shape[2], capacity, q.device,
+                                   sm_margin, num_splits)
     if fp8_dot:
         dots = "FP8 dots (q E4M3" + (")" if q.dtype == FP8_DTYPE else ", quantized a row)") + ", P E4M3"
     elif k_cache.dtype == FP8_DTYPE:
@@ -152,7 +153,7 @@ def decode_plan(q, k_cache, table, k_descale=None, v_descale=None, num_splits=0,
     return (f"{splits} key split(s) a (sequence, kv head) "
             f"({'given' if num_splits else 'chosen from batch, kv heads and SMs'}), "
             f"{q.shape[2] // k_cache.shape[2] * q.shape[1]} query rows a tile, "
-            f"{default_tile(q.shape[-1], page, fp8_dot)}, {dots}")
+            f"{tile}, {dots}")
 
 
 def _is_unused(x, unused) -> bool:

@@ -104,26 +104,27 @@ def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_
                          BLOCK_V=triton.next_power_of_2(Dv))
 
 
-def hopper_vt(v: torch.Tensor) -> torch.Tensor:
+def hopper_vt(v: torch.Tensor, factors: tuple | None = None) -> torch.Tensor:
     """(B, Hkv, Dv, Sk rounded up to 16) uint8 from v (B, Sk, Hkv, Dv) of one-byte elements,
-    any strides: the bytes of zyfa.spec.key_order.hopper_vt(v)."""
+    any strides: the bytes of zyfa.spec.key_order.hopper_vt(v); ``factors``: _factors'
+    arguments, written in the same launch (hopper_inputs)."""
     B, Sk, Hkv, Dv = v.shape
     u = v.view(torch.uint8)
     padded = Sk + (-Sk) % HOPPER_GROUP
     out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=v.device)
-    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0, u, 0), packed=False, key_order=True)  # no tables
+    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0, u, 0), packed=False, key_order=True,  # no tables
+            factors=factors)
     return out
 
 
 def hopper_inputs(v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Tensor, v_descale: torch.Tensor,
                   softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What a dense FP8 call of the generated kernel prepares, in hopper_vt's one launch:
-    (V^T as hopper_vt writes it, the score factors (B, Hkv) float32 of
-    zyfa.spec.descales.head_factor, the V
-    descales (B, Hkv, Dv) float32 of per_channel_v_descale). Descales as validated (coarse q
-    and k: (), (Hkv,) or (B, Hkv); v also (B, Hkv, Dv)), float32 q and k ones (the factor's
-    product in their own type otherwise: head_factor's own launches)."""
-    B, Sk, Hkv, Dv = v.shape
+    """What a dense FP8 call of the generated kernel prepares, in hopper_vt's one launch: V^T,
+    the score factors (B, Hkv) float32 of zyfa.spec.descales.head_factor and the V descales
+    (B, Hkv, Dv) float32 of per_channel_v_descale. Descales as validated (coarse q and k: (),
+    (Hkv,) or (B, Hkv); v also (B, Hkv, Dv)); q and k ones other than float32 take
+    head_factor's own launches (its product is in their type)."""
+    B, _, Hkv, Dv = v.shape
     dev = v.device
     if q_descale.dtype != torch.float32 or k_descale.dtype != torch.float32:
         return hopper_vt(v), head_factor(q_descale, k_descale, B, Hkv, softmax_scale, dev), \
@@ -131,14 +132,10 @@ def hopper_inputs(v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Ten
     qd, kd = (coarse_view(d.to(dev), B, Hkv, n) for d, n in ((q_descale, "q_descale"), (k_descale, "k_descale")))
     vd = v_descale.to(dev)
     vd = vd if vd.dim() == 3 else coarse_view(vd, B, Hkv, "v_descale")[..., None].expand(B, Hkv, Dv)
-    u = v.view(torch.uint8)
-    padded = Sk + (-Sk) % HOPPER_GROUP
-    out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=dev)
     fac = torch.empty(B, Hkv, dtype=torch.float32, device=dev)
     vd_out = torch.empty(B, Hkv, Dv, dtype=torch.float32, device=dev)
-    factors = (qd, kd, vd, fac, vd_out, *qd.stride(), *kd.stride(), *vd.stride(), softmax_scale * LOG2E)
-    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0, u, 0), packed=False, key_order=True, factors=factors)
-    return out, fac, vd_out
+    vt = hopper_vt(v, (qd, kd, vd, fac, vd_out, *qd.stride(), *kd.stride(), *vd.stride(), softmax_scale * LOG2E))
+    return vt, fac, vd_out
 
 
 def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int], key_order: bool = False,

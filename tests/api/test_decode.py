@@ -245,6 +245,17 @@ def test_explain_kvcache():
     assert text.startswith("selected: reference")
 
 
+def test_explain_kvcache_says_the_splits_the_launch_takes(monkeypatch):
+    """explain_kvcache and the launch count splits over the same tile's programs an SM."""
+    import dataclasses
+    from zyfa.triton_kernels import decode_launch
+    real = decode_launch.default_tile
+    monkeypatch.setattr(decode_launch, "default_tile", lambda *a: dataclasses.replace(real(*a), per_sm=2))
+    monkeypatch.setattr(decode_launch, "decode_splits", lambda *a, per_sm=1, **k: 3 * per_sm)
+    gen, q, kc, vc, lens = _layouts_case()
+    assert "6 key split(s)" in zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=True)
+
+
 @pytest.mark.parametrize("kw,error,match", [
     ({"k": "new"}, NotImplementedError, "k "),
     ({"rotary_cos": "cos"}, NotImplementedError, "rotary_cos"),

@@ -81,6 +81,15 @@ def decode_splits(batch: int, kv_heads: int, max_keys: int, device: torch.device
     return even_splits(programs, min(want, most), most, sms * per_sm)
 
 
+def tile_and_splits(head_dim: int, page: int, fp8_dot: bool, batch: int, kv_heads: int, max_keys: int,
+                    device: torch.device, sm_margin: int = 0, num_splits: int = 0,
+                    tile: DecodeTile | None = None) -> tuple[DecodeTile, int]:
+    """The launch's tile (default_tile unless given) and key splits (decode_splits over the
+    tile's programs an SM unless given): what triton_decode runs and explain_kvcache says."""
+    tile = tile or default_tile(head_dim, page, fp8_dot)
+    return tile, num_splits or decode_splits(batch, kv_heads, max_keys, device, sm_margin, per_sm=tile.per_sm)
+
+
 def even_splits(programs: int, least: int, most: int, sms: int) -> int:
     """The split count in [least, min(2 least, most)] whose programs come closest to a whole
     number of rounds over ``sms`` slots (SMs times the programs each holds at once): a
@@ -134,9 +143,8 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
     dev = q.device
     page = k_cache.shape[1] if block_table is not None else 0
     fp8_dot = uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots)
-    tile = tile or default_tile(D, page, fp8_dot)
     max_keys = block_table.shape[1] * page if page else k_cache.shape[1]
-    splits = num_splits or decode_splits(B, Hkv, max_keys, dev, sm_margin, per_sm=tile.per_sm)
+    tile, splits = tile_and_splits(D, page, fp8_dot, B, Hkv, max_keys, dev, sm_margin, num_splits, tile)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     # Triton's interpreter truncates float32 -> bf16 and multiplies bf16 as raw bits: under it,
     # write float32 and round in torch, and feed the dots float32 operands
