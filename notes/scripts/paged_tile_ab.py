@@ -9,7 +9,7 @@ import torch
 import triton
 
 from zyfa.bench.decode_methods import paged
-from zyfa.triton_kernels.decode_launch import DecodeTile, default_tile, triton_decode
+from zyfa.triton_kernels.decode_launch import default_tile, triton_decode
 
 HQ, HKV, D = 32, 8, 128
 ms = lambda fn: triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")  # noqa: E731
