@@ -1,7 +1,8 @@
-"""Lab A/B (not for the package): paged decode with the dense cache's key tile, a page lookup a
-key (TILE_IN_PAGE false), against today's tile shrunk to the page (one lookup a tile), beside the
-dense cache and FA3 (FP8 and BF16, dense; FA3's wheel has no paged KV), in turns in one process.
-GQA 32/8, d128, one query, causal, at 32 x 8K, 128 x 2K, 8 x 32K."""
+"""Lab A/B (not for the package): paged decode tiles after each tile's page rows are read a tile
+ahead (run 16), beside the dense cache and FA3 (FP8 and BF16, dense; FA3's wheel has no paged
+KV), in turns in one process. GQA 32/8, d128, one query, causal, at 32 x 8K, 128 x 2K, 8 x 32K.
+Variants: the tile (keys / stages / programs an SM) and the page lookups (pages_a_tile: one a
+tile, two, or one a key, forced by patching decode_launch.pages_a_tile)."""
 import json
 import os
 
@@ -9,15 +10,35 @@ import torch
 import triton
 
 from zyfa.bench.decode_methods import paged
-from zyfa.triton_kernels.decode_launch import default_tile, triton_decode
+from zyfa.triton_kernels import decode_launch
+from zyfa.triton_kernels.decode_launch import DecodeTile, triton_decode
 
 HQ, HKV, D = 32, 8, 128
+LOOKUPS = decode_launch.pages_a_tile
 ms = lambda fn: triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")  # noqa: E731
+T128, T64S2, T64S3 = DecodeTile(128, 4, 3, per_sm=2), DecodeTile(64, 4, 2, per_sm=3), DecodeTile(64, 4, 3, per_sm=3)
+B64, B32 = DecodeTile(64, 4, 2), DecodeTile(32, 4, 2)
+# name: (dtype, page, tile, per-key lookups forced)
+VARIANTS = {"fp8 dense": ("fp8", 0, None, False), "fp8 p64 t64s2": ("fp8", 64, T64S2, False),
+            "fp8 p64 t64s3": ("fp8", 64, T64S3, False), "fp8 p64 t128 two": ("fp8", 64, T128, False),
+            "fp8 p64 t128 perkey": ("fp8", 64, T128, True), "fp8 p16 t32": ("fp8", 16, DecodeTile(32, 4, 2), False),
+            "fp8 p16 t128 perkey": ("fp8", 16, T128, False), "fp8 p128 t128": ("fp8", 128, T128, False),
+            "bf16 dense": ("bf16", 0, None, False), "bf16 p16 t16": ("bf16", 16, DecodeTile(16, 4, 2), False),
+            "bf16 p16 t64 perkey": ("bf16", 16, B64, False), "bf16 p32 t64 two": ("bf16", 32, B64, False),
+            "bf16 p32 t32": ("bf16", 32, B32, False), "bf16 p64": ("bf16", 64, B64, False)}
 
 
 def e4m3_head(x):
     d = x.float().abs().amax((1, 3)).clamp_min(1e-6) / 448
     return (x.float() / d[:, None, :, None]).to(torch.float8_e4m3fn), d.contiguous()
+
+
+def call(args, tile, per_key):
+    decode_launch.pages_a_tile = (lambda page, block_n: 0) if per_key else LOOKUPS
+    try:
+        return triton_decode(*args[0], tile=tile, **args[1])
+    finally:
+        decode_launch.pages_a_tile = LOOKUPS
 
 
 import fa3_fwd_interface  # noqa: E402
@@ -34,16 +55,16 @@ for B, Sk in ((32, 8192), (128, 2048), (8, 32768)):
     q8 = q8.view(B, 1, HQ, D)
     lens = torch.full((B,), Sk, dtype=torch.int32, device="cuda")
     f8 = dict(q_descale=qd, k_descale=kd, v_descale=vd)
-    fns = {}
-    for dt, (qq, kk, vv, ds) in {"fp8": (q8, k8, v8, f8), "bf16": (q, k, v, {})}.items():
-        dense_tile = default_tile(D, 0, dt == "fp8")
-        fns[f"{dt} dense"] = (kk, vv, None, qq, ds, None)
-        for page in (16, 64):
-            kp, vp, table = paged(kk, vv, page)
-            fns[f"{dt} p{page} now"] = (kp, vp, table, qq, ds, None)
-            fns[f"{dt} p{page} dense-tile"] = (kp, vp, table, qq, ds, dense_tile)
-    calls = {n: (lambda a=a: triton_decode(a[3], a[0], a[1], lens, block_table=a[2], causal=True, tile=a[5], **a[4]))
-             for n, a in fns.items()}
+    src = {"fp8": (q8, k8, v8, f8), "bf16": (q, k, v, {})}
+    pools = {}
+    calls = {}
+    for name, (dt, page, tile, per_key) in VARIANTS.items():
+        qq, kk, vv, ds = src[dt]
+        if page and (dt, page) not in pools:
+            pools[dt, page] = paged(kk, vv, page)
+        kc, vc, table = pools[dt, page] if page else (kk, vv, None)
+        args = ((qq, kc, vc, lens), dict(block_table=table, causal=True, **ds))
+        calls[name] = lambda args=args, tile=tile, per_key=per_key: call(args, tile, per_key)
     calls["fa3 fp8"] = lambda: fa3(q8, k8, v8, cache_seqlens=lens, causal=True, **f8)
     calls["fa3 bf16"] = lambda: fa3(q, k, v, cache_seqlens=lens, causal=True)
     outs, times = {}, {n: [] for n in calls}
@@ -54,14 +75,16 @@ for B, Sk in ((32, 8192), (128, 2048), (8, 32768)):
             times[name].append(ms(fn))
     best = {n: min(t) for n, t in times.items()}
     gbps = {n: B * Sk * HKV * D * 2 * (1 if "fp8" in n else 2) / t / 1e6 for n, t in best.items()}
-    # the paged dense-tile kernel reads the same keys in the same tiles and splits as the dense one
-    same = {n: bool(torch.equal(outs[n], outs[n.split()[0] + " dense"])) for n in outs if "dense-tile" in n}
+    # a paged variant with the dense tile reads the same keys in the same tiles and splits
+    same = {n: bool(torch.equal(outs[n], outs[n.split()[0] + " dense"])) for n in VARIANTS
+            if VARIANTS[n][1] and VARIANTS[n][2] in (T128, B64)}
     rows.append(dict(B=B, Sk=Sk, ms=best, gbps=gbps, bitwise_equal_dense=same))
     print(f"{B} x {Sk}: " + " | ".join(f"{n} {gbps[n]:.0f}" for n in calls), flush=True)
     for dt in ("fp8", "bf16"):
-        print(f"   {dt}: dense/FA3 {best[f'fa3 {dt}'] / best[f'{dt} dense']:.3f} " + " ".join(
-            f"{n.split(' ', 1)[1]}/dense {best[f'{dt} dense'] / best[n]:.3f}" for n in calls
-            if n.startswith(dt) and "p" in n.split()[1]) + f" bitwise {same}", flush=True)
+        print(f"   {dt}: dense/FA3 {best[f'fa3 {dt}'] / best[f'{dt} dense']:.3f} | " + " ".join(
+            f"{n.split(' ', 1)[1]} {best[f'{dt} dense'] / best[n]:.3f}" for n in VARIANTS
+            if n.startswith(dt) and VARIANTS[n][1]) + " (of dense)", flush=True)
+    print("   bitwise equal to dense:", same, flush=True)
 with open(os.path.join(os.environ.get("OUT", "."), "paged_tile_ab.json"), "w") as fh:
     json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    rows=rows), fh, indent=1)

@@ -139,12 +139,12 @@ def _layouts_case(seed=3, dtype=torch.bfloat16):
     return gen, q, kc, vc, lens
 
 
-@pytest.mark.parametrize("page,block_n", [(16, 16), (16, 32), (48, 32), (64, 32)],
-                         ids=["tile=page", "gather-16", "gather-48", "tile-in-page"])
+@pytest.mark.parametrize("page,block_n", [(16, 16), (16, 32), (16, 64), (48, 32), (64, 32)],
+                         ids=["tile=page", "two-pages", "gather-16", "gather-48", "tile-in-page"])
 @pytest.mark.slow
 def test_paged_equals_dense_bitwise(page, block_n):
     """A paged cache computes what the dense cache holding the same keys computes, bit for bit
-    (same tile and splits), whether a tile takes one page lookup or one a key."""
+    (same tile and splits), whether a tile takes one page lookup, two, or one a key."""
     gen, q, kc, vc, lens = _layouts_case()
     kp, vp, table = _paged(kc, vc, lens, page, gen)
     tile = DecodeTile(block_n, 4, 1)
@@ -333,11 +333,12 @@ def test_zyfa_backend_variable(monkeypatch):
 _FP8 = dict(kv="fp8", kd_mode=1, vd_mode=1, fp8_dot=True, aligned=True)
 DECODE_SPECS = [
     (dict(_FP8, block_n=128), True), (dict(_FP8, block_n=128, q_fp8=True, split=False, causal=False), True),
-    (dict(_FP8, block_n=32, page=16), True), (dict(_FP8, block_n=64, page=64, tile_in_page=True), True),
+    (dict(_FP8, block_n=32, page=16), True), (dict(_FP8, block_n=64, page=64), True),
+    (dict(_FP8, block_n=128, page=64), True),
     (dict(_FP8, block_n=32, sq=4, group=8, head_dim=256), True), (dict(_FP8, block_n=64, block_m=64), True),
     (dict(_FP8, block_n=128, hw_round=False), True), (dict(page=16, block_n=16, aligned=True), True),
     (dict(kv="fp8", kd_mode=2, vd_mode=2, page=16, aligned=True), True), (dict(leftpad=True, aligned=True), True),
-    (dict(), True), (dict(split=False, causal=False), True), (dict(page=64, tile_in_page=True), True),
+    (dict(), True), (dict(split=False, causal=False), True), (dict(page=64), True),
     (dict(page=16), False), (dict(kv="fp8", kd_mode=1, vd_mode=1), False),
     (dict(kv="fp8", kd_mode=2, vd_mode=2, page=16), False), (dict(kv="fp8", kd_mode=1, vd_mode=1, q_fp8=True), False),
     (dict(sq=4, group=8, head_dim=256, block_n=32), True), (dict(sq=16, group=1, head_dim=64), True),
@@ -381,7 +382,7 @@ def test_fp8_decode_tiles_state_the_programs_an_sm_holds(head_dim, page, monkeyp
     monkeypatch.setattr(decode_launch, "interpreter_active", lambda: False)     # a GPU's tile
     t = decode_launch.default_tile(head_dim, page, fp8_dot=True)
     registers, _, shared = _compiled_for_sm90(dict(_FP8, head_dim=head_dim, block_n=t.block_n,
-                                                   num_stages=t.num_stages, page=page, tile_in_page=bool(page)))
+                                                   num_stages=t.num_stages, page=page))
     by_registers = 65536 // (-(-registers // 8) * 8 * 32 * t.num_warps)
     by_shared = 232448 // max(shared, 1)          # sm_90's 227 KB a block, 228 KB an SM
     assert t.per_sm == min(by_registers, by_shared), (t, registers, shared)

@@ -10,7 +10,8 @@ in split order (no atomics: the same bits every run).
 
 Pieces, named as in attention.py:
   key rows       a key's cache row and token: dense, or through the block table (one page
-                 lookup a tile where the tile lies in one page, a lookup per key otherwise);
+                 lookup a tile where the tile lies in one page, two where it is two whole
+                 pages, a lookup a key otherwise), read a tile ahead;
   block bounds   the split's keys [lo, hi): the unmasked part [lo, band_start) every query
                  sees, and the masked band [band_start, hi) (cache end, causal limit);
   online step    FlashAttention's running max in float32, P rounded to the dot dtype.
@@ -61,26 +62,38 @@ def _rounded(p, dtype: tl.constexpr, UPCAST_DOT: tl.constexpr):
 
 
 @triton.jit
-def key_rows(b, table, start_n, offs_n, Sk, PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, MASKED: tl.constexpr):
-    """(cache row, token within the row) of keys start_n + offs_n: row b of a dense cache
-    (PAGE 0), else the page the block table names. TILE_IN_PAGE: the tile lies in one page
-    (pages a multiple of the tile), one lookup; otherwise one a key, past Sk reading page 0."""
+def page_rows(b, table, start_n, Sk, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr):
+    """The cache rows of keys start_n + [0, BLOCK_N): row b of a dense cache (PAGE 0), else the
+    pages the block table names, keys past Sk reading page 0. PAGES_A_TILE 1: the tile lies in
+    one page (pages a multiple of the tile), one lookup; 2: the tile is two whole pages, two
+    lookups; 0: one a key."""
+    offs_n = tl.arange(0, BLOCK_N)
     cols = start_n + offs_n
     # one return of one type: the compiler (unlike the interpreter) refuses branches that return
     # a scalar in one place and a tensor in another
     if PAGE == 0:
         row = b + tl.zeros_like(cols)
-        token = cols
-    elif TILE_IN_PAGE:
-        row = tl.load(table + start_n // PAGE) + tl.zeros_like(cols)
-        token = start_n % PAGE + offs_n
-    elif MASKED:
-        row = tl.load(table + cols // PAGE, mask=cols < Sk, other=0)
-        token = cols % PAGE
+    elif PAGES_A_TILE == 1:
+        row = tl.load(table + start_n // PAGE, mask=start_n < Sk, other=0) + tl.zeros_like(cols)
+    elif PAGES_A_TILE == 2:
+        first = tl.load(table + start_n // PAGE, mask=start_n < Sk, other=0)
+        second = tl.load(table + start_n // PAGE + 1, mask=start_n + PAGE < Sk, other=0)
+        row = tl.where(offs_n < PAGE, first, second)
     else:
-        row = tl.load(table + cols // PAGE)
-        token = cols % PAGE
-    return row, token
+        row = tl.load(table + cols // PAGE, mask=cols < Sk, other=0)
+    return row
+
+
+@triton.jit
+def key_tokens(start_n, offs_n, PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr):
+    """The tokens within their cache rows of keys start_n + offs_n (page_rows' rows)."""
+    if PAGE == 0:
+        return start_n + offs_n
+    elif PAGES_A_TILE == 1:
+        return start_n % PAGE + offs_n
+    elif PAGES_A_TILE == 2:
+        return offs_n % PAGE
+    return (start_n + offs_n) % PAGE
 
 
 @triton.jit
@@ -99,15 +112,15 @@ def split_bounds(split, n_splits, Sk, SQ: tl.constexpr, BLOCK_N: tl.constexpr, C
 
 
 @triton.jit
-def _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+def _key_tile(K, V, kvh, rows, start_n, Sk, stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
               D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
-              TILE_IN_PAGE: tl.constexpr, MASKED: tl.constexpr):
-    """A key tile's columns, whether each is in the sequence, its cache rows and tokens
-    (key_rows), and K's and V's pointers."""
+              PAGES_A_TILE: tl.constexpr, MASKED: tl.constexpr):
+    """A key tile's columns, whether each is in the sequence, its cache rows (``rows``, its
+    page_rows) and tokens, and K's and V's pointers."""
     offs_n = tl.arange(0, BLOCK_N)
     cols = start_n + offs_n
-    row, tok = key_rows(b, table, start_n, offs_n, Sk, PAGE, TILE_IN_PAGE, MASKED)
-    row = row.to(tl.int64)
+    tok = key_tokens(start_n, offs_n, PAGE, PAGES_A_TILE)
+    row = rows.to(tl.int64)
     k_ptrs = K + (row * stride_kr + tok * stride_kt + kvh * stride_kh)[:, None] + tl.arange(0, D)[None, :]
     v_ptrs = V + (row * stride_vr + tok * stride_vt + kvh * stride_vh)[:, None] + tl.arange(0, DV)[None, :]
     return cols, cols < Sk, row, tok, k_ptrs, v_ptrs
@@ -122,15 +135,15 @@ def _load_keys(ptrs, in_seq, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, kvh, rows, start_n, Sk,
                  stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh, stride_dr, stride_dh,
                  SQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                 PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr,
+                 PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr,
                  CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr):
     """One key tile of the online softmax; returns the updated (acc, l_sum, m)."""
-    cols, in_seq, row, tok, k_ptrs, v_ptrs = _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt,
+    cols, in_seq, row, tok, k_ptrs, v_ptrs = _key_tile(K, V, kvh, rows, start_n, Sk, stride_kr, stride_kt,
                                                        stride_kh, stride_vr, stride_vt, stride_vh, D, DV, BLOCK_N,
-                                                       PAGE, TILE_IN_PAGE, MASKED)
+                                                       PAGE, PAGES_A_TILE, MASKED)
     d_off = row * stride_dr + kvh * stride_dh + tok       # per-token descales: (rows, kv_heads, tokens)
     k = _load_keys(k_ptrs, in_seq, MASKED)
     s = _dot(q, k.to(q.dtype).T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
@@ -163,17 +176,17 @@ def _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, sta
 
 
 @triton.jit
-def _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
+def _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, kvh, rows, start_n, Sk,
               stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
               SQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
-              TILE_IN_PAGE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr,
+              PAGES_A_TILE: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr,
               HW_ROUND: tl.constexpr):
     """One key tile with FP8 dots (E4M3 q, K, V; descales per (sequence, kv head), in row_fac
     and the epilogue): the prefill FP8 path's step under the running reference, m the running
     max of the log2 scores; returns the updated (acc, l_sum, m)."""
-    cols, in_seq, _, _, k_ptrs, v_ptrs = _key_tile(K, V, b, kvh, table, start_n, Sk, stride_kr, stride_kt, stride_kh,
+    cols, in_seq, _, _, k_ptrs, v_ptrs = _key_tile(K, V, kvh, rows, start_n, Sk, stride_kr, stride_kt, stride_kh,
                                                    stride_vr, stride_vt, stride_vh, D, DV, BLOCK_N, PAGE,
-                                                   TILE_IN_PAGE, MASKED)
+                                                   PAGES_A_TILE, MASKED)
     k = _load_keys(k_ptrs, in_seq, MASKED)
     s = _dot(q, k.T, tl.zeros([q.shape[0], BLOCK_N], tl.float32), UPCAST_DOT)
     c = tl.broadcast_to(row_fac[:, None], s.shape)
@@ -249,7 +262,7 @@ def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
                   stride_vr, stride_vt, stride_vh, stride_dr, stride_dh, stride_ob, stride_os, stride_oh,
                   table_stride, n_splits, Hq, Hkv, qk_scale_log2,
                   SQ: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr,
                   Q_FP8: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr, CAUSAL: tl.constexpr,
                   SPLIT: tl.constexpr, UPCAST_DOT: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
                   FP8_DOT: tl.constexpr = False, HW_ROUND: tl.constexpr = False):
@@ -293,27 +306,34 @@ def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
     m = tl.zeros([BLOCK_M], tl.float32) + _NEG_FLOOR
     table = TABLE + b * table_stride
     lo, band_start, hi = split_bounds(split, n_splits, Sk, SQ, BLOCK_N, CAUSAL)
+    # each tile's page rows are read a tile ahead and carried: read in the tile that uses them,
+    # they would keep Triton's pipeliner from prefetching that tile's keys over more stages
+    rows = page_rows(b, table, lo, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
     if FP8_DOT:
         for start_n in range(lo, band_start, BLOCK_N):
-            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
+            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, kvh, rows, start_n, Sk,
                                       stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                      SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE, CAUSAL, False, UPCAST_DOT, HW_ROUND)
+                                      SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE, CAUSAL, False, UPCAST_DOT, HW_ROUND)
+            rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
         for start_n in range(band_start, hi, BLOCK_N):
-            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, b, kvh, table, start_n, Sk,
+            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, kvh, rows, start_n, Sk,
                                       stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                      SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE, CAUSAL, True, UPCAST_DOT, HW_ROUND)
+                                      SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE, CAUSAL, True, UPCAST_DOT, HW_ROUND)
+            rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
         m = m - _P_OFFSET               # P = 2^(y + 8): the LSE's reference is 8 below the max
     else:
         for start_n in range(lo, band_start, BLOCK_N):
-            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, kvh, rows, start_n, Sk,
                                          stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE,
+                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE,
                                          KD_MODE, VD_MODE, CAUSAL, False, UPCAST_DOT)
+            rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
         for start_n in range(band_start, hi, BLOCK_N):
-            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, start_n, Sk,
+            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, kvh, rows, start_n, Sk,
                                          stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, TILE_IN_PAGE,
+                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE,
                                          KD_MODE, VD_MODE, CAUSAL, True, UPCAST_DOT)
+            rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
 
     # epilogue; a split whose keys a row cannot see (none, or all past its causal limit)
     # leaves l_sum 0: its partial is 0 with LSE -inf, weight 0 in the merge

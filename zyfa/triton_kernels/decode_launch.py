@@ -90,6 +90,14 @@ def tile_and_splits(head_dim: int, page: int, fp8_dot: bool, batch: int, kv_head
     return tile, num_splits or decode_splits(batch, kv_heads, max_keys, device, sm_margin, per_sm=tile.per_sm)
 
 
+def pages_a_tile(page: int, block_n: int) -> int:
+    """The key tile's page lookups as the kernel's page_rows takes them: 1 where the tile lies in
+    one page, 2 where it is two whole pages, 0 (a lookup a key) otherwise or for a dense cache."""
+    if page and page % block_n == 0:
+        return 1
+    return 2 if block_n == 2 * page else 0
+
+
 def even_splits(programs: int, least: int, most: int, sms: int) -> int:
     """The split count in [least, min(2 least, most)] whose programs come closest to a whole
     number of rounds over ``sms`` slots (SMs times the programs each holds at once): a
@@ -175,7 +183,7 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
         out.stride(0), out.stride(1), out.stride(2), table.stride(0) if block_table is not None else 0,
         splits, Hq, Hkv, scale * LOG2E,
         SQ=Sq, GROUP=group, D=D, DV=Dv, BLOCK_M=max(tile.block_m, triton.next_power_of_2(rows)), BLOCK_N=tile.block_n,
-        PAGE=page, TILE_IN_PAGE=bool(page) and page % tile.block_n == 0, Q_FP8=q_descale is not None,
+        PAGE=page, PAGES_A_TILE=pages_a_tile(page, tile.block_n), Q_FP8=q_descale is not None,
         KD_MODE=kd_mode, VD_MODE=vd_mode, CAUSAL=causal, SPLIT=splits > 1, UPCAST_DOT=interp,
         HAS_LEFTPAD=cache_leftpad is not None, FP8_DOT=fp8_dot, HW_ROUND=fp8_dot and hardware_rounding(dev),
         num_warps=tile.num_warps, num_stages=tile.num_stages)

@@ -101,7 +101,7 @@ def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: 
                           options={"num_warps": 4})
 
 
-def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0, tile_in_page: bool = False,
+def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0,
                    kd_mode: int = 0, vd_mode: int = 0, q_fp8: bool = False, split: bool = True, causal: bool = True,
                    sq: int = 1, group: int = 4, head_dim: int = 128, block_n: int = 64, num_warps: int = 4,
                    num_stages: int = 2, leftpad: bool = False, fp8_dot: bool = False, hw_round: bool = True,
@@ -115,13 +115,14 @@ def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0, tile_i
     compile a byte or two at a time)."""
     import inspect as _inspect
     from ..triton_kernels.decode import decode_kernel, merge_kernel
+    from ..triton_kernels.decode_launch import pages_a_tile
     el = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[kv]
     ptrs = dict(Q="*fp8e4nv" if q_fp8 else el if kv != "fp8" else "*bf16", K=el, V=el, QD="*fp32", KD="*fp32",
                 VD="*fp32", O="*bf16", LSE="*fp32", O_PART="*fp32", LSE_PART="*fp32", SEQLENS="*i32", TABLE="*i32",
                 LEFTPAD="*i32")
     rows = group * sq
     consts = dict(SQ=sq, GROUP=group, D=head_dim, DV=head_dim, BLOCK_M=max(block_m, triton.next_power_of_2(rows)),
-                  BLOCK_N=block_n, PAGE=page, TILE_IN_PAGE=tile_in_page, Q_FP8=q_fp8, KD_MODE=kd_mode,
+                  BLOCK_N=block_n, PAGE=page, PAGES_A_TILE=pages_a_tile(page, block_n), Q_FP8=q_fp8, KD_MODE=kd_mode,
                   VD_MODE=vd_mode, CAUSAL=causal, SPLIT=split, UPCAST_DOT=False, HAS_LEFTPAD=leftpad,
                   FP8_DOT=fp8_dot, HW_ROUND=fp8_dot and hw_round)
     sig = {n: ptrs.get(n, "constexpr" if n in consts else "fp32" if n == "qk_scale_log2" else "i32")
