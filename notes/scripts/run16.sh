@@ -1,4 +1,4 @@
-# run 16 (session d): paged decode tiles after the page rows moved a tile ahead, and the decode GPU tests
+# run 16-17 (session d): paged decode tiles after the page rows moved a tile ahead, and the decode GPU tests
 source notes/scripts/gpu_setup.sh
 mkdir -p $OUT/r
 OUT=$OUT/r timeout 200 python3 notes/scripts/paged_tile_ab.py 2>&1 | tail -16

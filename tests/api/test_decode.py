@@ -139,12 +139,15 @@ def _layouts_case(seed=3, dtype=torch.bfloat16):
     return gen, q, kc, vc, lens
 
 
-@pytest.mark.parametrize("page,block_n", [(16, 16), (16, 32), (16, 64), (48, 32), (64, 32)],
-                         ids=["tile=page", "two-pages", "gather-16", "gather-48", "tile-in-page"])
+@pytest.mark.parametrize("page,block_n,most_lookups", [(16, 16, 8), (16, 32, 8), (16, 64, 8), (16, 64, 2),
+                                                        (48, 32, 8), (64, 32, 8)],
+                         ids=["tile=page", "two-pages", "four-pages", "gather-16", "gather-48", "tile-in-page"])
 @pytest.mark.slow
-def test_paged_equals_dense_bitwise(page, block_n):
+def test_paged_equals_dense_bitwise(page, block_n, most_lookups, monkeypatch):
     """A paged cache computes what the dense cache holding the same keys computes, bit for bit
-    (same tile and splits), whether a tile takes one page lookup, two, or one a key."""
+    (same tile and splits), whether a tile takes one page lookup, one a page, or one a key."""
+    from zyfa.triton_kernels import decode_launch
+    monkeypatch.setattr(decode_launch, "MAX_PAGE_LOOKUPS", most_lookups)
     gen, q, kc, vc, lens = _layouts_case()
     kp, vp, table = _paged(kc, vc, lens, page, gen)
     tile = DecodeTile(block_n, 4, 1)

@@ -10,8 +10,8 @@ in split order (no atomics: the same bits every run).
 
 Pieces, named as in attention.py:
   key rows       a key's cache row and token: dense, or through the block table (one page
-                 lookup a tile where the tile lies in one page, two where it is two whole
-                 pages, a lookup a key otherwise), read a tile ahead;
+                 lookup a tile where the tile lies in one page, one a page where it is whole
+                 pages, one a key otherwise), read a tile ahead;
   block bounds   the split's keys [lo, hi): the unmasked part [lo, band_start) every query
                  sees, and the masked band [band_start, hi) (cache end, causal limit);
   online step    FlashAttention's running max in float32, P rounded to the dot dtype.
@@ -64,23 +64,22 @@ def _rounded(p, dtype: tl.constexpr, UPCAST_DOT: tl.constexpr):
 @triton.jit
 def page_rows(b, table, start_n, Sk, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr):
     """The cache rows of keys start_n + [0, BLOCK_N): row b of a dense cache (PAGE 0), else the
-    pages the block table names, keys past Sk reading page 0. PAGES_A_TILE 1: the tile lies in
-    one page (pages a multiple of the tile), one lookup; 2: the tile is two whole pages, two
-    lookups; 0: one a key."""
+    pages the block table names, keys past Sk reading page 0. PAGES_A_TILE n > 0: the tile lies
+    in one page (n 1) or is n whole pages, a lookup a page; 0: a lookup a key (pages that do not
+    divide the tile)."""
     offs_n = tl.arange(0, BLOCK_N)
     cols = start_n + offs_n
     # one return of one type: the compiler (unlike the interpreter) refuses branches that return
     # a scalar in one place and a tensor in another
     if PAGE == 0:
         row = b + tl.zeros_like(cols)
-    elif PAGES_A_TILE == 1:
-        row = tl.load(table + start_n // PAGE, mask=start_n < Sk, other=0) + tl.zeros_like(cols)
-    elif PAGES_A_TILE == 2:
-        first = tl.load(table + start_n // PAGE, mask=start_n < Sk, other=0)
-        second = tl.load(table + start_n // PAGE + 1, mask=start_n + PAGE < Sk, other=0)
-        row = tl.where(offs_n < PAGE, first, second)
-    else:
+    elif PAGES_A_TILE == 0:
         row = tl.load(table + cols // PAGE, mask=cols < Sk, other=0)
+    else:
+        first = start_n // PAGE
+        row = tl.load(table + first, mask=start_n < Sk, other=0) + tl.zeros_like(cols)
+        for j in tl.static_range(1, PAGES_A_TILE):
+            row = tl.where(offs_n >= j * PAGE, tl.load(table + first + j, mask=start_n + j * PAGE < Sk, other=0), row)
     return row
 
 
@@ -91,7 +90,7 @@ def key_tokens(start_n, offs_n, PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr):
         return start_n + offs_n
     elif PAGES_A_TILE == 1:
         return start_n % PAGE + offs_n
-    elif PAGES_A_TILE == 2:
+    elif PAGES_A_TILE > 1:
         return offs_n % PAGE
     return (start_n + offs_n) % PAGE
 

@@ -20,6 +20,8 @@ WAVES = 2
 # on its loads.
 MIN_SPLIT_KEYS = 512
 MAX_SPLITS = 64                  # the merge kernel holds all of a row's partials in registers
+# Most page lookups a tile (one a page); a tile of more pages looks its keys up one by one.
+MAX_PAGE_LOOKUPS = 8
 # Under the interpreter (no SM count): splits enough that short test sequences leave some empty.
 INTERPRETER_SPLITS = 3
 
@@ -92,10 +94,12 @@ def tile_and_splits(head_dim: int, page: int, fp8_dot: bool, batch: int, kv_head
 
 def pages_a_tile(page: int, block_n: int) -> int:
     """The key tile's page lookups as the kernel's page_rows takes them: 1 where the tile lies in
-    one page, 2 where it is two whole pages, 0 (a lookup a key) otherwise or for a dense cache."""
+    one page, n where it is n whole pages (a lookup a page), 0 (a lookup a key) where pages do
+    not divide the tile or a tile would span more than MAX_PAGE_LOOKUPS."""
     if page and page % block_n == 0:
         return 1
-    return 2 if block_n == 2 * page else 0
+    n = block_n // page if page else 0
+    return n if page and block_n % page == 0 and n <= MAX_PAGE_LOOKUPS else 0
 
 
 def even_splits(programs: int, least: int, most: int, sms: int) -> int:
