@@ -27,7 +27,6 @@ import triton
 
 import zyfa
 from zyfa.bench.decode_methods import paged
-from zyfa.spec.e4m3 import e4m3_decode
 from zyfa.spec.kv_cache import decode_attention_fp64, sequence_keys
 from zyfa.triton_kernels.decode_launch import DecodeTile, decode_splits, default_tile, triton_decode
 
@@ -182,7 +181,7 @@ def timings(B, Sk, fa3):
             tiles.append(dict(tile=list(t.__dict__.values()), ms=_ms(fn)))
         except Exception as e:  # noqa: BLE001  (a tile out of shared memory)
             tiles.append(dict(tile=list(t.__dict__.values()), error=str(e)[:100]))
-    return rows, dict(B=B, Sk=Sk, splits=decode_splits(B, Hkv, Sk, q.device), default=default_tile(D, 0).__dict__,
+    return rows, dict(B=B, Sk=Sk, splits=decode_splits(B, Hkv, Sk, q.device), default=default_tile(D).__dict__,
                       tiles=tiles)
 
 

@@ -77,20 +77,3 @@ def fill_pages(pools, sources, table, order, lens, page):
             for pool, rows_of in zip(pools, sources):
                 _bytes(pool)[p, :rows] = rows_of(b, j * page, j * page + rows)
 
-
-def assert_same_up_to_key_tiles(out, lse, ref_out, ref_lse, head_dim, page_size, v_max, fp8_dot=False):
-    """A paged decode equals the dense one bit for bit where both read the same key tiles; on a
-    GPU, pages shorter than the dense tile get a shorter tile (decode_launch.default_tile): the
-    running max then moves at other keys, so P is rounded (BF16; E4M3 with ``fp8_dot``) against
-    other maxima and the float32 sums run in another order. Each P moves by at most one step of
-    its type (2^-8 / 2^-4 of it), so the normalized output by at most that of the largest |v|
-    (``v_max``), plus one BF16 step of its own; the LSE within float32 ordering."""
-    from zyfa.triton_kernels.decode_launch import default_tile
-    if default_tile(head_dim, page_size, fp8_dot) == default_tile(head_dim, 0, fp8_dot):
-        assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
-        return
-    o, r = out.double(), ref_out.double()
-    p_step = 2.0 ** -4 if fp8_dot else 2.0 ** -8
-    bound = 2.0 ** -7 * r.abs() + p_step * v_max + 2.0 ** -126
-    assert ((o - r).abs() <= bound).all(), f"paged vs dense beyond P's step: {((o - r).abs() / bound).max():.2f}x"
-    assert (lse.double() - ref_lse.double()).abs().max() < 1e-5

@@ -80,7 +80,7 @@ def check_fp8(name, B, Sq, lens, page, q_e4m3, head_dim=D, hq=HQ, hkv=HKV):
     lens_t = torch.tensor(lens, dtype=torch.int32)
     out, _ = zyfa.flash_attn_with_kvcache(q, k8, v8, cache_seqlens=lens_t, page_table=table, causal=True,
                                           num_splits=1, return_softmax_lse=True, **kw)
-    tile = default_tile(head_dim, page or 0, True)
+    tile = default_tile(head_dim, True)
     spec, _ = decode_fp8_spec(q, k8, v8, lens, table, causal=True, block_n=tile.block_n, fused_fma=True, **kw)
     ref, _ = decode_attention_fp64(q, k8, v8, lens, table, causal=True, **kw)
     rounding = 1.05 * _rel(ref.to(torch.bfloat16), ref) + 1e-6
@@ -149,7 +149,7 @@ def timings(B, Sk, fa3):
         for s in SWEEP_SPLITS:
             sweep.append(_sweep_point(fp8, lens, dict(num_splits=s), dict(splits=s)))
     return rows, dict(B=B, Sk=Sk, splits=decode_splits(B, HKV, Sk, torch.device(DEV)),
-                      default=default_tile(D, 0, True).__dict__, sweep=sweep)
+                      default=default_tile(D, True).__dict__, sweep=sweep)
 
 
 def _sweep_point(fp8, lens, kw, tag):

@@ -248,12 +248,30 @@ def test_explain_kvcache():
     assert text.startswith("selected: reference")
 
 
+def test_fp8_tile_follows_whether_the_batch_fills_the_gpu(monkeypatch):
+    """With the FP8 dots at head dim 128 a batch whose (sequence, kv head) programs fill the GPU
+    twice without splits takes the 128-key tile and one split; a smaller one the 64-key tile
+    (three programs an SM) and splits; neither depends on the pages. 16-bit caches gather pages
+    shorter than the tile a key at a time."""
+    from zyfa.triton_kernels import decode_launch
+    monkeypatch.setattr(decode_launch, "interpreter_active", lambda: False)
+    monkeypatch.setattr(decode_launch, "sm_count", lambda device: 132)
+    cuda = torch.device("cuda")
+    for page in (0, 16, 64):
+        big, one = decode_launch.tile_and_splits(128, page, True, 128, 8, 2048, cuda)
+        small, many = decode_launch.tile_and_splits(128, page, True, 32, 8, 8192, cuda)
+        assert (big.block_n, big.per_sm, one) == (128, 2, 1) and (small.block_n, small.per_sm) == (64, 3) and many > 1
+    assert decode_launch.pages_a_tile(16, small) == 4 and decode_launch.pages_a_tile(64, big) == 2
+    assert decode_launch.pages_a_tile(48, small) == 0 and decode_launch.pages_a_tile(128, big) == 1
+    assert decode_launch.pages_a_tile(16, decode_launch.default_tile(128)) == 0
+
+
 def test_explain_kvcache_says_the_splits_the_launch_takes(monkeypatch):
     """explain_kvcache and the launch count splits over the same tile's programs an SM."""
     import dataclasses
     from zyfa.triton_kernels import decode_launch
     real = decode_launch.default_tile
-    monkeypatch.setattr(decode_launch, "default_tile", lambda *a: dataclasses.replace(real(*a), per_sm=2))
+    monkeypatch.setattr(decode_launch, "default_tile", lambda *a, **k: dataclasses.replace(real(*a, **k), per_sm=2))
     monkeypatch.setattr(decode_launch, "decode_splits", lambda *a, per_sm=1, **k: 3 * per_sm)
     gen, q, kc, vc, lens = _layouts_case()
     assert "6 key split(s)" in zyfa.explain_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=True)
@@ -375,17 +393,19 @@ def test_decode_kernel_compiles_for_sm90(spec, no_spills):
     assert spills == 0 or not no_spills, (spec, registers, spills)
 
 
-@pytest.mark.parametrize("head_dim, page", [(128, 0), (128, 64), (64, 0)])
+@pytest.mark.parametrize("head_dim, page, fills", [(128, 0, False), (128, 0, True), (128, 64, False),
+                                                   (128, 64, True), (128, 16, False), (128, 16, True), (64, 0, False),
+                                                   (64, 16, False)])
 @pytest.mark.slow
-def test_fp8_decode_tiles_state_the_programs_an_sm_holds(head_dim, page, monkeypatch):
+def test_fp8_decode_tiles_state_the_programs_an_sm_holds(head_dim, page, fills, monkeypatch):
     """decode_splits counts rounds in default_tile's per_sm programs an SM: that many fit by
-    registers and shared memory (sm_90a, compiled as the launcher specializes the FP8 dots),
-    and one more does not."""
+    registers and shared memory (sm_90a, compiled as the launcher specializes the FP8 dots,
+    dense and with the page lookups a paged cache takes), and one more does not."""
     from zyfa.triton_kernels import decode_launch
     monkeypatch.setattr(decode_launch, "interpreter_active", lambda: False)     # a GPU's tile
-    t = decode_launch.default_tile(head_dim, page, fp8_dot=True)
+    t = decode_launch.default_tile(head_dim, fp8_dot=True, fills_gpu=fills)
     registers, _, shared = _compiled_for_sm90(dict(_FP8, head_dim=head_dim, block_n=t.block_n,
-                                                   num_stages=t.num_stages, page=page))
+                                                   num_stages=t.num_stages, page=page, page_lookups=t.page_lookups))
     by_registers = 65536 // (-(-registers // 8) * 8 * 32 * t.num_warps)
     by_shared = 232448 // max(shared, 1)          # sm_90's 227 KB a block, 228 KB an SM
     assert t.per_sm == min(by_registers, by_shared), (t, registers, shared)

@@ -9,7 +9,6 @@ import torch
 import zyfa
 
 from conftest import DEVICE, hopper
-from kv_cases import assert_same_up_to_key_tiles
 
 BACKENDS = ["reference", "triton"]
 D = 64
@@ -143,10 +142,9 @@ def test_paged_equals_contiguous(backend, fp8, page_size):
     kp, vp, table, used = _paged(k, v, lens_k, page_size, seed=page_size)
     out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, backend, cu_seqlens_k=None, block_table=table, seqused_k=used)
     ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, backend)
-    if backend == "triton" and not fp8:          # every sequence 1-16 queries: the decode kernel (zyfa.mixed)
-        assert_same_up_to_key_tiles(out, lse, ref_out, ref_lse, q.shape[-1], page_size, float(v.abs().max()))
-    else:
-        assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+    # (16-bit triton: every sequence 1-16 queries, the decode kernel, whose tile is the same
+    # whatever the pages)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
 
 
 def test_seqused_k_with_packed_keys_uses_each_sequence_prefix():
@@ -358,10 +356,7 @@ def test_paged_cache_in_one_launch_equals_contiguous(fp8, page_size, monkeypatch
     ref_out, ref_lse = _varlen(q, k, v, ds, lens_q, lens_k, "triton")
     _forbid_per_sequence_calls(monkeypatch)
     out, lse = _varlen(q, kp, vp, ds, lens_q, lens_k, "triton", cu_seqlens_k=None, block_table=table, seqused_k=used)
-    if fp8:
-        assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
-    else:                                        # the 1- and 3-query sequences: the decode kernel (zyfa.mixed)
-        assert_same_up_to_key_tiles(out, lse, ref_out, ref_lse, q.shape[-1], page_size, float(v.abs().max()))
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])

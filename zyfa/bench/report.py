@@ -142,7 +142,7 @@ def plots(doc: dict, prefix: str) -> list[str]:
             xs, ys = [], []
             for i, case in enumerate(cases):
                 r = next((r for r in other if r["case"] == case and r["label"] == label), None)
-                if r is not None and r["err_kernel"] is not None:       # records of A/B scripts may have none
+                if r is not None and r.get("err_kernel") is not None:      # A/B and decode records may have none
                     xs.append(i + j * width)
                     ys.append(r["err_kernel"])
             ax.bar(xs, ys, width, label=label)

@@ -37,30 +37,30 @@ class DecodeTile:
     # programs an SM holds at once (the tile's registers: 128 threads each); decode_splits
     # counts a round of programs in these slots. 1: as if an SM ran one at a time
     per_sm: int = 1
+    # a tile of whole pages looks up each page (pages_a_tile) rather than each key: fewer loads,
+    # more registers (the 16-bit tile then holds one program fewer an SM: it gathers a key at a time)
+    page_lookups: bool = True
 
 
-def default_tile(head_dim: int, page_size: int, fp8_dot: bool = False) -> DecodeTile:
-    """64-key tiles (32 at head dim 256, to keep the stages' K and V tiles in shared memory), 4
-    warps, 2 stages (the fastest of 18 tiles summed over the three bench shapes on an H100:
-    docs/decisions.md); a paged cache's tile no longer than its pages where they are shorter, so
-    that a tile still needs one page lookup. FP8 dots: 128 keys up to head dim 128 (the same
-    bytes a stage as BF16's 64), 32 at 256 (64 keys at 32 rows spill), and never fewer than 32
-    (the FP8 MMA's reduction takes 32 keys): pages of 16 or 48 are then gathered a key at a time;
-    their 128-key tiles take 3 stages. ``per_sm`` as compiled for sm_90a (a test holds it to the
-    registers). The interpreter takes 16 keys: small test lengths then cross tiles."""
+def default_tile(head_dim: int, fp8_dot: bool = False, fills_gpu: bool = False) -> DecodeTile:
+    """16-bit caches: 64-key tiles (32 at head dim 256, to keep the stages' K and V tiles in
+    shared memory), 4 warps, 2 stages (the fastest of 18 tiles summed over the three bench shapes
+    on an H100: docs/decisions.md), dense or paged (shorter pages gathered a key at a time).
+    FP8 dots: at head dim 128, 64 keys in 3 stages (three programs an SM) unless the batch fills
+    the GPU without splits (``fills_gpu``: 128 keys, 3 stages, two an SM); 128 keys at 64, 32 at
+    256 (64 keys at 32 rows spill), never fewer than 32 (the FP8 MMA's reduction takes 32 keys);
+    pages shorter than the tile looked up a page at a time (docs/decisions.md). ``per_sm`` as
+    compiled for sm_90a (a test holds it to the registers). The interpreter takes 16 keys: small
+    test lengths then cross tiles."""
     if interpreter_active():
         return DecodeTile(16, 4, 1)
     if fp8_dot:
-        block_n = 32 if head_dim > 128 else 128
-        if page_size and page_size < block_n:
-            block_n = 64 if page_size % 64 == 0 else 32
-        if block_n == 128:          # 3 stages: as many programs an SM as 2 (d128: ~206 registers)
-            return DecodeTile(128, 4, 3, per_sm=3 if head_dim <= 64 else 2)
-        return DecodeTile(block_n, 4, 2, per_sm=3 if block_n == 64 else 1)
-    block_n = 32 if head_dim > 128 else 64
-    if page_size and page_size < block_n:
-        block_n = 16 if page_size % 32 else 32
-    return DecodeTile(block_n, 4, 2)
+        if head_dim > 128:
+            return DecodeTile(32, 4, 2)
+        if head_dim <= 64:
+            return DecodeTile(128, 4, 3, per_sm=3)
+        return DecodeTile(128, 4, 3, per_sm=2) if fills_gpu else DecodeTile(64, 4, 3, per_sm=3)
+    return DecodeTile(32 if head_dim > 128 else 64, 4, 2, page_lookups=False)
 
 
 def decode_splits(batch: int, kv_heads: int, max_keys: int, device: torch.device, sm_margin: int = 0,
@@ -88,18 +88,22 @@ def tile_and_splits(head_dim: int, page: int, fp8_dot: bool, batch: int, kv_head
                     tile: DecodeTile | None = None) -> tuple[DecodeTile, int]:
     """The launch's tile (default_tile unless given) and key splits (decode_splits over the
     tile's programs an SM unless given): what triton_decode runs and explain_kvcache says."""
-    tile = tile or default_tile(head_dim, page, fp8_dot)
+    if tile is None:
+        fills = device.type == "cuda" and batch * kv_heads >= WAVES * max(sm_count(device) - sm_margin, 1)
+        tile = default_tile(head_dim, fp8_dot, fills_gpu=fills)
     return tile, num_splits or decode_splits(batch, kv_heads, max_keys, device, sm_margin, per_sm=tile.per_sm)
 
 
-def pages_a_tile(page: int, block_n: int) -> int:
+def pages_a_tile(page: int, tile: DecodeTile) -> int:
     """The key tile's page lookups as the kernel's page_rows takes them: 1 where the tile lies in
-    one page, n where it is n whole pages (a lookup a page), 0 (a lookup a key) where pages do
-    not divide the tile or a tile would span more than MAX_PAGE_LOOKUPS."""
-    if page and page % block_n == 0:
+    one page, n where it is n whole pages (a lookup a page, for a tile with page_lookups), 0 (a
+    lookup a key) otherwise, where a tile would span more than MAX_PAGE_LOOKUPS, or dense."""
+    if not page:
+        return 0
+    if page % tile.block_n == 0:
         return 1
-    n = block_n // page if page else 0
-    return n if page and block_n % page == 0 and n <= MAX_PAGE_LOOKUPS else 0
+    n = tile.block_n // page
+    return n if tile.page_lookups and tile.block_n % page == 0 and n <= MAX_PAGE_LOOKUPS else 0
 
 
 def even_splits(programs: int, least: int, most: int, sms: int) -> int:
@@ -187,7 +191,7 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
         out.stride(0), out.stride(1), out.stride(2), table.stride(0) if block_table is not None else 0,
         splits, Hq, Hkv, scale * LOG2E,
         SQ=Sq, GROUP=group, D=D, DV=Dv, BLOCK_M=max(tile.block_m, triton.next_power_of_2(rows)), BLOCK_N=tile.block_n,
-        PAGE=page, PAGES_A_TILE=pages_a_tile(page, tile.block_n), Q_FP8=q_descale is not None,
+        PAGE=page, PAGES_A_TILE=pages_a_tile(page, tile), Q_FP8=q_descale is not None,
         KD_MODE=kd_mode, VD_MODE=vd_mode, CAUSAL=causal, SPLIT=splits > 1, UPCAST_DOT=interp,
         HAS_LEFTPAD=cache_leftpad is not None, FP8_DOT=fp8_dot, HW_ROUND=fp8_dot and hardware_rounding(dev),
         num_warps=tile.num_warps, num_stages=tile.num_stages)

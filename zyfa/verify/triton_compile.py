@@ -105,24 +105,25 @@ def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0,
                    kd_mode: int = 0, vd_mode: int = 0, q_fp8: bool = False, split: bool = True, causal: bool = True,
                    sq: int = 1, group: int = 4, head_dim: int = 128, block_n: int = 64, num_warps: int = 4,
                    num_stages: int = 2, leftpad: bool = False, fp8_dot: bool = False, hw_round: bool = True,
-                   aligned: bool = False, block_m: int = 16):
+                   aligned: bool = False, block_m: int = 16, page_lookups: bool | None = None):
     """The decode kernel (zyfa.triton_kernels.decode) and, when ``split``, its merge kernel,
     compiled for a GPU target; returns the decode kernel's. ``fp8_dot``: the FP8 dots (an E4M3
     cache with descales per (sequence, kv head); q E4M3 with ``q_fp8``, else BF16 quantized in
     the kernel), E4M3 rounded by the GPU's conversion with ``hw_round``. ``aligned``: the
     pointers and the cache's, q's and the output's strides marked divisible by 16, as Triton's
     launcher specializes them at run time for caches of head dim 64-256 (without it the loads
-    compile a byte or two at a time)."""
+    compile a byte or two at a time). ``page_lookups``: as DecodeTile's (None: as default_tile
+    sets it for the cache, a lookup a page with the FP8 dots, a key otherwise)."""
     import inspect as _inspect
     from ..triton_kernels.decode import decode_kernel, merge_kernel
-    from ..triton_kernels.decode_launch import pages_a_tile
+    from ..triton_kernels.decode_launch import DecodeTile, pages_a_tile
     el = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[kv]
     ptrs = dict(Q="*fp8e4nv" if q_fp8 else el if kv != "fp8" else "*bf16", K=el, V=el, QD="*fp32", KD="*fp32",
                 VD="*fp32", O="*bf16", LSE="*fp32", O_PART="*fp32", LSE_PART="*fp32", SEQLENS="*i32", TABLE="*i32",
                 LEFTPAD="*i32")
     rows = group * sq
     consts = dict(SQ=sq, GROUP=group, D=head_dim, DV=head_dim, BLOCK_M=max(block_m, triton.next_power_of_2(rows)),
-                  BLOCK_N=block_n, PAGE=page, PAGES_A_TILE=pages_a_tile(page, block_n), Q_FP8=q_fp8, KD_MODE=kd_mode,
+                  BLOCK_N=block_n, PAGE=page, PAGES_A_TILE=pages_a_tile(page, DecodeTile(block_n, num_warps, num_stages, page_lookups=fp8_dot if page_lookups is None else page_lookups)), Q_FP8=q_fp8, KD_MODE=kd_mode,
                   VD_MODE=vd_mode, CAUSAL=causal, SPLIT=split, UPCAST_DOT=False, HAS_LEFTPAD=leftpad,
                   FP8_DOT=fp8_dot, HW_ROUND=fp8_dot and hw_round)
     sig = {n: ptrs.get(n, "constexpr" if n in consts else "fp32" if n == "qk_scale_log2" else "i32")
