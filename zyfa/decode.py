@@ -15,7 +15,7 @@ from .device import device_arch, to_device
 from .spec import backend as _reference
 from .spec.kv_cache import check_cache_descale
 from .triton_kernels import backend as _triton
-from .validation import FP8_DTYPE, HALF_DTYPES, check_index_tensor
+from .validation import FP8_DTYPE, HALF_DTYPES, check_index_tensor, check_pages_in_pool
 from .varlen import PAGE_SIZES
 
 MAX_QUERIES = 16        # queries a sequence the decode kernel packs into its tile (speculative decoding)
@@ -264,7 +264,7 @@ def _check(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_de
                                  f"{capacity} keys a sequence" + (f"; causal needs >= seqlen_q {Sq}" if causal else "")
                                  + ")")
         if table is not None and table.device.type == "cpu":
-            _check_pages(table, lens.tolist(), tokens, rows)
+            check_pages_in_pool("page_table", table, [-(-n // tokens) for n in lens.tolist()], rows)
     _check_descales(q, k_cache, v_cache, q_descale, k_descale, v_descale, fp8, B)
     table = None if table is None else to_device(table, q.device)
     return to_device(lens, q.device), table
@@ -294,14 +294,6 @@ def _check_leftpad(leftpad, cache_seqlens, k_cache, table, least, batch, device)
                 raise ValueError(f"cache_leftpad[{i}] is {n}; it must be >= 0 and leave at least {least} key(s) "
                                  "before cache_seqlens (a sequence's keys are [cache_leftpad, cache_seqlens))")
     return to_device(leftpad, device)
-
-
-def _check_pages(table, lens, page, num_pages):
-    """Every page a sequence uses names a page of the pool (the rest of its row is not read)."""
-    for b, row in enumerate(table.tolist()):
-        bad = [p for p in row[:-(-lens[b] // page)] if not 0 <= p < num_pages]
-        if bad:
-            raise ValueError(f"page_table row {b} uses page {bad[0]}, outside [0, num_pages={num_pages})")
 
 
 def _index_tensor(name, x, dims, device):

@@ -23,7 +23,7 @@ from .device import to_device
 from .spec.constants import LOG2E
 from .spec.descales import coarse_view, head_factor, per_channel_v_descale
 from .spec.key_order import HOPPER_GROUP
-from .spec.shapes import starts_of
+from .spec.shapes import page_rows, starts_of
 
 BLOCK_D, BLOCK_K = 64, 256
 
@@ -139,7 +139,7 @@ def hopper_inputs(v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Ten
 
 
 def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int], key_order: bool = False,
-              pages: list[list[int]] | None = None) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+              pages: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, list[int], torch.Tensor]:
     """A packed batch's FP8 V (total_k, Hkv, Dv), any strides, as V^T (1, Hkv, Dv, P) whose
     sequences start at multiples of 16 keys (zeros between them), returned as the (1, P, Hkv,
     Dv) view the kernels' host code takes, each sequence's start in it, and the int32 table
@@ -149,16 +149,17 @@ def packed_vt(v: torch.Tensor, starts: list[int], lens: list[int], key_order: bo
     the generated kernel reads. ``starts``, ``lens``: each sequence's first key and key count,
     host lists, so nothing waits for the GPU. ``pages``: v is instead a paged pool
     (num_pages, page_size, Hkv, Dv), read in place, and sequence i's keys lie in its pages
-    ``pages[i]`` in order (``starts`` then only fills the table's row)."""
+    ``pages[i]`` (an int32 host tensor) in order (``starts`` then only fills the table's row)."""
     padded = [n + (-n) % HOPPER_GROUP for n in lens]
     v_starts = starts_of(padded)
     Hkv, Dv = v.shape[-2:]
     u = v.view(torch.uint8) if pages is not None else v.view(torch.uint8)[None]
     out = torch.empty(1, Hkv, Dv, sum(padded), dtype=torch.uint8, device=v.device)
     n = len(lens)
-    width = max((len(p) for p in pages), default=0) if pages is not None else 0
-    rows = [v_starts, starts, lens] + ([p + [0] * (width - len(p)) for p in pages] if pages is not None else [])
-    flat = to_device([x for row in rows for x in row], v.device)          # one copy
+    pt = page_rows(pages) if pages is not None else torch.zeros(0, 0, dtype=torch.int32)
+    width = pt.shape[1]
+    flat = to_device(torch.cat([torch.tensor([v_starts, starts, lens], dtype=torch.int32).flatten(), pt.flatten()]),
+                     v.device)                                            # one copy
     table = flat[:3 * n].view(3, n)
     page_table = flat[3 * n:] if pages is not None else flat
     _launch(u, out, 0, out.shape[-1], Hkv, Dv, Hkv, (*table, n, page_table, width), packed=True,

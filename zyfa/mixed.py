@@ -25,6 +25,7 @@ import torch
 
 from . import dispatch
 from .device import device_arch, to_device
+from .spec.shapes import page_rows
 from .triton_kernels.backend import DECODE_HEAD_DIMS
 
 MAX_DECODE_QUERIES = 16      # zyfa.decode.MAX_QUERIES: queries a sequence the decode kernel takes
@@ -144,8 +145,7 @@ def run_decodes(mixed: MixedPlan, out, lse, q, k, v, q_lens, k_lens, where, soft
         table, leftpad = None, to_device(left, dev)
     else:
         cache_k, cache_v = k, v
-        width = max(len(where[i]) for i in dec)
-        table = to_device([where[i] + [0] * (width - len(where[i])) for i in dec], dev)
+        table = to_device(page_rows([where[i] for i in dec]), dev)
         seqlens, leftpad = to_device(lens, dev), None
     sel = to_device(dec, dev, torch.long)
     ds = {n: (d.index_select(0, sel.to(d.device)) if d is not None and d.dim() == 2 else d) for n, d in descales.items()}

@@ -185,6 +185,17 @@ def check_out(out, shape: tuple, dtype: torch.dtype, device) -> None:
                          f"{tuple(out.shape)}, dtype {out.dtype} on {out.device}")
 
 
+def check_pages_in_pool(name: str, table: torch.Tensor, counts: list[int], num_pages: int) -> None:
+    """The first counts[i] pages of row i of ``table`` (a host int32 block table) name pages of
+    a pool of num_pages, or a ValueError naming the first that does not; the rest of a row is
+    not read. Tensor checks, not a Python loop over the pages: a serving batch names thousands."""
+    in_use = torch.arange(table.shape[1])[None, :] < torch.tensor(counts, dtype=torch.long)[:, None]
+    bad = (in_use & ((table < 0) | (table >= num_pages))).nonzero()
+    if len(bad):
+        i, j = bad[0].tolist()
+        raise ValueError(f"{name} row {i} uses page {int(table[i, j])}, outside [0, num_pages={num_pages})")
+
+
 def check_index_tensor(name: str, x, dims: int) -> torch.Tensor:
     """An int32 index tensor (cu_seqlens, a block / page table, sequence lengths) of ``dims``
     dimensions, or a TypeError / ValueError naming it."""

@@ -16,8 +16,8 @@ from .device import to_device
 from .mixed import plan, run_mixed
 from .spec.descales import check_descale
 from .spec.shapes import out_dtype, starts_of
-from .validation import (check_index_tensor, check_out, check_window, fp8_rules, refuse_unsupported,
-                         softmax_scale_value, validate)
+from .validation import (check_index_tensor, check_out, check_pages_in_pool, check_window, fp8_rules,
+                         refuse_unsupported, softmax_scale_value, validate)
 
 PAGE_SIZES = range(16, 257, 16)
 # backend="auto": a packed batch whose sequences average at most this many queries runs in one
@@ -65,8 +65,8 @@ def _check_max(name: str, given, lengths: list[int], what: str) -> None:
 
 
 def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
-    """Keys per sequence, and each sequence's pages (paged cache: host lists, as validated) or
-    start offset (packed)."""
+    """Keys per sequence, and each sequence's pages (paged cache: int32 rows of the block table
+    on the host, as validated) or start offset (packed)."""
     if block_table is None:
         if cu_seqlens_k is None:
             raise ValueError("cu_seqlens_k is None: pass cu_seqlens_k for packed k/v, or block_table with seqused_k "
@@ -105,19 +105,16 @@ def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
     num_pages, page_size = k.shape[:2]
     if page_size not in PAGE_SIZES:
         raise ValueError(f"page_size (k.shape[1]) must be a multiple of 16 in 16..256, got {page_size}")
-    table = _int32_list("block_table", block_table, 2)
-    if len(table) != batch:
-        raise ValueError(f"block_table has {len(table)} rows but cu_seqlens_q has batch {batch}")
-    pages = []
-    for i, u in enumerate(used):
-        n = -(-u // page_size)
-        if n > block_table.shape[1]:
-            raise ValueError(f"block_table has {block_table.shape[1]} pages a sequence but seqused_k[{i}] ({u}) "
+    table = check_index_tensor("block_table", block_table, 2).cpu()
+    if table.shape[0] != batch:
+        raise ValueError(f"block_table has {table.shape[0]} rows but cu_seqlens_q has batch {batch}")
+    counts = [-(-u // page_size) for u in used]
+    for i, (u, n) in enumerate(zip(used, counts)):
+        if n > table.shape[1]:
+            raise ValueError(f"block_table has {table.shape[1]} pages a sequence but seqused_k[{i}] ({u}) "
                              f"needs {n} pages of {page_size}")
-        bad = [p for p in table[i][:n] if not 0 <= p < num_pages]
-        if bad:
-            raise ValueError(f"block_table row {i} uses page {bad[0]}, outside [0, num_pages={num_pages})")
-        pages.append(table[i][:n])
+    check_pages_in_pool("block_table", table, counts, num_pages)
+    pages = [table[i, :n] for i, n in enumerate(counts)]
     return used, pages
 
 
@@ -296,7 +293,7 @@ def _gathered_pages(k, v, pages, is_fp8: bool):
     in place, where a gather would turn each page's V^T into rows only for packed_vt to turn
     them back."""
     page = k.shape[1]
-    order = to_device([p for seq in pages for p in seq], k.device, torch.long)   # one copy
+    order = to_device(torch.cat(pages) if pages else torch.zeros(0, dtype=torch.int32), k.device, torch.long)
     k = k.index_select(0, order).flatten(0, 1)
     starts = starts_of([len(p) * page for p in pages])
     if is_fp8:

@@ -526,7 +526,7 @@ def test_packed_vt_reads_a_paged_pool_in_place(key_order, page, pool_layout):
     _, pool, table, _ = zyfa.varlen.paged_kv_cache(v, v, cu, page, seed=3, spare_pages=2)
     if pool_layout == "rows":
         pool = pool.contiguous()
-    pages = [table[i, :-(-n // page)].tolist() for i, n in enumerate(lens)]
+    pages = [table[i, :-(-n // page)] for i, n in enumerate(lens)]
     starts = cu[:-1].tolist()
     want, want_starts, want_table = packed_vt(v, starts, lens, key_order)
     got, got_starts, got_table = packed_vt(pool, starts, lens, key_order, pages=pages)

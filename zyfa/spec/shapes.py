@@ -23,6 +23,15 @@ def starts_of(lengths) -> list[int]:
     return list(itertools.accumulate(lengths[:-1], initial=0))
 
 
+def page_rows(pages: list[torch.Tensor]) -> torch.Tensor:
+    """Each sequence's pages (int32 host tensors, in order) as the rows of one int32 host table,
+    padded with page 0 to the longest (a block table of just those sequences)."""
+    table = torch.zeros(len(pages), max((len(p) for p in pages), default=0), dtype=torch.int32)
+    for i, p in enumerate(pages):
+        table[i, :len(p)] = p
+    return table
+
+
 @dataclasses.dataclass(frozen=True)
 class Packed:
     """A packed (varlen) batch for the kernels: int32 device tensors of each sequence's first query
