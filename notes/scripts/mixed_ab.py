@@ -40,6 +40,7 @@ REAL_PLAN = mixed.plan
 calls = {}
 for page in (16, 64):
     kp, vp, table, used = varlen.paged_kv_cache(k8, v8, ck.to(dev), page)
+    vp = vp.contiguous()                # key-major V pages: what the decode kernel reads (routable)
     a = dict(base, block_table=table.cpu(), seqused_k=used.cpu(), ref_rule="running", **d8)
     calls[f"fp8 running p{page} routed"] = (lambda a=a, kp=kp, vp=vp: zyfa.flash_attn_varlen_func(q8, kp, vp, **a), False)
     calls[f"fp8 running p{page} not routed"] = (lambda a=a, kp=kp, vp=vp: zyfa.flash_attn_varlen_func(q8, kp, vp, **a), True)
