@@ -14,8 +14,8 @@ table that the decode sequences use.
 
 Taken (``plan``) with backend auto or triton where the decode kernel can run the batch's decode
 part: head dims (64, 64) / (128, 128) / (256, 256), no sliding window, 16-bit inputs, or E4M3
-from a paged cache under the rules the decode kernel's FP8 dots compute (p_rule exact, ref_rule
-running) with V stored key-major; ``explain_varlen`` says which kernel each part runs and why.
+under the rules the decode kernel's FP8 dots compute (p_rule exact, ref_rule running) with V
+stored key-major; ``explain_varlen`` says which kernel each part runs and why.
 """
 from __future__ import annotations
 
@@ -42,10 +42,9 @@ class MixedPlan:
         return bool(self.decode)
 
 
-def plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule, paged=False) -> MixedPlan:
+def plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule) -> MixedPlan:
     """Which sequences go to the decode kernel: every one with 1..MAX_DECODE_QUERIES queries,
-    where the decode kernel can take the call (else none, and ``why`` says what stops it).
-    ``paged``: the keys are a paged cache's pools."""
+    where the decode kernel can take the call (else none, and ``why`` says what stops it)."""
     decode = tuple(i for i, n in enumerate(q_lens) if 1 <= n <= MAX_DECODE_QUERIES)
     prefill = tuple(i for i, n in enumerate(q_lens) if n > MAX_DECODE_QUERIES)
     head_dims = (q.shape[-1], v.shape[-1])
@@ -60,13 +59,10 @@ def plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule, paged=
         reason = f"head dims {head_dims} (the decode kernel takes {DECODE_HEAD_DIMS})"
     elif q.dtype == torch.int8:
         reason = "INT8 Q.K^T (the decode kernel takes E4M3 or 16-bit q)"
-    elif is_fp8 and (p_rule, ref_rule) != ("exact", "running"):
-        reason = (f"FP8 under p_rule {p_rule!r}, ref_rule {ref_rule!r} (the decode kernel computes exact P "
-                  f"against the running max: p_rule 'exact', ref_rule 'running')")
-    elif is_fp8 and not paged:
-        # measured: from contiguous keys the FP8 prefill launch takes the one-query rows faster
-        # than a decode launch beside it; a paged cache it would first gather (docs/decisions.md)
-        reason = "FP8 from contiguous keys (one prefill launch runs its decode rows fastest)"
+    elif is_fp8:
+        # measured: the FP8 prefill launch takes the one-query rows faster than a decode launch
+        # beside it, from contiguous keys and from a paged cache alike (docs/decisions.md)
+        reason = "FP8 (one prefill launch runs its decode rows fastest)"
     elif v.stride(-1) != 1:
         reason = "V stored transposed (the decode kernel reads V key-major)"
     else:
@@ -172,7 +168,7 @@ def explain_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k=None, seqused_k=None, cau
     is_fp8 = v.dtype == torch.float8_e4m3fn
     p_rule, ref_rule = fp8_rules(is_fp8, p_rule, ref_rule, q.dtype)
     _, window = check_window(window_size, causal)
-    mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule, paged=block_table is not None)
+    mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule)
     lines = [f"mixed batch: {mixed.why}"]
     if mixed.routed:
         lines.append(f"  decode  sequences {list(mixed.decode)}: Triton decode kernel")

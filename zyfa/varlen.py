@@ -222,8 +222,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                                is_fp8=is_fp8, p_rule=p_rule, ref_rule=ref_rule, int8_qk=q.dtype == torch.int8,
                                window=window, packed=True)
     kw = dict(softmax_scale=scale, causal=causal, **descales, p_rule=p_rule, ref_rule=ref_rule, window_size=window)
-    mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule,        # decodes: zyfa.mixed
-                 paged=block_table is not None)
+    mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule)      # decodes: zyfa.mixed
     args = (q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw)
     result = run_mixed(*args, mixed=mixed) if mixed.routed else _one_launch(*args)
     if result is None:
