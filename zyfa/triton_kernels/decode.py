@@ -209,6 +209,30 @@ def _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, kvh, rows, start_n, Sk,
 
 
 @triton.jit
+def _key_tiles(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, rows, lo, hi, Sk,
+               stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh, stride_dr, stride_dh,
+               SQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
+               PAGES_A_TILE: tl.constexpr, KD_MODE: tl.constexpr, VD_MODE: tl.constexpr, CAUSAL: tl.constexpr,
+               MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr, FP8_DOT: tl.constexpr, HW_ROUND: tl.constexpr):
+    """Keys [lo, hi) a tile at a time (_fp8_step or _decode_step); returns (acc, l_sum, m) and
+    the page rows of the tile after hi. ``rows``: lo's tile's page rows. Each tile's rows are read
+    a tile ahead and carried: read in the tile that uses them, they would keep Triton's pipeliner
+    from prefetching that tile's keys over more stages."""
+    for start_n in range(lo, hi, BLOCK_N):
+        if FP8_DOT:
+            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, kvh, rows, start_n, Sk,
+                                      stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+                                      SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE, CAUSAL, MASKED, UPCAST_DOT, HW_ROUND)
+        else:
+            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, kvh, rows, start_n, Sk,
+                                         stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
+                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE,
+                                         KD_MODE, VD_MODE, CAUSAL, MASKED, UPCAST_DOT)
+        rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
+    return acc, l_sum, m, rows
+
+
+@triton.jit
 def e4m3_rows(q, HW_ROUND: tl.constexpr):
     """(codes, descale): each row of q as E4M3 with a power-of-two descale 2^e, e the least with
     max|row| / 2^e <= 448 (zyfa.spec.kv_cache.decode_query_e4m3 is the contract). A power of two
@@ -305,34 +329,17 @@ def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
     m = tl.zeros([BLOCK_M], tl.float32) + _NEG_FLOOR
     table = TABLE + b * table_stride
     lo, band_start, hi = split_bounds(split, n_splits, Sk, SQ, BLOCK_N, CAUSAL)
-    # each tile's page rows are read a tile ahead and carried: read in the tile that uses them,
-    # they would keep Triton's pipeliner from prefetching that tile's keys over more stages
     rows = page_rows(b, table, lo, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
+    acc, l_sum, m, rows = _key_tiles(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, rows, lo, band_start,
+                                     Sk, stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh, stride_dr,
+                                     stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE, KD_MODE, VD_MODE, CAUSAL, False,
+                                     UPCAST_DOT, FP8_DOT, HW_ROUND)
+    acc, l_sum, m, rows = _key_tiles(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, rows, band_start, hi,
+                                     Sk, stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh, stride_dr,
+                                     stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE, KD_MODE, VD_MODE, CAUSAL, True,
+                                     UPCAST_DOT, FP8_DOT, HW_ROUND)
     if FP8_DOT:
-        for start_n in range(lo, band_start, BLOCK_N):
-            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, kvh, rows, start_n, Sk,
-                                      stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                      SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE, CAUSAL, False, UPCAST_DOT, HW_ROUND)
-            rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
-        for start_n in range(band_start, hi, BLOCK_N):
-            acc, l_sum, m = _fp8_step(acc, l_sum, m, q, row_fac, qi, K, V, kvh, rows, start_n, Sk,
-                                      stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                      SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE, CAUSAL, True, UPCAST_DOT, HW_ROUND)
-            rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
         m = m - _P_OFFSET               # P = 2^(y + 8): the LSE's reference is 8 below the max
-    else:
-        for start_n in range(lo, band_start, BLOCK_N):
-            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, kvh, rows, start_n, Sk,
-                                         stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE,
-                                         KD_MODE, VD_MODE, CAUSAL, False, UPCAST_DOT)
-            rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
-        for start_n in range(band_start, hi, BLOCK_N):
-            acc, l_sum, m = _decode_step(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, kvh, rows, start_n, Sk,
-                                         stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
-                                         stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE,
-                                         KD_MODE, VD_MODE, CAUSAL, True, UPCAST_DOT)
-            rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
 
     # epilogue; a split whose keys a row cannot see (none, or all past its causal limit)
     # leaves l_sum 0: its partial is 0 with LSE -inf, weight 0 in the merge
