@@ -2,10 +2,8 @@
 batch's calls goes (BF16 routed: 0.61 ms of host work for 0.64 ms of GPU work; FP8 from
 64-token pages: 0.85 ms). Small heads so the GPU keeps up; cProfile's top functions by own
 time for each call."""
-import cProfile
-import pstats
-
 import torch
+from host_profile import profile_calls      # notes/scripts, on the path when run as a script
 
 import zyfa
 from zyfa import varlen
@@ -27,14 +25,5 @@ calls = {"bf16 routed": lambda: zyfa.flash_attn_varlen_func(q, k, v, cu_seqlens_
                                                                     seqused_k=used.cpu(), ref_rule="running", **base,
                                                                     **d8)}
 for name, fn in calls.items():
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(100):
-        fn()
-    prof.disable()
-    torch.cuda.synchronize()
-    print(f"== {name}: 100 calls")
-    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    print(f"== {name}")
+    profile_calls(fn, 100, 18, warmup=10)
