@@ -1,4 +1,4 @@
-"""Lab A/B (not for the package), run 21: which d128 layout each mode should take by length.
+"""Lab A/B (not for the package), run 21 (its INT8 long layout: commit d04d2a5, reverted after it): which d128 layout each mode should take by length.
 The INT8 Q.K^T kernel in the long (producer / two-consumer) layout against the serial one it
 always took; the fast mode (ref_rule "running") and the exact default in the long layout below
 LONG_KEYS against serial. Timed in turns (3 rounds, median of do_bench, fastest round) in one

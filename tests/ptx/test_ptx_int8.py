@@ -15,9 +15,8 @@ from zyfa.spec.reference import fp8_attention_spec
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("dims,long", [(d, False) for d in attn.HEAD_DIMS] + [((128, 128), True)],
-                         ids=lambda d: f"d{d[0]}-{d[1]}" if isinstance(d, tuple) else ("long" if d else ""))
-def test_int8_kernel_assembles_within_budget(dims, long, causal):
+@pytest.mark.parametrize("dims", attn.HEAD_DIMS, ids=lambda d: f"d{d[0]}-{d[1]}")
+def test_int8_kernel_assembles_within_budget(dims, causal):
     """S by the int8 tensor cores (k-steps of 32 bytes, at each place a block's S is issued:
     both copies of the serial kernel's block loop; the specialized consumer's first block and
     both copies of its loop; the Dv 256 consumer's one), P V^T by the E4M3 ones; made float by
@@ -26,9 +25,9 @@ def test_int8_kernel_assembles_within_budget(dims, long, causal):
     from zyfa.asm.ptx.block import BLOCK_LOOP_COPIES as n
     from zyfa.asm.ptx.specialized import LAUNCH_REGISTERS
     dqk, dv = dims
-    layout = attn.layout_for(dqk, dv=dv, int8_qk=True, long=long)
-    assert layout.specialized == attn.layout_for(dqk, dv=dv, long=long).specialized      # the E4M3 kernel's schedule
-    ptx = attn.attention_kernel("exact", causal, dqk, int8_qk=True, long=long)[1]
+    layout = attn.layout_for(dqk, dv=dv, int8_qk=True)
+    assert layout.specialized == attn.layout_for(dqk, dv=dv).specialized      # the E4M3 kernel's schedule
+    ptx = attn.attention_kernel("exact", causal, dqk, int8_qk=True)[1]
     assert "s32.s8.s8" in ptx and "kfac_ptr" in ptx
     a = assemble(ptx)
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", a.sass())
@@ -95,22 +94,12 @@ def _assert_as_spec(x, causal, rule, out, lse, window=(-1, -1)):
         assert diff.max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
 
 
-def _long_from(keys, monkeypatch):
-    """d128 takes the long layout from ``keys`` keys (1: every call)."""
-    from zyfa.asm.ptx import layout
-    monkeypatch.setattr(layout, "LONG_KEYS", keys)
-
-
 @hopper
-@pytest.mark.parametrize("head_dim", [64, 128, "128-long"])
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("rule", ["lean_cubic", "exact"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_int8_kernel_equals_spec(shape, rule, head_dim, monkeypatch):
-    """Through flash_attn_func (the dispatcher picks the generated kernel; d128 in the long
-    layout too): _assert_as_spec."""
-    if head_dim == "128-long":
-        head_dim = 128
-        _long_from(1, monkeypatch)
+def test_int8_kernel_equals_spec(shape, rule, head_dim):
+    """Through flash_attn_func (the dispatcher picks the generated kernel): _assert_as_spec."""
     x, causal = _case(shape, head_dim)
     out, lse = _run(x, causal, rule)
     _assert_as_spec(x, causal, rule, out, lse)
@@ -129,18 +118,14 @@ def test_int8_specialized_kernels_equal_spec(shape, rule, dims):
 
 
 @hopper
-@pytest.mark.parametrize("dims", [(128, 128), "d128-long", (192, 128), (256, 256)],
-                         ids=["d128", "d128-long", "d192-128", "d256"])
-def test_int8_kernel_negative_and_nan_factors_as_the_spec(dims, monkeypatch):
+@pytest.mark.parametrize("dims", [(128, 128), (192, 128), (256, 256)], ids=["d128", "d192-128", "d256"])
+def test_int8_kernel_negative_and_nan_factors_as_the_spec(dims):
     """Rows whose descale is negative (S and c flipped in the loop) and a key block whose
     descale is NaN (a non-finite k): NaN exactly in the rows that see that block's keys. With
     30 more keys than queries, rows 64-97 share a tile with rows that see block 1 but see none
     of its keys themselves: they stay finite (their masked scores' y re-masked to -inf).
     d128 through flash_attn_func, the warp-specialized head dims called directly."""
     from zyfa.asm.ptx.kernels import attention_int8qk
-    if dims == "d128-long":
-        dims = (128, 128)
-        _long_from(1, monkeypatch)
     x, causal = _case((1, 300, 330, 4, 2, True), dims[0], seed=5, dv=dims[1])
     x.q_descale[0, 1, 7:200:3] *= -1
     x.k_descale[0, 1, 1] = float("nan")
