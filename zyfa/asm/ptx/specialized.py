@@ -263,6 +263,12 @@ def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot:
     return facs
 
 
+# lab switch for run 22's A/B (removed after it): the running consumer rescales the total by
+# alpha(j - 1) between issuing S(j) and P(j - 1) V^T (FlashAttention-3's order) instead of by
+# alpha(j) after P(j - 1) V^T is waited for
+RESCALE_UNDER_S = True
+
+
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg, running: bool = False) -> None:
     """The pipelined FP8 consumer: S(j) and P(j - 1) V^T in one GEMM phase, then the softmax of
     S(j) while P(j - 1) V^T runs. Block references: P(j - 1) V^T into a fresh accumulator,
@@ -311,6 +317,9 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs, running=running)
     emit_row_update(prog, sm, l, A)
     keep(sm)
+    alpha_due = prog.regs("f32", 2) if running else None   # the factor the total takes before P(j - 1) V^T
+    for half in (0, 1) if running else ():
+        emit("mov.f32", alpha_due[half], f32(1.0))      # block 0's: the total is still 0
 
     if running:
         prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T into the total; softmax of S(j); total *= alpha(j)")
@@ -329,6 +338,8 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
             emit_below_entry(prog, rows, "BELOW_BODY")
         emit_kv_wait(prog, c, slot, tag)
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
+        if running and RESCALE_UNDER_S:
+            emit_rescale(prog, total, alpha_due, tag)       # by alpha(j - 1), while S(j) runs
         o = issue_pv(prev_slot)
         facs = _emit_block_factors(prog, c, rows, j)
         emit("wgmma.wait", 1 + (len(total) > ACC))         # S(j); P(j - 1) V^T may still run
@@ -338,7 +349,11 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
         emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
         emit_release(prog, c, free_bar(prog, c, prev_slot))
         if running:
-            emit_rescale(prog, total, sm.alpha, tag)
+            if RESCALE_UNDER_S:
+                for half in (0, 1):
+                    emit("mov.f32", alpha_due[half], sm.alpha[half])
+            else:
+                emit_rescale(prog, total, sm.alpha, tag)
         else:
             fold(o, tag)
             prog.comment("block j's references: one exponential a row; alpha and the moves only when a row's")
@@ -351,6 +366,8 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
         emit("bra", f"BLOCK_LOOP{tag}")
 
     prog.label("LAST_PV")
+    if running and RESCALE_UNDER_S:
+        emit_rescale(prog, total, alpha_due, "_LAST")
     o = issue_pv(prev_slot)
     emit("wgmma.wait", 0)
     emit_release(prog, c, free_bar(prog, c, prev_slot))
