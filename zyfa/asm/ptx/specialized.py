@@ -37,6 +37,7 @@ from .cta import Cta, Rows, emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .int8_qk import emit_block_factors, emit_int8_scores
 from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
+from .lean_p import thread_row_sums
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
 from .scores import emit_scores
@@ -317,8 +318,10 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs, running=running)
     emit_row_update(prog, sm, l, A)
     keep(sm)
-    alpha_due = prog.regs("f32", 2) if running else None   # the factor the total takes before P(j - 1) V^T
-    for half in (0, 1) if running else ():
+    # ptxas serializes the wgmmas when the lean rules' consumers rescale there (C7513)
+    under_s = running and RESCALE_UNDER_S and thread_row_sums(rule, running)
+    alpha_due = prog.regs("f32", 2) if under_s else None   # the factor the total takes before P(j - 1) V^T
+    for half in (0, 1) if under_s else ():
         emit("mov.f32", alpha_due[half], f32(1.0))      # block 0's: the total is still 0
 
     if running:
@@ -338,7 +341,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
             emit_below_entry(prog, rows, "BELOW_BODY")
         emit_kv_wait(prog, c, slot, tag)
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
-        if running and RESCALE_UNDER_S:
+        if under_s:
             emit_rescale(prog, total, alpha_due, tag)       # by alpha(j - 1), while S(j) runs
         o = issue_pv(prev_slot)
         facs = _emit_block_factors(prog, c, rows, j)
@@ -349,7 +352,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
         emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
         emit_release(prog, c, free_bar(prog, c, prev_slot))
         if running:
-            if RESCALE_UNDER_S:
+            if under_s:
                 for half in (0, 1):
                     emit("mov.f32", alpha_due[half], sm.alpha[half])
             else:
@@ -366,7 +369,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
         emit("bra", f"BLOCK_LOOP{tag}")
 
     prog.label("LAST_PV")
-    if running and RESCALE_UNDER_S:
+    if under_s:
         emit_rescale(prog, total, alpha_due, "_LAST")
     o = issue_pv(prev_slot)
     emit("wgmma.wait", 0)
