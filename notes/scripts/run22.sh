@@ -1,5 +1,5 @@
 # run 22: the fast mode's rescale under S(j) (A/B beside FA3), its GPU tests, 1,000 launches bit
-# for bit and memcheck of the fast mode's kernels (new order), the mixed batch's host profile
+# for bit and memcheck of the fast mode's kernels (new order)
 source notes/scripts/gpu_setup.sh
 S=/usr/local/cuda/bin/compute-sanitizer
 mkdir -p $OUT/r
@@ -9,5 +9,4 @@ timeout 110 python3 -m pytest -q -n 16 -p no:cacheprovider --timeout 100 -rf --t
   tests/ptx/test_ptx_window.py -k "running or fast" 2>&1 | tail -8 | tee $OUT/r/tests.txt
 timeout 45 python3 bench/sanitize.py --backends ptx --dtypes fp8 --ref-rules running --repeats 1000 2>&1 | tail -12 | tee $OUT/r/repeat.txt
 timeout 80 $S --tool memcheck python3 bench/sanitize.py --backends ptx --dtypes fp8 --ref-rules running 2>&1 | grep -v cuGetProcAddress | tail -14 | tee $OUT/r/memcheck.txt
-timeout 60 python3 notes/scripts/mixed_host_profile.py > $OUT/r/host_profile.txt 2>&1; tail -5 $OUT/r/host_profile.txt
 tar czf $OUT/run22.tgz -C $OUT r && rm -rf $OUT/r $OUT/rescale_ab.json
