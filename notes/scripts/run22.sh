@@ -3,10 +3,10 @@
 source notes/scripts/gpu_setup.sh
 S=/usr/local/cuda/bin/compute-sanitizer
 mkdir -p $OUT/r
-timeout 200 python3 notes/scripts/rescale_ab.py 2>&1 | grep -v Warning | tee $OUT/r/rescale_ab.txt | tail -8
+timeout 180 python3 notes/scripts/rescale_ab.py 2>&1 | grep -v Warning | tee $OUT/r/rescale_ab.txt | tail -8
 cp $OUT/rescale_ab.json $OUT/r/ 2>/dev/null
-timeout 110 python3 -m pytest -q -n 16 -p no:cacheprovider --timeout 100 -rf --tb=short tests/ptx/test_ptx_attention.py \
+timeout 100 python3 -m pytest -q -n 16 -p no:cacheprovider --timeout 90 -rf --tb=short tests/ptx/test_ptx_attention.py \
   tests/ptx/test_ptx_window.py -k "running or fast" 2>&1 | tail -8 | tee $OUT/r/tests.txt
 timeout 45 python3 bench/sanitize.py --backends ptx --dtypes fp8 --ref-rules running --repeats 1000 2>&1 | tail -12 | tee $OUT/r/repeat.txt
-timeout 80 $S --tool memcheck python3 bench/sanitize.py --backends ptx --dtypes fp8 --ref-rules running 2>&1 | grep -v cuGetProcAddress | tail -14 | tee $OUT/r/memcheck.txt
+timeout 70 $S --tool memcheck python3 bench/sanitize.py --backends ptx --dtypes fp8 --ref-rules running 2>&1 | grep -v cuGetProcAddress | tail -14 | tee $OUT/r/memcheck.txt
 tar czf $OUT/run22.tgz -C $OUT r && rm -rf $OUT/r $OUT/rescale_ab.json
