@@ -13,7 +13,7 @@ import triton.testing
 
 import zyfa
 from zyfa.activations import make
-from zyfa.asm.ptx import attention as attn, kernels, layout, specialized
+from zyfa.asm.ptx import attention as attn, kernels, layout, specialized  # noqa: F401 (RESCALE_UNDER_S: the switch this A/B ran with, at 0cd16e0; since removed)
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.loader import Kernel
 

@@ -112,6 +112,26 @@ def test_running_kernels_have_no_fold(dqk, long):
     assert fold >= attn.fp8_dv(dqk) // 2 * 2, (fold, dqk)
 
 
+@pytest.mark.parametrize("rule", ["exact", "lean_cubic"])
+@pytest.mark.parametrize("dqk,long", [(128, True), (192, False), (256, False)])
+def test_fast_mode_rescales_the_total_while_s_runs(dqk, long, rule):
+    """The pipelined fast-mode consumers with the exact rule multiply the total by alpha(j - 1)
+    between issuing S(j) and P(j - 1) V^T (FlashAttention-3's order: the multiplies run beside
+    the GEMM, not in the tail after the P V^T wait), in both copies of the block loop; the lean
+    rules' consumers keep the rescale after the wait, where ptxas keeps their wgmmas in flight.
+    Neither makes ptxas serialize the wgmmas."""
+    name, ptx = attn.attention_kernel(rule, True, dqk=dqk, long=long, ref_rule="running")
+    lines = ptx.splitlines()
+    wgmma = [i for i, ln in enumerate(lines) if "e4m3.e4m3" in ln]
+    pv_first = [i for k, i in enumerate(wgmma) if "}, {%b32" in lines[i]                    # A: P's registers
+                and "}, {%b32" not in lines[wgmma[k - 1]]]                                  # a group's first k-step
+    spans = [lines[max(k for k in wgmma if k < i):i] for i in pv_first]   # from the last wgmma before it
+    spans = [sp for sp in spans if not any("wgmma.wait" in ln for ln in sp)]   # S(j) issued, still in flight
+    rescaled = [sum(ln.strip().startswith("mul.rn.f32") for ln in sp) for sp in spans]
+    assert len(spans) == 2 and rescaled == [attn.fp8_dv(dqk) // 2 if rule == "exact" else 0] * 2, (rescaled, name)
+    assert "serialized" not in assemble(ptx).report
+
+
 def test_long_keys_take_the_specialized_layout():
     """FP8 d128 from LONG_KEYS keys, dense only: the producer / two-consumer kernel, its own name;
     other head dims and packed batches refuse the long layout."""

@@ -264,17 +264,11 @@ def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot:
     return facs
 
 
-# lab switch for run 22's A/B (removed after it): the running consumer rescales the total by
-# alpha(j - 1) between issuing S(j) and P(j - 1) V^T (FlashAttention-3's order) instead of by
-# alpha(j) after P(j - 1) V^T is waited for
-RESCALE_UNDER_S = True
-
-
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg, running: bool = False) -> None:
     """The pipelined FP8 consumer: S(j) and P(j - 1) V^T in one GEMM phase, then the softmax of
     S(j) while P(j - 1) V^T runs. Block references: P(j - 1) V^T into a fresh accumulator,
     folded into the total once done. ``running`` (the running-max reference): P(j - 1) V^T
-    adds to the total itself, which block j's alpha then rescales (FlashAttention-3's order);
+    adds to the total itself, rescaled by alpha(j - 1) first (the exact rule: while S(j) runs);
     without the fold's registers Dv 256 fits this schedule too (128 output registers beside S)."""
     emit = prog.emit
     _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
@@ -318,8 +312,10 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs, running=running)
     emit_row_update(prog, sm, l, A)
     keep(sm)
-    # ptxas serializes the wgmmas when the lean rules' consumers rescale there (C7513)
-    under_s = running and RESCALE_UNDER_S and thread_row_sums(rule, running)
+    # running with the exact rule: the total takes alpha(j - 1) while S(j) runs, before P(j - 1) V^T
+    # is issued (FlashAttention-3's order), not in the tail after the P V^T wait; the lean rules'
+    # consumers keep the tail (there ptxas serializes the wgmmas: C7513)
+    under_s = running and thread_row_sums(rule, running)
     alpha_due = prog.regs("f32", 2) if under_s else None   # the factor the total takes before P(j - 1) V^T
     for half in (0, 1) if under_s else ():
         emit("mov.f32", alpha_due[half], f32(1.0))      # block 0's: the total is still 0
