@@ -129,30 +129,32 @@ def run_decodes(mixed: MixedPlan, out, lse, q, k, v, q_lens, k_lens, where, soft
         idx = torch.tensor([starts[i] + j - (sq - q_lens[i]) if j >= sq - q_lens[i] else -1
                             for i in dec for j in range(sq)], dtype=torch.long)
         real = idx >= 0
+        keep, dst = to_device(real, dev, torch.bool), to_device(idx[real], dev, torch.long)   # gather and scatter
         q_dec = torch.zeros(len(dec) * sq, *q.shape[1:], dtype=q.dtype, device=dev)
-        q_dec[to_device(real, dev, torch.bool)] = q.index_select(0, to_device(idx[real], dev, torch.long))
+        q_dec[keep] = q.index_select(0, dst)
         q_dec = q_dec.view(len(dec), sq, *q.shape[1:])
     lens = [k_lens[i] for i in dec]
     if block_table is None:
         cache_k = k.unsqueeze(0).expand(len(dec), *k.shape)
         cache_v = v.unsqueeze(0).expand(len(dec), *v.shape)
         left = [where[i] for i in dec]
-        seqlens = to_device([s + n for s, n in zip(left, lens)], dev)
-        table, leftpad = None, to_device(left, dev)
+        seqlens, leftpad = to_device([[s + n for s, n in zip(left, lens)], left], dev)      # one copy
+        table = None
     else:
         cache_k, cache_v = k, v
         table = to_device(page_rows([where[i] for i in dec]), dev)
         seqlens, leftpad = to_device(lens, dev), None
-    sel = to_device(dec, dev, torch.long)
-    ds = {n: (d.index_select(0, sel.to(d.device)) if d is not None and d.dim() == 2 else d) for n, d in descales.items()}
+    ds = dict(descales)
+    per_sequence = [n for n, d in descales.items() if d is not None and d.dim() == 2]
+    if per_sequence:                                   # (batch, kv_heads) descales: the decode sequences' rows
+        sel = to_device(dec, dev, torch.long)
+        ds.update({n: descales[n].index_select(0, sel.to(descales[n].device)) for n in per_sequence})
     o_view = out[first:first + rows].view(len(dec), sq, *out.shape[1:]) if together else None
     o_dec, lse_dec = triton_decode(q_dec, cache_k, cache_v, seqlens, table, softmax_scale=softmax_scale, causal=causal,
                                    cache_leftpad=leftpad, out=o_view, **ds)
     if together:
         lse[:, first:first + rows] = lse_dec.permute(1, 0, 2).reshape(lse.shape[0], rows)
         return
-    keep = to_device(real, dev, torch.bool)
-    dst = to_device(idx[real], dev, torch.long)
     out.index_copy_(0, dst, o_dec.reshape(-1, *out.shape[1:])[keep])
     lse.index_copy_(1, dst, lse_dec.permute(1, 0, 2).reshape(lse.shape[0], -1)[:, keep])
 
