@@ -51,13 +51,13 @@ def test_generated_packing_puts_each_p_where_the_a_operand_reads_it(dtype):
     from zyfa.asm.ptx.bf16 import emit_pack16
     from zyfa.asm.ptx.target import program
     prog = program()
-    p = prog.regs("f32", attn.ACC)
+    p = prog.regs("f32", attn.BLOCK_N // 2)
     p_regs = [prog.regs("b32", 4) for _ in range(attn.BLOCK_N // 16)]
     emit_pack16(prog, types.SimpleNamespace(layout=types.SimpleNamespace(dtype=dtype)), p, p_regs)
     index = {str(r): i for i, r in enumerate(p)}
     word = {str(w): (t, r) for t, words in enumerate(p_regs) for r, w in enumerate(words)}
     packs = [re.match(rf"\s*cvt\.rn\.{dtype}x2\.f32 (\S+), (\S+), (\S+);", line) for line in prog.body]
-    assert len(packs) == attn.ACC // 2 and all(packs)
+    assert len(packs) == attn.BLOCK_N // 4 and all(packs)
     for m in packs:
         t, r = word[m.group(1)]
         for half, src in ((1, m.group(2)), (0, m.group(3))):        # PTX: the first source is the high half

@@ -15,7 +15,7 @@ from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.cta import Tile
 from zyfa.asm.ptx.fragments import acc_column, acc_row_half
 from zyfa.asm.ptx.kernels import UNBOUNDED_SLACK, window_args
-from zyfa.asm.ptx.layout import ACC, BLOCK_M, params_for
+from zyfa.asm.ptx.layout import BLOCK_M, BLOCK_N, params_for
 from zyfa.asm.ptx.target import program
 from zyfa.asm.ptx.window import Window, emit_band_test, emit_block_range, emit_row_window, emit_window_mask
 from zyfa.spec.reference import key_limits
@@ -23,6 +23,8 @@ from zyfa.validation import check_window
 from zyfa.verify.ptx import evaluate as EV
 
 WINDOWS = [0, 1, 62, 126, 127, 128, 129, 1000, -1]   # block edges (62, 126: a 64-row tile short of one), beyond, unbounded
+
+S_REGS = BLOCK_N // 2          # a 128-key block's S registers a thread
 
 
 def _program(block_n: int, cta_rows: int):
@@ -40,7 +42,7 @@ def _program(block_n: int, cta_rows: int):
                                  band_start=r["band_start"])
     band = prog.reg("pred")
     emit_band_test(prog, rows, r["start_n"], band)
-    s = prog.regs("f32", ACC)
+    s = prog.regs("f32", S_REGS)
     for si in s:
         prog.emit("mov.f32", si, "0f00000000")
     emit_window_mask(prog, types.SimpleNamespace(thread=types.SimpleNamespace(q=r["q"])), rows, s, r["start_n"])
@@ -100,8 +102,8 @@ def test_window_bounds_and_mask_follow_the_spec(Sq, Sk, causal, block_n, cta_row
             hi_tile = np.minimum(x["T"] + cta_rows - 1 + o + rw, Sk - 1) // block_n
             case = (Sq, Sk, window, c, block_n, cta_rows)
             assert (x["first_block"] == lo_tile).all() and (x["n_blocks"] == hi_tile - lo_tile + 1).all(), case
-            keys = x["J"][None] * block_n + np.array([acc_column(i) for i in range(ACC)])[:, None] + 2 * x["q"]
-            rows = x["row0"][None] + 8 * np.array([acc_row_half(i) for i in range(ACC)])[:, None]
+            keys = x["J"][None] * block_n + np.array([acc_column(i) for i in range(S_REGS)])[:, None] + 2 * x["q"]
+            rows = x["row0"][None] + 8 * np.array([acc_row_half(i) for i in range(S_REGS)])[:, None]
             lo, hi = limits(rows)
             want = (keys < lo) | (keys > hi)
             assert (x["masked"] == want).all(), (case, np.argwhere(x["masked"] != want)[:3])

@@ -114,14 +114,14 @@ def test_running_reference_is_the_running_max():
     for the P codes' FMA."""
     from zyfa.asm.ptx.softmax import _emit_running_reference
     from zyfa.asm.ptx.fragments import acc_row_half
-    from zyfa.asm.ptx.layout import ACC
+    from zyfa.asm.ptx.layout import BLOCK_N
     from zyfa.asm.ptx.target import program
     prog = program()
-    s, facs, A = prog.regs("f32", ACC), prog.regs("f32", 2), prog.regs("f32", 2)
+    s, facs, A = prog.regs("f32", BLOCK_N // 2), prog.regs("f32", 2), prog.regs("f32", 2)
     A_new, alpha, neg = _emit_running_reference(prog, s, facs, A, masked=False)
     g = np.random.default_rng(4)
     lanes = 64
-    S = (g.standard_normal((ACC, lanes)) * 40).astype(np.float32)
+    S = (g.standard_normal((BLOCK_N // 2, lanes)) * 40).astype(np.float32)
     fac = np.float32(0.03)
     A0 = (g.standard_normal((2, lanes)) * 1.5).astype(np.float32)     # some rows keep A, some move
     bits = lambda a: a.astype(np.float32).view(np.uint32)  # noqa: E731
@@ -131,7 +131,7 @@ def test_running_reference_is_the_running_max():
     ev = EV.Evaluator(regs).run(EV.render_body(prog))
     val = lambda r: ev.regs[str(r)].view(np.float32)  # noqa: E731
     for half in (0, 1):
-        rows = S[[i for i in range(ACC) if acc_row_half(i) == half]].max(0)
+        rows = S[[i for i in range(BLOCK_N // 2) if acc_row_half(i) == half]].max(0)
         quad = rows.reshape(-1, 4).max(1).repeat(4)                   # the quad holds one row's columns
         m = (quad.astype(np.float64) * fac).astype(np.float32)
         want = np.maximum(A0[half], m)

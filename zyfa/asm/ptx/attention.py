@@ -24,7 +24,6 @@ import dataclasses
 
 # the kernel's public face: callers and tests read the layout's names here too
 from .layout import (  # noqa: F401
-    ACC,
     BLOCK_M,
     BLOCK_N,
     COLUMN_TILE,
@@ -32,6 +31,7 @@ from .layout import (  # noqa: F401
     HEAD_DIMS,
     HEAD_DIMS_16,
     LONG_KEYS,
+    OUT_REGS,
     PARAMS,
     REF_RULES,
     REGISTER_BUDGET,

@@ -12,7 +12,7 @@ from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import acc_row_half
-from .layout import ACC, BLOCK_N, HEAD_DIM
+from .layout import HEAD_DIM, OUT_REGS
 from .loads import stage
 from .smem import emit_descriptor
 from .softmax import Softmax, emit_softmax
@@ -29,7 +29,7 @@ BLOCK_LOOPS = (("_BELOW", False), ("", True))
 BLOCK_LOOP_COPIES = len(BLOCK_LOOPS)
 
 
-def emit_accumulators(prog: Program, n: int = ACC) -> tuple[list[Reg], list[Reg], list[Reg]]:
+def emit_accumulators(prog: Program, n: int = OUT_REGS) -> tuple[list[Reg], list[Reg], list[Reg]]:
     """The row state before the first block: total = 0 (the output accumulator, ``n``
     registers: Dv / 2), the reference A = NEG_FLOOR and the row sum l = 0 (rows g and g + 8)."""
     total = prog.regs("f32", n)
@@ -53,13 +53,13 @@ def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Re
     maximum passed A + RESCALE_THRESHOLD (emit_reference_moves). ``facs``: the two rows'
     factors (int8_qk), else the head's rows.fac."""
     _, v_tile, _, _ = stage(prog, c, j)
-    dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total))]
+    dvs = [emit_descriptor(prog, part) for part in v_halves(prog, v_tile, len(total), c.layout.block_n)]
     sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, masked=masked,
                       deferred=deferred and not running, facs=facs, running=running)
     if running:                                            # P V^T into the rescaled total
         emit_rescale(prog, total, sm.alpha, tag)
         for half, dv in enumerate(dvs):
-            emit_pv_issue(prog, c, sm.p_regs, dv, into=total[half * ACC:(half + 1) * ACC])
+            emit_pv_issue(prog, c, sm.p_regs, dv, into=total[half * OUT_REGS:(half + 1) * OUT_REGS])
         prog.emit("wgmma.wait", 0)
         emit_row_update(prog, sm, l, A)
         return
@@ -72,7 +72,7 @@ def emit_block(prog: Program, c: Cta, rows: Rows, rule: str, j: Reg, start_n: Re
                 emit_reference_moves(prog, sm, total, A, l, tag)
             else:
                 emit_rescale(prog, total, sm.alpha, tag)
-        emit_fold(prog, o, total[half * ACC:(half + 1) * ACC], sm.beta)
+        emit_fold(prog, o, total[half * OUT_REGS:(half + 1) * OUT_REGS], sm.beta)
     emit_row_update(prog, sm, l, A)
 
 
@@ -102,12 +102,12 @@ def emit_reference_moves(prog: Program, sm: Softmax, total: list[Reg] | None, A:
     prog.label(f"REFERENCES_KEPT{tag}")
 
 
-def v_halves(prog: Program, v_tile: Reg, n_total: int) -> list[Reg]:
+def v_halves(prog: Program, v_tile: Reg, n_total: int, block_n: int) -> list[Reg]:
     """The V^T tile's parts of 128 rows (Dv 256: two, 16 KB apart), one P V^T each."""
     parts = [v_tile]
-    for half in range(1, n_total // ACC):
+    for half in range(1, n_total // OUT_REGS):
         part = prog.reg("u32")
-        prog.emit("add.u32", part, v_tile, half * HEAD_DIM * BLOCK_N)    # 128 rows of 128 bytes
+        prog.emit("add.u32", part, v_tile, half * HEAD_DIM * block_n)    # 128 rows of block_n bytes
         parts.append(part)
     return parts
 
@@ -155,7 +155,7 @@ def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg, into:
     o = into or prog.regs("f32", n // 2)
     o_list = ", ".join(map(str, o))
     emit("wgmma.fence")
-    for k in range(BLOCK_N // 32):
+    for k in range(c.layout.p_steps):
         bk = prog.reg("u64")
         emit("add.u64", bk, dv, 2 * k)
         first = k == 0 and not into

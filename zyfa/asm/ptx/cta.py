@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...spec.constants import KEY_BLOCK
 from ..program import Program, Reg
 from .layout import BLOCK_M, BLOCK_N, COLUMN_TILE, HEAD_DIM, THREADS, Layout
 from .target import f32
@@ -343,8 +344,8 @@ def _emit_int8_factors(prog: Program, p: Params, t: Tile, rows: list[Reg]) -> tu
         emit("mul.wide.u32", off, idx, 4)
         emit("add.u64", addr, p.fac_ptr, off)
         emit("ld.global.f32", fac, addr, guard=inside)
-    emit("add.u32", blocks, p.seqlen_k, BLOCK_N - 1)
-    emit("shr.u32", blocks, blocks, BLOCK_N.bit_length() - 1)
+    emit("add.u32", blocks, p.seqlen_k, KEY_BLOCK - 1)             # k's descales: one a spec key block
+    emit("shr.u32", blocks, blocks, KEY_BLOCK.bit_length() - 1)
     emit("mul.lo.u32", idx, t.bkv, blocks)
     kfac_base = prog.reg("u64")
     emit("mul.wide.u32", off, idx, 4)

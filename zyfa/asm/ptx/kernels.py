@@ -158,17 +158,18 @@ def _order_args(order) -> list:
     return [] if order is None else [ctypes.c_uint64(order[0].data_ptr()), ctypes.c_uint32(order[1])]
 
 
-def _one_byte_maps(q8, k8, vt) -> list:
-    """TMA maps of one-byte q, k (E4M3 or int8) and V^T: boxes of one 128-byte column tile;
+def _one_byte_maps(q8, k8, vt, block_n: int) -> list:
+    """TMA maps of one-byte q, k (E4M3 or int8) and V^T: boxes of one 128-byte column tile and
+    ``block_n`` keys;
     a 64-byte tile (Dqk 192's columns 128-191, d64's rows) by the tail maps, in boxes of 64
     bytes with the 64-byte swizzle (kernels without such a tile get the 128-byte maps again,
     unused; d64 the tail maps twice)."""
     D, Dv = q8.shape[-1], vt.shape[-2]
     tail = attn.TAIL if D % attn.HEAD_DIM else attn.HEAD_DIM        # box width = swizzle width
     col = min(D, attn.HEAD_DIM)
-    return [tensor_map(q8, (1, attn.BLOCK_M, 1, col), col), tensor_map(k8, (1, attn.BLOCK_N, 1, col), col),
-            tensor_map(vt, (1, Dv, attn.BLOCK_N)),
-            tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), tensor_map(k8, (1, attn.BLOCK_N, 1, tail), tail)]
+    return [tensor_map(q8, (1, attn.BLOCK_M, 1, col), col), tensor_map(k8, (1, block_n, 1, col), col),
+            tensor_map(vt, (1, Dv, block_n)),
+            tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), tensor_map(k8, (1, block_n, 1, tail), tail)]
 
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -286,11 +287,11 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     vt = vt.reshape(v.shape[0] * Hkv, Dv, -1)
     out = torch.empty(q.shape[0], Sq_total, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
-    maps = _one_byte_maps(q8, k8, vt)
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     long = attn.long_keys(D, Dv, Sk, packed is not None)
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long)
+    maps = _one_byte_maps(q8, k8, vt, layout.block_n)
     window = window_args(window_size, causal, Sq, Sk)
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", device_index(dev), packed is not None, long, ref_rule,
                         bool(window))
@@ -332,10 +333,10 @@ def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     vt = hopper_vt(v).reshape(B * Hkv, Dv, -1)
     out = torch.empty(B, Sq, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    maps = _one_byte_maps(q8, k8, vt)
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, dv=Dv, int8_qk=True)
+    maps = _one_byte_maps(q8, k8, vt, layout.block_n)
     window = window_args(window_size, causal, Sq, Sk)
     kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev), bool(window))
     kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,),

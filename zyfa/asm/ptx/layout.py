@@ -36,8 +36,7 @@ TAIL = 64      # Dqk 192: columns 128-191 as a second tile of 64-byte rows (64-b
 THREADS = 128                               # one warpgroup
 Q_BYTES = BLOCK_M * HEAD_DIM                # one 128-byte column tile of Q
 ONES_BYTES = 8 * HEAD_DIM                   # the ones tile: B of the half-precision row-sum wgmma
-KV_BYTES = BLOCK_N * HEAD_DIM               # one K tile or one V^T tile
-ACC = BLOCK_N // 2                          # f32 accumulator registers per thread (m64n128)
+OUT_REGS = HEAD_DIM // 2                    # f32 registers a thread of one P V^T's output (m64n128)
 # 168 registers x 128 threads x 3 CTAs fits the SM's 64K registers, and 3 serial kernels'
 # shared memory its 227 KB: three CTAs per SM, so one's softmax can overlap another's wgmma.
 # (The half-precision row sums are waited for before P.V, so their half2 P is dead before
@@ -64,6 +63,16 @@ class Layout:
     packed: bool = False  # a packed (varlen) batch: each sequence's rows from cu_seqlens (PACKED_PARAMS)
     int8_qk: bool = False  # Q and K int8 (the INT8 Q.K^T mode), factors a row and a key block (INT8_PARAMS)
     window: bool = False   # a sliding window, its (left, right) parameters (WINDOW_PARAMS; window.py)
+
+    @property
+    def s_regs(self) -> int:
+        """f32 registers a thread of a block's S (m64n``block_n``: two rows of block_n / 4)."""
+        return self.block_n // 2
+
+    @property
+    def p_steps(self) -> int:
+        """E4M3 P V^T's k-steps of 32 keys a block."""
+        return self.block_n // 32
 
     @property
     def elem_bytes(self) -> int:

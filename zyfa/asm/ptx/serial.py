@@ -19,7 +19,7 @@ from .softmax import emit_row_sum_parts
 from .cta import emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .int8_qk import emit_block_factors, emit_int8_scores
-from .layout import ACC, BLOCK_N, Layout
+from .layout import Layout
 from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
 from .smem import emit_descriptor, emit_wait
 from .window import emit_band_test, emit_below_again, emit_first_start
@@ -50,7 +50,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running:
     prog.comment("per block: prefetch the next block; S = Q K^T, waited for; the softmax and P V^T;")
     prog.comment("two copies of the loop: the blocks below the band (no mask test, no masked-row")
     prog.comment("guard), then the band's")
-    s = prog.regs("b32" if layout.int8_qk else "f32", ACC)     # int8_qk: int32 scores, then float
+    s = prog.regs("b32" if layout.int8_qk else "f32", layout.s_regs)     # int8_qk: int32 scores, then float
     next_j, more = prog.reg("u32"), prog.reg("pred")
     emit_band_test(prog, rows, start_n, more)               # a window's left band: masked too
     emit("bra", "BAND", guard=more)
@@ -67,7 +67,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running:
                    running=running)
         emit("bar.sync", 0)                       # every warp is done with this stage
         emit("mov.u32", j, next_j)
-        emit("add.u32", start_n, start_n, BLOCK_N)
+        emit("add.u32", start_n, start_n, layout.block_n)
         if masked:
             emit_below_again(prog, rows, start_n, f"BLOCK_LOOP{BLOCK_LOOPS[0][0]}")   # a window's left band ends
             emit("setp.lt.u32", more, j, tile.n_blocks)

@@ -17,7 +17,6 @@ from ...spec.rules import HALF_RULES
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import acc_row_half, p_sources
-from .layout import ACC, BLOCK_N
 from .lean_p import (
     HMMA_RULES,
     emit_p_code,
@@ -155,7 +154,7 @@ def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg,
     # before P.V's accumulator lives (registers)
     prog.comment("row sums of P in half precision")
     emit("wgmma.fence")
-    for t in range(BLOCK_N // 16):
+    for t in range(len(ys) // 8):                        # k-steps of 16 keys
         a_regs = ", ".join(str(p16[8 * t + d]) for d in (0, 2, 4, 6))
         emit("wgmma.m64n8k16.f16.rs", ", ".join(map(str, sums)), a_regs, d_ones, 0 if t == 0 else c.accumulate)
     emit("wgmma.commit")
@@ -168,9 +167,9 @@ def _emit_p_exact(prog: Program, ys: list[Reg], exps: list[Reg] | None = None) -
     """The exact rule: two scores (same row, adjacent keys) a 16-bit pair of codes; the A
     operand's words, and each pair as half2 P (E4M3 values are exact halves). ``exps``: the
     exponentials before rounding appended to it in score order, and no half2 P."""
-    pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1], exps) for i in range(0, ACC, 2)}
+    pairs = {i: emit_p_exact_pair(prog, ys[i], ys[i + 1], exps) for i in range(0, len(ys), 2)}
     p_regs, p16 = [], {}
-    for k in range(BLOCK_N // 32):
+    for k in range(len(ys) // 16):                 # k-steps of 32 keys: 16 of a thread's scores
         p_regs.append([])
         for src in p_sources(k):
             word = prog.reg("b32")
@@ -194,13 +193,13 @@ def _emit_p_half(prog: Program, rule: str, ys: list[Reg]) -> tuple[list[list[Reg
     exponent/mantissa is P * 2^-8 exactly, subnormals too)."""
     pairs, p16 = {}, {}
     consts = half_constants(prog, rule)
-    for i in range(0, ACC, 2):
+    for i in range(0, len(ys), 2):
         w = pairs[i] = emit_p_code_pair(prog, ys[i], ys[i + 1], consts, rule)
         masked = p16[i] = prog.reg("b32")
         prog.emit("and.b32", masked, w, "0x00FF00FF")
         prog.emit("shl.b32", masked, masked, 7)
     p_regs = [[emit_pack_pairs(prog, pairs[src[0]], pairs[src[2]]) for src in p_sources(k)]
-              for k in range(BLOCK_N // 32)]
+              for k in range(len(ys) // 16)]
     return p_regs, p16
 
 
@@ -217,7 +216,7 @@ def _emit_p_lean(prog: Program, rule: str, ys: list[Reg], l_alu: list[Reg]) -> l
         prog.emit("shl.b32", scaled, w, 20)                  # the bits above the code are the magic's zeros
         row_sum = l_alu[acc_row_half(i)]
         prog.emit("fma.f32", row_sum, scaled, f32(2.0 ** 120), row_sum)
-    return [[emit_pack4(prog, [codes[r] for r in src]) for src in p_sources(k)] for k in range(BLOCK_N // 32)]
+    return [[emit_pack4(prog, [codes[r] for r in src]) for src in p_sources(k)] for k in range(len(ys) // 16)]
 
 
 def emit_sum_tree(prog: Program, values: list[Reg], chains: int = 4) -> Reg:

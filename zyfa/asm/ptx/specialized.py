@@ -36,7 +36,7 @@ from .consumer16 import emit_consumer_16
 from .cta import Cta, Rows, emit_positive_factor, emit_prologue
 from .epilogue import emit_epilogue
 from .int8_qk import emit_block_factors, emit_int8_scores
-from .layout import ACC, BLOCK_M, BLOCK_N, HEAD_DIM, THREADS, Layout
+from .layout import BLOCK_M, HEAD_DIM, OUT_REGS, THREADS, Layout
 from .lean_p import thread_row_sums
 from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
                     emit_setup, emit_v_rows, stage)
@@ -278,8 +278,8 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     emit("mov.u32", j, 0)
     emit_first_start(prog, c.tile, start_n)
     emit("mov.u32", slot, base)
-    s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)      # int8_qk: int32 scores, then float
-    p_regs = [prog.regs("b32", 4) for _ in range(BLOCK_N // 32)]   # P(j - 1): A of the P V^T in flight
+    s = prog.regs("b32" if c.layout.int8_qk else "f32", c.layout.s_regs)   # int8_qk: int32 scores, then float
+    p_regs = [prog.regs("b32", 4) for _ in range(c.layout.p_steps)]   # P(j - 1): A of the P V^T in flight
     alpha, beta = (None, None) if running else (prog.regs("f32", 2), prog.regs("f32", 2))
 
     def keep(sm) -> None:
@@ -303,8 +303,8 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
         _, v_tile, _, _ = stage(prog, c, block_slot)
         if not running:
             return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile))
-        for half, part in enumerate(v_halves(prog, v_tile, len(total))):
-            emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * ACC:(half + 1) * ACC])
+        for half, part in enumerate(v_halves(prog, v_tile, len(total), c.layout.block_n)):
+            emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * OUT_REGS:(half + 1) * OUT_REGS])
         return None
 
     prog.comment("block 0: its GEMM phase has Q K^T alone" + ("; the total is still 0 (no rescale)" if running else ""))
@@ -341,7 +341,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
             emit_rescale(prog, total, alpha_due, tag)       # by alpha(j - 1), while S(j) runs
         o = issue_pv(prev_slot)
         facs = _emit_block_factors(prog, c, rows, j)
-        emit("wgmma.wait", 1 + (len(total) > ACC))         # S(j); P(j - 1) V^T may still run
+        emit("wgmma.wait", 1 + (len(total) > OUT_REGS))         # S(j); P(j - 1) V^T may still run
         _emit_int8_scores(prog, c, s, facs, tag)
         sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
                           deferred=not running, facs=facs, running=running)
@@ -390,7 +390,7 @@ def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, 
     emit("mov.u32", j, 0)
     emit_first_start(prog, c.tile, start_n)
     emit("mov.u32", slot, base)
-    s = prog.regs("b32" if c.layout.int8_qk else "f32", ACC)      # int8_qk: int32 scores, then float
+    s = prog.regs("b32" if c.layout.int8_qk else "f32", c.layout.s_regs)   # int8_qk: int32 scores, then float
     more = prog.reg("pred")
     prog.label("BLOCK_LOOP")
     facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "")
