@@ -107,6 +107,8 @@ def test_running_kernels_have_no_fold(dqk, long):
     if dqk == 256:        # the default takes each block in turn; the fast mode waits for S(j) alone
         assert "wgmma.wait_group.sync.aligned 2;" in ptx
         return
+    if long:              # 224-key blocks: as many FFMAs a score, but more scores a block
+        return
     # the fold: one FFMA an output register a block, in each of the loop's two copies
     fold = count(block, "FFMA") - count(running, "FFMA")
     assert fold >= attn.fp8_dv(dqk) // 2 * 2, (fold, dqk)
@@ -130,6 +132,30 @@ def test_fast_mode_rescales_the_total_while_s_runs(dqk, long, rule):
     rescaled = [sum(ln.strip().startswith("mul.rn.f32") for ln in sp) for sp in spans]
     assert len(spans) == 2 and rescaled == [attn.fp8_dv(dqk) // 2 if rule == "exact" else 0] * 2, (rescaled, name)
     assert "serialized" not in assemble(ptx).report
+
+
+def test_fast_mode_long_layout_takes_wide_blocks():
+    """The fast mode's exact rule in the long layout: key blocks of WIDE_KEYS (S m64n224, P V^T
+    in seven k-steps over two 128-key V^T boxes, three stages within the shared memory), no
+    spills, no serialized wgmmas; the lean rules, windows and the other layouts keep 128 keys,
+    and key_block says which block the spec's references take."""
+    wide = attn.layout_for(128, long=True, wide=True)
+    assert (wide.block_n, wide.v_boxes, wide.stages) == (attn.WIDE_KEYS, 2, 3)
+    assert wide.stage_bytes == attn.WIDE_KEYS * 128 + 2 * 128 * 128 and wide.shared_bytes <= 227 * 1024
+    name, ptx = attn.attention_kernel("exact", True, long=True, ref_rule="running")
+    a = assemble(ptx)
+    assert a.spill_bytes == 0 and "serialized" not in a.report, a.report
+    assert ptx.count("m64n224k32") == 3 * 4                  # S: block 0 and the loop's two copies
+    assert a.sass().count("QGMMA") == 3 * 4 + 3 * 7          # P V^T: the loop's two copies and the last
+    assert attn.key_block(128, 128, attn.LONG_KEYS, "exact", "running") == attn.WIDE_KEYS
+    for p_rule, ref_rule, seqlen_k, window in (("exact", "block", attn.LONG_KEYS, False),
+                                               ("lean_cubic", "running", attn.LONG_KEYS, False),
+                                               ("exact", "running", attn.LONG_KEYS, True),
+                                               ("exact", "running", attn.LONG_KEYS - 1, False)):
+        assert attn.key_block(128, 128, seqlen_k, p_rule, ref_rule, window=window) == attn.BLOCK_N
+        assert "m64n224" not in attn.attention_kernel(p_rule, True, long=seqlen_k >= attn.LONG_KEYS,
+                                                      ref_rule=ref_rule, window=window)[1]
+    assert attn.key_block(192, 128, 1 << 20, "exact", "running") == attn.BLOCK_N
 
 
 def test_long_keys_take_the_specialized_layout():
@@ -313,7 +339,9 @@ def test_fast_mode_sums_the_exponentials(shape, head_dim, long, monkeypatch):
     kw, causal = _exact_s_case(shape, seed=shape[1] + head_dim + 3, head_dim=head_dim)
     out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule="exact", ref_rule="running", return_lse=True,
                                     backend="ptx")
-    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule="exact", ref_rule="running", return_lse=True)
+    block_n = attn.key_block(head_dim, attn.fp8_dv(head_dim), kw["k"].shape[1], "exact", "running")
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule="exact", ref_rule="running", return_lse=True,
+                                        block_n=block_n)
     assert rel_err(out, spec) <= 1.5 * rel_err(spec.bfloat16(), spec) + 1e-4, describe_mismatch(out, spec)
     assert (lse.double() - lse_spec).abs().max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
 
