@@ -694,3 +694,20 @@ def test_windowed_packed_and_paged_equal_per_sequence_calls(dims, window, causal
                                      **{n: d[i:i + 1] for n, d in ds.items()})
         assert torch.equal(out[a:a + sq].view(torch.int16), o[0].view(torch.int16)), (i, describe_mismatch(out[a:a + sq], o[0]))
         assert torch.equal(lse[:, a:a + sq], s_[0]), i
+
+
+def test_explain_names_the_fast_modes_key_block(monkeypatch):
+    """The backend's reason names the block of the fast mode's references (the spec's block_n):
+    224 keys in the long layout, 128 below LONG_KEYS and with a window."""
+    from zyfa import dispatch
+    from zyfa.asm.ptx import backend
+    monkeypatch.setattr(backend, "HAS_CUDA_PYTHON", True)
+
+    def why(seqlen_k, ref_rule, window=(-1, -1)):
+        p = dispatch.Problem(torch.device("cuda"), "sm90", True, (128, 128), True, seqlen_k, seqlen_k, "exact",
+                             ref_rule, False, False, False, False, window)
+        return backend.supports(p)[1]
+    assert f"running max every {attn.WIDE_KEYS} keys" in why(attn.LONG_KEYS, "running")
+    assert "running max every 128 keys" in why(attn.LONG_KEYS - 1, "running")
+    assert "running max every 128 keys" in why(attn.LONG_KEYS, "running", (100, 0))
+    assert "running" not in why(attn.LONG_KEYS, "block")
