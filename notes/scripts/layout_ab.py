@@ -8,9 +8,9 @@ import os
 import time
 
 import torch
-import triton.testing
 
 import zyfa
+from ab_common import fa3_call, first_out, tflops_in_turns      # notes/scripts, on the path as a script
 from zyfa.activations import make
 from zyfa.asm.ptx import layout
 
@@ -24,20 +24,12 @@ def with_long(keys, fn):
     return call
 
 
-def fa3_call(x):
-    import fa3_fwd_interface
-    v = x.v.contiguous()
-    return lambda: fa3_fwd_interface.flash_attn_func(x.q, x.k, v, causal=True, q_descale=x.q_descale,
-                                                     k_descale=x.k_descale, v_descale=x.v_descale)
-
 
 def mode_call(x, mode):
     extra = dict(ref_rule="running") if mode == "fast" else {}
     return lambda: zyfa.flash_attn_func(**x.kwargs(), causal=True, p_rule="exact", backend="ptx", **extra)
 
 
-_out = lambda r: r[0] if isinstance(r, tuple) else r  # noqa: E731
-bench = lambda fn: triton.testing.do_bench(fn, warmup=30, rep=250, return_mode="median")  # noqa: E731
 # case: (B, S, Hq, Hkv, D, Dv), the modes whose layouts are compared
 CASES = {"Mistral-7B 16K": ((1, 16384, 32, 8, 128, 128), ("int8",)),
          "d128 32 heads 32K": ((1, 32768, 32, 32, 128, 128), ("int8",)),
@@ -56,20 +48,15 @@ for name, ((B, S, Hq, Hkv, D, Dv), modes) in CASES.items():
         base = mode_call(x, mode)
         if mode in modes:
             a, b = with_long(NEVER, base), with_long(ALWAYS, base)
-            oa, ob = _out(a()), _out(b())
+            oa, ob = first_out(a()), first_out(b())
             equal[mode] = dict(bit_equal=torch.equal(oa, ob), max_abs=(oa.float() - ob.float()).abs().max().item())
             calls[f"{mode} serial"], calls[f"{mode} long"] = a, b
         else:
             calls[mode] = with_long(16384, base)
     layout.LONG_KEYS = 16384
     flops = 2 * B * Hq * (S * (S + 1) / 2) * (D + Dv)
-    times = {k: [] for k in calls}
-    for _ in range(3):
-        for key, fn in calls.items():
-            fn()
-            times[key].append(bench(fn))
+    tf, times = tflops_in_turns(calls, flops)
     layout.LONG_KEYS = 16384
-    tf = {k: flops / min(t) / 1e9 for k, t in times.items()}
     rows.append(dict(case=name, equal=equal, tflops=tf, ms=times))
     print(f"{name:22s} " + " ".join(f"{k} {t:.0f}" for k, t in tf.items()) + " | /fa3 "
           + " ".join(f"{k} {t / tf['fa3']:.3f}" for k, t in tf.items() if k != "fa3") + f" | {equal}", flush=True)

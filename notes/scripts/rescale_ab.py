@@ -9,9 +9,9 @@ import os
 import time
 
 import torch
-import triton.testing
 
 import zyfa
+from ab_common import fa3_call, first_out, tflops_in_turns      # notes/scripts, on the path as a script
 from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn, kernels, layout, specialized  # noqa: F401 (RESCALE_UNDER_S: the switch this A/B ran with, at 0cd16e0; since removed)
 from zyfa.asm.ptx.assemble import assemble
@@ -51,15 +51,7 @@ def variant_call(x, variant, long_keys=16384):
     return call
 
 
-def fa3_call(x):
-    import fa3_fwd_interface
-    v = x.v.contiguous()
-    return lambda: fa3_fwd_interface.flash_attn_func(x.q, x.k, v, causal=True, q_descale=x.q_descale,
-                                                     k_descale=x.k_descale, v_descale=x.v_descale)
 
-
-_out = lambda r: r[0] if isinstance(r, tuple) else r  # noqa: E731
-bench = lambda fn: triton.testing.do_bench(fn, warmup=30, rep=250, return_mode="median")  # noqa: E731
 CASES = {"Mistral-7B 16K": (1, 16384, 32, 8, 128, 128), "d128 32 heads 32K": (1, 32768, 32, 32, 128, 128),
          "DeepSeek-V2-Lite 16K": (1, 16384, 16, 16, 192, 128), "d256 batch 4 8K": (4, 8192, 8, 8, 256, 256)}
 rows = []
@@ -71,15 +63,10 @@ for name, (B, S, Hq, Hkv, D, Dv) in CASES.items():
     if D == 128:
         calls["new 6 stages"] = variant_call(x, "new 6 stages")
         calls["serial"] = variant_call(x, "old", long_keys=1 << 30)
-    ref = _out(calls["old"]())
-    equal = {k: torch.equal(_out(f()), ref) for k, f in calls.items() if k not in ("fa3", "old")}
+    ref = first_out(calls["old"]())
+    equal = {k: torch.equal(first_out(f()), ref) for k, f in calls.items() if k not in ("fa3", "old")}
     flops = 2 * B * Hq * (S * (S + 1) / 2) * (D + Dv)
-    times = {k: [] for k in calls}
-    for _ in range(3):
-        for key, fn in calls.items():
-            fn()
-            times[key].append(bench(fn))
-    tf = {k: flops / min(t) / 1e9 for k, t in times.items()}
+    tf, times = tflops_in_turns(calls, flops)
     rows.append(dict(case=name, equal_to_old=equal, tflops=tf, ms=times))
     print(f"{name:22s} " + " ".join(f"{k} {t:.0f}" for k, t in tf.items()) + " | /fa3 "
           + " ".join(f"{k} {t / tf['fa3']:.3f}" for k, t in tf.items() if k != "fa3")

@@ -7,9 +7,9 @@ import os
 import time
 
 import torch
-import triton.testing
 
 import zyfa
+from ab_common import fa3_call, first_out, tflops_in_turns      # notes/scripts, on the path as a script
 from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn, kernels
 from zyfa.asm.ptx.assemble import assemble
@@ -47,15 +47,7 @@ def fast(x, wide):
     return call
 
 
-def fa3_call(x):
-    import fa3_fwd_interface
-    v = x.v.contiguous()
-    return lambda: fa3_fwd_interface.flash_attn_func(x.q, x.k, v, causal=True, q_descale=x.q_descale,
-                                                     k_descale=x.k_descale, v_descale=x.v_descale)
 
-
-_out = lambda r: r[0] if isinstance(r, tuple) else r  # noqa: E731
-bench = lambda fn: triton.testing.do_bench(fn, warmup=30, rep=250, return_mode="median")  # noqa: E731
 CASES = {"Mistral-7B 16K": (1, 16384, 32, 8), "d128 32 heads 32K": (1, 32768, 32, 32), "d128 batch 2 16K": (2, 16384, 32, 8)}
 rows = []
 for name, (B, S, Hq, Hkv) in CASES.items():
@@ -65,16 +57,11 @@ for name, (B, S, Hq, Hkv) in CASES.items():
     calls = {"fa3": fa3_call(x), "fast 128": fast(x, False), "fast 224": fast(x, True)}
     err = {}
     for key, f in calls.items():
-        o = _out(f())[:, -256:].double()
+        o = first_out(f())[:, -256:].double()
         err[key] = ((o - ref).norm() / ref.norm()).item()
     del q, k, v, ref
     flops = 2 * B * Hq * (S * (S + 1) / 2) * 256
-    times = {k: [] for k in calls}
-    for _ in range(3):
-        for key, fn in calls.items():
-            fn()
-            times[key].append(bench(fn))
-    tf = {k: flops / min(t) / 1e9 for k, t in times.items()}
+    tf, times = tflops_in_turns(calls, flops)
     rows.append(dict(case=name, tflops=tf, ms=times, e2e_err=err))
     print(f"{name:20s} " + " ".join(f"{k} {t:.0f}" for k, t in tf.items())
           + f" | 224/128 {tf['fast 224'] / tf['fast 128']:.3f} 224/fa3 {tf['fast 224'] / tf['fa3']:.3f}"
