@@ -1,7 +1,8 @@
 """Lab A/B (not for the package), run 24 (branch fast-wide-tiles): the fast mode's long layout in
 224-key blocks (layout.wide_blocks) against 128-key blocks (main), timed in turns (3 rounds)
 in one process beside FA3 FP8; the end-to-end error of each (its last 256 query rows against
-float64 attention on the BF16 inputs) beside FA3's."""
+float64 attention on the BF16 inputs) beside FA3's. Below LONG_KEYS (8K, batch 4 4K) also the long
+layout forced (LONG_KEYS 1), wide and not, against the serial kernel those calls take."""
 import json
 import os
 import time
@@ -11,7 +12,7 @@ import torch
 import zyfa
 from ab_common import fa3_call, first_out, tflops_in_turns      # notes/scripts, on the path as a script
 from zyfa.activations import make
-from zyfa.asm.ptx import attention as attn, kernels
+from zyfa.asm.ptx import attention as attn, kernels, layout
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.loader import Kernel
 from zyfa.spec.reference import attention_fp64
@@ -35,26 +36,33 @@ def build(wide, rule, causal, dqk, arch, device, packed, long, ref_rule, window=
     return built[key]
 
 
-def fast(x, wide):
+def fast(x, wide, long_keys=layout.LONG_KEYS):
+    default_long = layout.LONG_KEYS
+
     def call():
         use(wide)
         kernels._attention = lambda *a: build(wide, *a)
+        layout.LONG_KEYS = long_keys
         try:
             return zyfa.flash_attn_func(**x.kwargs(), causal=True, p_rule="exact", backend="ptx", ref_rule="running")
         finally:
-            kernels._attention = ORIG_ATTENTION
+            kernels._attention, layout.LONG_KEYS = ORIG_ATTENTION, default_long
             use(True)
     return call
 
 
 
-CASES = {"Mistral-7B 16K": (1, 16384, 32, 8), "d128 32 heads 32K": (1, 32768, 32, 32), "d128 batch 2 16K": (2, 16384, 32, 8)}
+CASES = {"Mistral-7B 16K": (1, 16384, 32, 8), "d128 32 heads 32K": (1, 32768, 32, 32), "d128 batch 2 16K": (2, 16384, 32, 8),
+         "Mistral-7B 8K": (1, 8192, 32, 8), "d128 batch 4 4K": (4, 4096, 32, 32)}
 rows = []
 for name, (B, S, Hq, Hkv) in CASES.items():
     q, k, v = make("realistic", B, S, Hq, Hkv, 128, 128, seed=24, device="cuda")
     x = zyfa.quantize_fp8(q, k, v)
     ref = attention_fp64(q[:, -256:], k, v, causal=True)
     calls = {"fa3": fa3_call(x), "fast 128": fast(x, False), "fast 224": fast(x, True)}
+    if S < layout.LONG_KEYS:                  # "fast 128" / "fast 224" above are the serial kernel here
+        calls = {"fa3": calls["fa3"], "serial": calls["fast 128"], "fast 128": fast(x, False, 1),
+                 "fast 224": fast(x, True, 1)}
     err = {}
     for key, f in calls.items():
         o = first_out(f())[:, -256:].double()
