@@ -1,5 +1,5 @@
 """Lab A/B (not for the package), run 24 (branch fast-wide-tiles): the fast mode's long layout in
-224-key blocks (layout.wide_blocks) against 128-key blocks (main), timed in turns (3 rounds)
+224-key blocks and MLA's in 160 (layout.wide_blocks) against 128-key blocks (main), timed in turns (3 rounds)
 in one process beside FA3 FP8; the end-to-end error of each (its last 256 query rows against
 float64 attention on the BF16 inputs) beside FA3's. Below LONG_KEYS (8K, batch 4 4K) also the long
 layout forced (LONG_KEYS 1), wide and not, against the serial kernel those calls take."""
@@ -52,15 +52,16 @@ def fast(x, wide, long_keys=layout.LONG_KEYS):
 
 
 
-CASES = {"Mistral-7B 16K": (1, 16384, 32, 8), "d128 32 heads 32K": (1, 32768, 32, 32), "d128 batch 2 16K": (2, 16384, 32, 8),
-         "Mistral-7B 8K": (1, 8192, 32, 8), "d128 batch 4 4K": (4, 4096, 32, 32)}
+CASES = {"Mistral-7B 16K": (1, 16384, 32, 8, 128), "d128 32 heads 32K": (1, 32768, 32, 32, 128),
+         "DeepSeek-V2-Lite 16K": (1, 16384, 16, 16, 192), "d128 batch 2 16K": (2, 16384, 32, 8, 128),
+         "Mistral-7B 8K": (1, 8192, 32, 8, 128), "d128 batch 4 4K": (4, 4096, 32, 32, 128)}
 rows = []
-for name, (B, S, Hq, Hkv) in CASES.items():
-    q, k, v = make("realistic", B, S, Hq, Hkv, 128, 128, seed=24, device="cuda")
+for name, (B, S, Hq, Hkv, D) in CASES.items():
+    q, k, v = make("realistic", B, S, Hq, Hkv, D, 128, seed=24, device="cuda")
     x = zyfa.quantize_fp8(q, k, v)
     ref = attention_fp64(q[:, -256:], k, v, causal=True)
     calls = {"fa3": fa3_call(x), "fast 128": fast(x, False), "fast 224": fast(x, True)}
-    if S < layout.LONG_KEYS:                  # "fast 128" / "fast 224" above are the serial kernel here
+    if S < layout.LONG_KEYS and D == 128:                  # "fast 128" / "fast 224" above are the serial kernel here
         calls = {"fa3": calls["fa3"], "serial": calls["fast 128"], "fast 128": fast(x, False, 1),
                  "fast 224": fast(x, True, 1)}
     err = {}
@@ -68,7 +69,7 @@ for name, (B, S, Hq, Hkv) in CASES.items():
         o = first_out(f())[:, -256:].double()
         err[key] = ((o - ref).norm() / ref.norm()).item()
     del q, k, v, ref
-    flops = 2 * B * Hq * (S * (S + 1) / 2) * 256
+    flops = 2 * B * Hq * (S * (S + 1) / 2) * (D + 128)
     tf, times = tflops_in_turns(calls, flops)
     rows.append(dict(case=name, tflops=tf, ms=times, e2e_err=err))
     print(f"{name:20s} " + " ".join(f"{k} {t:.0f}" for k, t in tf.items())

@@ -134,20 +134,25 @@ def test_fast_mode_rescales_the_total_while_s_runs(dqk, long, rule):
     assert "serialized" not in assemble(ptx).report
 
 
-def test_fast_mode_long_layout_takes_wide_blocks():
-    """The fast mode's exact rule in the long layout: key blocks of WIDE_KEYS (S m64n224, P V^T
-    in seven k-steps over two 128-key V^T boxes, three stages within the shared memory), no
-    spills, no serialized wgmmas; the lean rules, windows and the other layouts keep 128 keys,
-    and key_block says which block the spec's references take."""
-    wide = attn.layout_for(128, long=True, wide=True)
-    assert (wide.block_n, wide.v_boxes, wide.stages) == (attn.WIDE_KEYS, 2, 3)
-    assert wide.stage_bytes == attn.WIDE_KEYS * 128 + 2 * 128 * 128 and wide.shared_bytes <= 227 * 1024
-    name, ptx = attn.attention_kernel("exact", True, long=True, ref_rule="running")
+@pytest.mark.parametrize("dqk,long", [(128, True), (192, False)])
+def test_fast_mode_takes_wide_blocks(dqk, long):
+    """The fast mode's exact rule in d128's long layout and MLA's: key blocks of WIDE_KEYS (S
+    m64n224 / m64n160, P V^T in 7 / 5 k-steps over two 128-key V^T boxes, three stages within the
+    shared memory), no spills, no serialized wgmmas; the lean rules, windows and the other
+    layouts keep 128 keys, and key_block says which block the spec's references take."""
+    n = attn.WIDE_KEYS[dqk]
+    wide = attn.layout_for(dqk, long=long, wide=True)
+    assert (wide.block_n, wide.v_boxes, wide.stages) == (n, 2, 3)
+    assert wide.stage_bytes == n * dqk + 2 * 128 * 128 and wide.shared_bytes <= 227 * 1024
+    name, ptx = attn.attention_kernel("exact", True, dqk, long=long, ref_rule="running")
     a = assemble(ptx)
     assert a.spill_bytes == 0 and "serialized" not in a.report, a.report
-    assert ptx.count("m64n224k32") == 3 * 4                  # S: block 0 and the loop's two copies
-    assert a.sass().count("QGMMA") == 3 * 4 + 3 * 7          # P V^T: the loop's two copies and the last
-    assert attn.key_block(128, 128, attn.LONG_KEYS, "exact", "running") == attn.WIDE_KEYS
+    assert ptx.count(f"m64n{n}k32") == 3 * dqk // 32        # S: block 0 and the loop's two copies
+    assert a.sass().count("QGMMA") == 3 * dqk // 32 + 3 * n // 32   # P V^T: the two copies and the last
+    assert attn.key_block(dqk, 128, attn.LONG_KEYS, "exact", "running") == n
+    if dqk == 192:
+        assert attn.key_block(192, 128, 1 << 20, "exact", "running", packed=True) == attn.BLOCK_N
+        return
     for p_rule, ref_rule, seqlen_k, window in (("exact", "block", attn.LONG_KEYS, False),
                                                ("lean_cubic", "running", attn.LONG_KEYS, False),
                                                ("exact", "running", attn.LONG_KEYS, True),
@@ -155,7 +160,6 @@ def test_fast_mode_long_layout_takes_wide_blocks():
         assert attn.key_block(128, 128, seqlen_k, p_rule, ref_rule, window=window) == attn.BLOCK_N
         assert "m64n224" not in attn.attention_kernel(p_rule, True, long=seqlen_k >= attn.LONG_KEYS,
                                                       ref_rule=ref_rule, window=window)[1]
-    assert attn.key_block(192, 128, 1 << 20, "exact", "running") == attn.BLOCK_N
 
 
 def test_long_keys_take_the_specialized_layout():
@@ -707,7 +711,7 @@ def test_explain_names_the_fast_modes_key_block(monkeypatch):
         p = dispatch.Problem(torch.device("cuda"), "sm90", True, (128, 128), True, seqlen_k, seqlen_k, "exact",
                              ref_rule, False, False, False, False, window)
         return backend.supports(p)[1]
-    assert f"running max every {attn.WIDE_KEYS} keys" in why(attn.LONG_KEYS, "running")
+    assert f"running max every {attn.WIDE_KEYS[128]} keys" in why(attn.LONG_KEYS, "running")
     assert "running max every 128 keys" in why(attn.LONG_KEYS - 1, "running")
     assert "running max every 128 keys" in why(attn.LONG_KEYS, "running", (100, 0))
     assert "running" not in why(attn.LONG_KEYS, "block")

@@ -131,7 +131,7 @@ def test_windowed_fp8_kernels_assemble(kw, rule):
     128-key kernel.)"""
     name, ptx = attn.attention_kernel(rule, True, window=True, **kw)
     default_name, default_ptx = attn.attention_kernel(rule, True, **kw)
-    if attn.wide_blocks(rule, kw.get("ref_rule", "block"), False) and kw.get("long"):
+    if attn.wide_blocks(rule, kw.get("ref_rule", "block"), False) and (kw.get("long") or kw["dqk"] == 192):
         default_ptx = attn.attention_kernel("lean_cubic", True, **kw)[1]     # the same schedule at 128 keys
     assert name.replace("_window", "_causal") == default_name and "window_left" in ptx
     assert "window_left" not in default_ptx

@@ -240,9 +240,10 @@ class Layout:
         return THREADS * (1 + self.consumers) if self.specialized else THREADS
 
 
-# the fast mode's long layout (E4M3 d128, running reference): key blocks of this many keys, in three
-# stages (FlashAttention-3's tile at d128: S's 112 registers beside the total's 64 and P's 28)
-WIDE_KEYS = 224
+# the fast mode's key blocks (E4M3, running reference, exact rule) by Dqk, in three stages:
+# FlashAttention-3's tiles, d128's long layout (S's 112 registers beside the total's 64 and P's 28)
+# and MLA's 192 / 128 (S 80)
+WIDE_KEYS = {HEAD_DIM: 224, 192: 160}
 
 # FP8 d128 from this many keys: the producer / two-consumer kernel, whose overlap of one
 # consumer's softmax with the other's GEMMs pays only on long rows (H200: docs/decisions.md)
@@ -255,9 +256,9 @@ def long_keys(dqk: int, dv: int, seqlen_k: int, packed: bool = False) -> bool:
 
 
 def wide_blocks(p_rule: str, ref_rule: str, window: bool) -> bool:
-    """Whether the long layout takes blocks of WIDE_KEYS: the fast mode with the exact rule (each
-    thread sums its exponentials; a lean rule's P spills beside S at 224 keys), no window
-    (window.py counts blocks by shifts)."""
+    """Whether d128's long layout and MLA's take blocks of WIDE_KEYS: the fast mode with the exact
+    rule (each thread sums its exponentials; a lean rule's P spills beside S at 224 keys), no
+    window (window.py counts blocks by shifts); dense batches (layout_for)."""
     return ref_rule == "running" and sums_unrounded(p_rule, ref_rule) and not window
 
 
@@ -278,8 +279,8 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     the producer / two-consumer kernel ("specialized"), its producer up to three blocks ahead
     in four stages.
     ``long`` (long_keys): E4M3 d128 in the specialized kernel, four stages, whose overlap of one
-    consumer's softmax with the other's GEMMs pays from 16K keys; ``wide`` (wide_blocks) in key
-    blocks of WIDE_KEYS, three stages.
+    consumer's softmax with the other's GEMMs pays from 16K keys. ``wide`` (wide_blocks): d128's
+    long layout and MLA's dense one in key blocks of WIDE_KEYS, three stages.
     E4M3 d256: the specialized kernel, three stages of 64 KB; its consumers take each block
     in turn (S, softmax, P V^T in two halves), the output's 128 registers leaving no room
     for the next S beside P V^T.
@@ -305,13 +306,15 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     if long:
         if not long_keys(dqk, dv, LONG_KEYS, packed):
             raise ValueError(f"the long layout is E4M3 d128's, dense; got ({dqk}, {dv}){' packed' if packed else ''}")
-        return Layout(dqk, 2, 3, dv=dv, block_n=WIDE_KEYS) if wide else Layout(dqk, 2, 4, dv=dv)
+        return Layout(dqk, 2, 3, dv=dv, block_n=WIDE_KEYS[dqk]) if wide else Layout(dqk, 2, 4, dv=dv)
     if dv > HEAD_DIM:                  # d256: stages of 64 KB, as many as fit (three)
         for stages in (4, 3, 2):
             layout = Layout(dqk, 2, stages, dv=dv, packed=packed)
             if layout.shared_bytes <= SHARED_LIMIT:
                 return layout
-    return Layout(dqk, 2, 4, packed=packed) if dqk > HEAD_DIM else Layout(dqk, 1, 2, dv=dv, packed=packed)
+    if dqk > HEAD_DIM:
+        return Layout(dqk, 2, 3, block_n=WIDE_KEYS[dqk]) if wide and not packed else Layout(dqk, 2, 4, packed=packed)
+    return Layout(dqk, 1, 2, dv=dv, packed=packed)
 
 
 # v_map: E4M3 V^T, or 16-bit V; the tail maps: E4M3 Dqk 192 only (16-bit tiles are all 128 bytes)
