@@ -150,6 +150,12 @@ def test_fast_mode_takes_wide_blocks(dqk, long):
     assert ptx.count(f"m64n{n}k32") == 3 * dqk // 32        # S: block 0 and the loop's two copies
     assert a.sass().count("QGMMA") == 3 * dqk // 32 + 3 * n // 32   # P V^T: the two copies and the last
     assert attn.key_block(dqk, 128, attn.LONG_KEYS, "exact", "running") == n
+    lines = ptx.splitlines()
+    pv = [i for i, ln in enumerate(lines) if "}, {%b32" in ln][:n // 32]     # the first P V^T's k-steps
+    steps = [int(re.fullmatch(r"\s*add\.u64 %u64_\d+, %u64_\d+, (\d+);", lines[i - 1]).group(1)) for i in pv]
+    assert steps == [box * 128 * 128 // 16 + 2 * k for box in (0, 1) for k in range(4)][:n // 32]   # 16-byte units
+    v_loads = [ln for ln in lines if "cp.async.bulk.tensor.3d" in ln]
+    assert len(v_loads) % 2 == 0 and v_loads                  # V^T: two 128-key boxes a block
     if dqk == 192:
         assert attn.key_block(192, 128, 1 << 20, "exact", "running", packed=True) == attn.BLOCK_N
         return
