@@ -264,6 +264,11 @@ def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot:
     return facs
 
 
+# lab switch for run 24's A/B (removed after it): with block references, the pipelined consumer
+# folds block j - 2's P V^T while S(j) runs instead of block j - 1's after the P V^T wait
+FOLD_UNDER_S = True
+
+
 def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg, running: bool = False) -> None:
     """The pipelined FP8 consumer: S(j) and P(j - 1) V^T in one GEMM phase, then the softmax of
     S(j) while P(j - 1) V^T runs. Block references: P(j - 1) V^T into a fresh accumulator,
@@ -293,16 +298,29 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
                 emit("mov.f32", alpha[half], sm.alpha[half])
             emit("mov.f32", beta[half], sm.beta[half])
 
-    def fold(o, tag: str) -> None:
+    def fold(o, tag: str, factors=None) -> None:
         if not running:
-            emit_rescale(prog, total, alpha, tag)
-            emit_fold(prog, o, total, beta)
+            a, b = factors or (alpha, beta)
+            emit_rescale(prog, total, a, tag)
+            emit_fold(prog, o, total, b)
+
+    # block references (FOLD_UNDER_S): block j - 2's P V^T, waited for in block j - 1, is folded
+    # while S(j) runs, before P(j - 1) V^T is issued into the same registers; its factors kept a
+    # block longer (alpha_2, beta_2). Before block 0's: o = 0, alpha_2 = 1, beta_2 = 0 (no change)
+    lag = not running and FOLD_UNDER_S and not (c.layout.int8_qk and c.layout.window)   # that one spills
+    o_fixed = prog.regs("f32", OUT_REGS) if lag else None
+    alpha_2, beta_2 = (prog.regs("f32", 2), prog.regs("f32", 2)) if lag else (None, None)
+    for half in (0, 1) if lag else ():
+        emit("mov.f32", alpha_2[half], f32(1.0))
+        emit("mov.f32", beta_2[half], f32(0.0))
+    for oi in o_fixed or ():
+        emit("mov.f32", oi, f32(0.0))
 
     def issue_pv(block_slot):
         """P(j - 1) V^T issued: into a fresh accumulator (returned), or running into the total."""
         _, v_tile, _, _ = stage(prog, c, block_slot)
         if not running:
-            return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile))
+            return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile), fresh=o_fixed)
         for half, part in enumerate(v_halves(prog, v_tile, len(total), c.layout.block_n)):
             emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * OUT_REGS:(half + 1) * OUT_REGS])
         return None
@@ -339,6 +357,8 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
         emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
         if under_s:
             emit_rescale(prog, total, alpha_due, tag)       # by alpha(j - 1), while S(j) runs
+        if lag:
+            fold(o_fixed, tag + "_LAG", (alpha_2, beta_2))  # block j - 2, while S(j) runs
         o = issue_pv(prev_slot)
         facs = _emit_block_factors(prog, c, rows, j)
         emit("wgmma.wait", 1 + (len(total) > OUT_REGS))         # S(j); P(j - 1) V^T may still run
@@ -354,7 +374,12 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
             else:
                 emit_rescale(prog, total, sm.alpha, tag)
         else:
-            fold(o, tag)
+            if lag:                                        # block j - 1's factors, for the next fold
+                for half in (0, 1):
+                    emit("mov.f32", alpha_2[half], alpha[half])
+                    emit("mov.f32", beta_2[half], beta[half])
+            else:
+                fold(o, tag)
             prog.comment("block j's references: one exponential a row; alpha and the moves only when a row's")
             prog.comment("maximum passed A + 8 (a warp-uniform branch); block j - 1 is folded, so alpha may change")
             for half in (0, 1):
@@ -367,6 +392,8 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
     prog.label("LAST_PV")
     if under_s:
         emit_rescale(prog, total, alpha_due, "_LAST")
+    if lag:
+        fold(o_fixed, "_LAST_LAG", (alpha_2, beta_2))     # block n - 2
     o = issue_pv(prev_slot)
     emit("wgmma.wait", 0)
     emit_release(prog, c, free_bar(prog, c, prev_slot))
