@@ -161,10 +161,9 @@ def _order_args(order) -> list:
 
 def _one_byte_maps(q8, k8, vt, block_n: int) -> list:
     """TMA maps of one-byte q, k (E4M3 or int8) and V^T: boxes of one 128-byte column tile and
-    ``block_n`` keys;
-    a 64-byte tile (Dqk 192's columns 128-191, d64's rows) by the tail maps, in boxes of 64
-    bytes with the 64-byte swizzle (kernels without such a tile get the 128-byte maps again,
-    unused; d64 the tail maps twice)."""
+    ``block_n`` keys; a 64-byte tile (Dqk 192's columns 128-191, d64's rows) by the tail maps, in
+    boxes of 64 bytes with the 64-byte swizzle (kernels without such a tile get the 128-byte maps
+    again, unused; d64 the tail maps twice)."""
     D, Dv = q8.shape[-1], vt.shape[-2]
     tail = attn.TAIL if D % attn.HEAD_DIM else attn.HEAD_DIM        # box width = swizzle width
     col = min(D, attn.HEAD_DIM)
