@@ -62,7 +62,7 @@ def _rounded(p, dtype: tl.constexpr, UPCAST_DOT: tl.constexpr):
 
 
 @triton.jit
-def page_rows(b, table, start_n, Sk, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr):
+def tile_cache_rows(b, table, start_n, Sk, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr):
     """The cache rows of keys start_n + [0, BLOCK_N): row b of a dense cache (PAGE 0), else the
     pages the block table names, keys past Sk reading page 0. PAGES_A_TILE n > 0: the tile lies
     in one page (n 1) or is n whole pages, a lookup a page; 0: a lookup a key (pages that do not
@@ -85,7 +85,7 @@ def page_rows(b, table, start_n, Sk, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, 
 
 @triton.jit
 def key_tokens(start_n, offs_n, PAGE: tl.constexpr, PAGES_A_TILE: tl.constexpr):
-    """The tokens within their cache rows of keys start_n + offs_n (page_rows' rows)."""
+    """The tokens within their cache rows of keys start_n + offs_n (tile_cache_rows' rows)."""
     if PAGE == 0:
         return start_n + offs_n
     elif PAGES_A_TILE == 1:
@@ -115,7 +115,7 @@ def _key_tile(K, V, kvh, rows, start_n, Sk, stride_kr, stride_kt, stride_kh, str
               D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
               PAGES_A_TILE: tl.constexpr, MASKED: tl.constexpr):
     """A key tile's columns, whether each is in the sequence, its cache rows (``rows``, its
-    page_rows) and tokens, and K's and V's pointers."""
+    tile_cache_rows) and tokens, and K's and V's pointers."""
     offs_n = tl.arange(0, BLOCK_N)
     cols = start_n + offs_n
     tok = key_tokens(start_n, offs_n, PAGE, PAGES_A_TILE)
@@ -228,7 +228,7 @@ def _key_tiles(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, rows,
                                          stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh,
                                          stride_dr, stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE,
                                          KD_MODE, VD_MODE, CAUSAL, MASKED, UPCAST_DOT)
-        rows = page_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
+        rows = tile_cache_rows(b, table, start_n + BLOCK_N, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
     return acc, l_sum, m, rows
 
 
@@ -329,7 +329,7 @@ def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
     m = tl.zeros([BLOCK_M], tl.float32) + _NEG_FLOOR
     table = TABLE + b * table_stride
     lo, band_start, hi = split_bounds(split, n_splits, Sk, SQ, BLOCK_N, CAUSAL)
-    rows = page_rows(b, table, lo, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
+    rows = tile_cache_rows(b, table, lo, Sk, BLOCK_N, PAGE, PAGES_A_TILE)
     acc, l_sum, m, rows = _key_tiles(acc, l_sum, m, q, row_fac, qi, K, V, KD, VD, b, kvh, table, rows, lo, band_start,
                                      Sk, stride_kr, stride_kt, stride_kh, stride_vr, stride_vt, stride_vh, stride_dr,
                                      stride_dh, SQ, D, DV, BLOCK_N, PAGE, PAGES_A_TILE, KD_MODE, VD_MODE, CAUSAL, False,

@@ -95,7 +95,7 @@ def tile_and_splits(head_dim: int, page: int, fp8_dot: bool, batch: int, kv_head
 
 
 def pages_a_tile(page: int, tile: DecodeTile) -> int:
-    """The key tile's page lookups as the kernel's page_rows takes them: 1 where the tile lies in
+    """The key tile's page lookups as the kernel's tile_cache_rows takes them: 1 where the tile lies in
     one page, n where it is n whole pages (a lookup a page, for a tile with page_lookups), 0 (a
     lookup a key) otherwise, where a tile would span more than MAX_PAGE_LOOKUPS, or dense."""
     if not page:

@@ -340,6 +340,7 @@ def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg,
 
     if running:
         prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T into the total; softmax of S(j); total *= alpha(j)")
+        prog.comment("(the exact rule: at block j + 1's GEMM phase, between its S and P V^T issues)")
     else:
         prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1. Two copies")
         prog.comment("of the loop: the blocks below the masked band (no mask test, no masked-row guard), the band's")
