@@ -88,8 +88,20 @@ def test_production_path_never_imports_verification_code():
     assert not bad, "\n".join(sorted(bad))
 
 
+MODULE_LINES, FUNCTION_LINES = 400, 100      # the house rules: modules and functions a reader takes in
+
+
 def test_modules_stay_small():
-    long = [f"{p.relative_to(ROOT.parent)}: {n}" for p in MODULES if (n := len(p.read_text().splitlines())) > 500]
+    long = [f"{p.relative_to(ROOT.parent)}: {n}" for p in MODULES
+            if (n := len(p.read_text().splitlines())) > MODULE_LINES]
+    assert not long, long
+
+
+def test_functions_stay_small():
+    long = [f"{p.relative_to(ROOT.parent)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}"
+            for p in MODULES for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > FUNCTION_LINES]
     assert not long, long
 
 

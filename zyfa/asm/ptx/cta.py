@@ -1,7 +1,7 @@
 """What a CTA of the generated Hopper kernel knows, as typed records, and the prologue that
 sets it up: the kernel parameters, the thread's coordinates, the tile of work and its
-key-block bounds, the thread's rows and their factors, the shared-memory addresses, and the
-sign fix of the factor (for serial.py and specialized.py)."""
+key-block bounds, the thread's rows and their factors, and the shared-memory addresses
+(for serial.py and specialized.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -391,28 +391,3 @@ def emit_shared(prog: Program, layout: Layout) -> Shared:
         emit("add.u32", v_free0, v_full0, 8 * layout.stages)
     return Shared(base, bar_q, bar0, free0, v_full0, v_free0)
 
-
-def emit_positive_factor(prog: Program, c: Cta, rows: Rows, q_tile: Reg | None = None, sync=None) -> None:
-    """Make c > 0, which the row max on S needs: for a negative c (a negative descale), flip
-    the sign bits of the Q tile (``q_tile``, default the first) in shared memory (S -> -S) and
-    negate c. t = S c is unchanged. ``sync()`` emits the barrier of the threads that share
-    the tile (default: the CTA's)."""
-    emit = prog.emit
-    q_bytes = c.layout.q_bytes
-    negative = prog.reg("pred")
-    emit("setp.lt.f32", negative, rows.fac, f32(0.0))
-    emit("bra", "FACTOR_POSITIVE", guard=f"!{negative}")       # uniform: c is per (batch, kv head)
-    emit("mul.f32", rows.fac, rows.fac, f32(-1.0))
-    tid, base, addr, word = prog.regs("u32", 4)
-    emit("mov.u32", tid, "%tid.x")
-    if q_tile is not None:
-        emit("and.b32", tid, tid, THREADS - 1)
-    emit("mad.lo.u32", base, tid, q_bytes // THREADS, c.shared.base if q_tile is None else q_tile)
-    for i in range(q_bytes // THREADS // 4):
-        emit("add.u32", addr, base, 4 * i)
-        emit("ld.shared.b32", word, addr)
-        emit("xor.b32", word, word, 0x80808080)
-        emit("st.shared.b32", addr, word)
-    emit("fence.proxy.async")                  # generic-proxy writes, read next by wgmma
-    sync() if sync else emit("bar.sync", 0)
-    prog.label("FACTOR_POSITIVE")

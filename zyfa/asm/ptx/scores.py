@@ -1,13 +1,14 @@
 """S = Q K^T in the generated Hopper kernel and what is read off it before the softmax: the Q
 tile's wgmma descriptors, the score wgmmas of a key block, the masks (the causal band; window.py
-the sliding window's), the quad reduction and the row maxima."""
+the sliding window's), the quad reduction and the row maxima; and the sign fix that keeps the
+scores' factor positive."""
 from __future__ import annotations
 
 from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import acc_column, acc_row_half
-from .layout import BLOCK_M
+from .layout import BLOCK_M, THREADS
 from .loads import stage
 from .smem import emit_descriptor, emit_wait
 from .target import f32
@@ -133,3 +134,29 @@ def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, maske
         emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
     if floor:
         emit("max.nan.f32", m, m, f32(NEG_FLOOR))
+
+
+def emit_positive_factor(prog: Program, c: Cta, rows: Rows, q_tile: Reg | None = None, sync=None) -> None:
+    """Make c > 0, which the row max on S needs: for a negative c (a negative descale), flip
+    the sign bits of the Q tile (``q_tile``, default the first) in shared memory (S -> -S) and
+    negate c. t = S c is unchanged. ``sync()`` emits the barrier of the threads that share
+    the tile (default: the CTA's)."""
+    emit = prog.emit
+    q_bytes = c.layout.q_bytes
+    negative = prog.reg("pred")
+    emit("setp.lt.f32", negative, rows.fac, f32(0.0))
+    emit("bra", "FACTOR_POSITIVE", guard=f"!{negative}")       # uniform: c is per (batch, kv head)
+    emit("mul.f32", rows.fac, rows.fac, f32(-1.0))
+    tid, base, addr, word = prog.regs("u32", 4)
+    emit("mov.u32", tid, "%tid.x")
+    if q_tile is not None:
+        emit("and.b32", tid, tid, THREADS - 1)
+    emit("mad.lo.u32", base, tid, q_bytes // THREADS, c.shared.base if q_tile is None else q_tile)
+    for i in range(q_bytes // THREADS // 4):
+        emit("add.u32", addr, base, 4 * i)
+        emit("ld.shared.b32", word, addr)
+        emit("xor.b32", word, word, 0x80808080)
+        emit("st.shared.b32", addr, word)
+    emit("fence.proxy.async")                  # generic-proxy writes, read next by wgmma
+    sync() if sync else emit("bar.sync", 0)
+    prog.label("FACTOR_POSITIVE")

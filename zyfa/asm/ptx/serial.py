@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from ..program import Program
 from .block import BLOCK_LOOPS, emit_accumulators, emit_block
-from .scores import emit_q_descriptors, emit_scores
+from .scores import emit_positive_factor, emit_q_descriptors, emit_scores
 from .softmax import emit_row_sum_parts
-from .cta import emit_positive_factor, emit_prologue
+from .cta import emit_prologue
 from .epilogue import emit_epilogue
 from .int8_qk import emit_block_factors, emit_int8_scores
 from .layout import Layout

@@ -14,39 +14,22 @@ The arithmetic is the serial kernel's, block by block (total = total * alpha + b
 in the same order), so the outputs are bit-identical to it. A CTA runs a loop over tiles
 (tile_loop.py: one tile a CTA for a dense launch; a packed launch's CTAs draw them from a
 counter) and counts its loads across them (the stage ring's position) and its tiles (the Q
-mbarriers' phases). Here: the producer and the FP8 consumers; consumer16.py the 16-bit one,
-consumer.py what they share. Which head dims run this schedule, and why: layout.layout_for.
+mbarriers' phases). Here: the producer and the choice of consumer; consumer_fp8.py the FP8
+ones, consumer16.py the 16-bit one, consumer.py what they share. Which head dims run this schedule, and why: layout.layout_for.
 """
 from __future__ import annotations
 
 from ..program import Program, Reg
-from .block import (
-    BLOCK_LOOPS,
-    emit_accumulators,
-    emit_block,
-    emit_fold,
-    emit_pv_issue,
-    emit_reference_moves,
-    emit_rescale,
-    emit_row_update,
-    v_halves,
-)
-from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, free_bar, v_bar
+from .consumer import free_bar, v_bar
 from .consumer16 import emit_consumer_16
-from .cta import Cta, Rows, emit_positive_factor, emit_prologue
-from .epilogue import emit_epilogue
-from .int8_qk import emit_block_factors, emit_int8_scores
-from .layout import BLOCK_M, HEAD_DIM, OUT_REGS, THREADS, Layout
-from .lean_p import thread_row_sums
-from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_kv_wait, emit_q_load, emit_ring_position,
-                    emit_setup, emit_v_rows, stage)
-from .scores import emit_scores
-from .smem import emit_descriptor, emit_wait
-from .softmax import emit_row_sum_parts, emit_softmax
-from .target import f32
-from .tile_loop import (TileLoop, emit_first_tile, emit_next_t, emit_tile_end, emit_tile_entry, emit_tile_loop,
-                        emit_tile_loop_head, phase_of)
-from .window import emit_band_test, emit_below_again, emit_below_entry, emit_first_start
+from .consumer_fp8 import emit_consumer_blockwise, emit_consumer_pipelined
+from .cta import Cta, emit_prologue
+from .layout import BLOCK_M, HEAD_DIM, Layout
+from .loads import (emit_first_key, emit_k_rows, emit_kv_load, emit_q_load, emit_ring_position, emit_setup,
+                    emit_v_rows, stage)
+from .smem import emit_wait
+from .tile_loop import TileLoop, emit_first_tile, emit_next_t, emit_tile_loop, emit_tile_loop_head, phase_of
+
 
 PRODUCER_REGISTERS = 24
 # what the launch allots every thread (the register file's 64K over 128 threads a warpgroup,
@@ -75,9 +58,9 @@ def emit_specialized(prog: Program, rule: str, causal: bool, layout: Layout, run
 
     tiles = _emit_tiles(prog, c)
     if layout.is_fp8 and layout.dv > HEAD_DIM and not running:
-        _emit_consumer_blockwise(prog, c, tiles, rule, ones)
+        emit_consumer_blockwise(prog, c, tiles, rule, ones)
     elif layout.is_fp8:
-        _emit_consumer(prog, c, tiles, rule, ones, running)
+        emit_consumer_pipelined(prog, c, tiles, rule, ones, running)
     else:
         emit_consumer_16(prog, c, tiles)
     emit("ret")
@@ -227,209 +210,3 @@ def _emit_block_load(prog: Program, c: Cta, j: Reg, slot: Reg, tag: str) -> None
     emit_kv_load(prog, c, j, slot)
     prog.emit("add.u32", j, j, 1)
     prog.emit("add.u32", slot, slot, 1)
-
-
-def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
-    """An FP8 consumer up to its tile's work: registers taken, the ones tile's descriptor, the
-    tile loop's head (label TILE), the tile's rows, Q landed and its factor made positive.
-    Returns (q_tile, q_descs, d_ones, rows, t, it, base); base: the load number of the tile's block 0."""
-    q_sync, q_tile, q_descs = emit_consumer_start(prog, c)
-    d_ones = emit_descriptor(prog, ones) if ones is not None else None
-    rows, t, it, base = emit_tile_entry(prog, c, tiles)
-    if not c.layout.int8_qk:                # int8_qk: the rows' factors a block (_emit_int8_scores)
-        emit_positive_factor(prog, c, rows, q_tile, sync=lambda: prog.emit("bar.sync.n", q_sync, THREADS))
-    return q_tile, q_descs, d_ones, rows, t, it, base
-
-
-def _emit_block_factors(prog: Program, c: Cta, rows: Rows, j: Reg) -> list[Reg] | None:
-    """int8_qk: key block j's two row factors, loaded while its S runs (else None)."""
-    return emit_block_factors(prog, rows, j) if c.layout.int8_qk else None
-
-
-def _emit_int8_scores(prog: Program, c: Cta, s: list[Reg], facs: list[Reg] | None, tag: str) -> None:
-    """int8_qk, once S is done: the int32 scores as floats, rows with negative factors flipped."""
-    if c.layout.int8_qk:
-        emit_int8_scores(prog, s, facs, tag)
-
-
-def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot: Reg, s: list[Reg],
-                       tag: str) -> list[Reg] | None:
-    """S(j) = Q K_j^T in a GEMM phase of its own, waited for (int8_qk: as floats); returns the
-    block's int8 row factors (else None)."""
-    emit_kv_wait(prog, c, slot, tag)
-    emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
-    facs = _emit_block_factors(prog, c, rows, j)
-    prog.emit("wgmma.wait", 0)
-    _emit_int8_scores(prog, c, s, facs, tag)
-    return facs
-
-
-# lab switch for run 24's A/B (removed after it): with block references, the pipelined consumer
-# folds block j - 2's P V^T while S(j) runs instead of block j - 1's after the P V^T wait
-FOLD_UNDER_S = True
-
-
-def _emit_consumer(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg, running: bool = False) -> None:
-    """The pipelined FP8 consumer: S(j) and P(j - 1) V^T in one GEMM phase, then the softmax of
-    S(j) while P(j - 1) V^T runs. Block references: P(j - 1) V^T into a fresh accumulator,
-    folded into the total once done. ``running`` (the running-max reference): P(j - 1) V^T
-    adds to the total itself, rescaled by alpha(j - 1) first (the exact rule: while S(j) runs);
-    without the fold's registers Dv 256 fits this schedule too (128 output registers beside S)."""
-    emit = prog.emit
-    _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
-
-    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
-    j, start_n, slot, prev_slot = prog.regs("u32", 4)
-    emit("mov.u32", j, 0)
-    emit_first_start(prog, c.tile, start_n)
-    emit("mov.u32", slot, base)
-    s = prog.regs("b32" if c.layout.int8_qk else "f32", c.layout.s_regs)   # int8_qk: int32 scores, then float
-    p_regs = [prog.regs("b32", 4) for _ in range(c.layout.p_steps)]   # P(j - 1): A of the P V^T in flight
-    alpha, beta = (None, None) if running else (prog.regs("f32", 2), prog.regs("f32", 2))
-
-    def keep(sm) -> None:
-        """P of this block for its P V^T, issued in the next GEMM phase; block references: its
-        alpha (unless the reference update left it in place) and beta too."""
-        for k in range(len(p_regs)):
-            for r in range(4):
-                emit("mov.b32", p_regs[k][r], sm.p_regs[k][r])
-        for half in (() if running else (0, 1)):
-            if sm.alpha is not None:
-                emit("mov.f32", alpha[half], sm.alpha[half])
-            emit("mov.f32", beta[half], sm.beta[half])
-
-    def fold(o, tag: str, factors=None) -> None:
-        if not running:
-            a, b = factors or (alpha, beta)
-            emit_rescale(prog, total, a, tag)
-            emit_fold(prog, o, total, b)
-
-    # block references (FOLD_UNDER_S): block j - 2's P V^T, waited for in block j - 1, is folded
-    # while S(j) runs, before P(j - 1) V^T is issued into the same registers; its factors kept a
-    # block longer (alpha_2, beta_2). Before block 0's: o = 0, alpha_2 = 1, beta_2 = 0 (no change)
-    lag = not running and FOLD_UNDER_S and not (c.layout.int8_qk and c.layout.window)   # that one spills
-    o_fixed = prog.regs("f32", OUT_REGS) if lag else None
-    alpha_2, beta_2 = (prog.regs("f32", 2), prog.regs("f32", 2)) if lag else (None, None)
-    for half in (0, 1) if lag else ():
-        emit("mov.f32", alpha_2[half], f32(1.0))
-        emit("mov.f32", beta_2[half], f32(0.0))
-    for oi in o_fixed or ():
-        emit("mov.f32", oi, f32(0.0))
-
-    def issue_pv(block_slot):
-        """P(j - 1) V^T issued: into a fresh accumulator (returned), or running into the total."""
-        _, v_tile, _, _ = stage(prog, c, block_slot)
-        if not running:
-            return emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, v_tile), fresh=o_fixed)
-        for half, part in enumerate(v_halves(prog, v_tile, len(total), c.layout.block_n)):
-            emit_pv_issue(prog, c, p_regs, emit_descriptor(prog, part), into=total[half * OUT_REGS:(half + 1) * OUT_REGS])
-        return None
-
-    prog.comment("block 0: its GEMM phase has Q K^T alone" + ("; the total is still 0 (no rescale)" if running else ""))
-    facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "_FIRST")
-    sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, "_FIRST", facs=facs, running=running)
-    emit_row_update(prog, sm, l, A)
-    keep(sm)
-    # running with the exact rule: the total takes alpha(j - 1) while S(j) runs, before P(j - 1) V^T
-    # is issued (FlashAttention-3's order), not in the tail after the P V^T wait; the lean rules'
-    # consumers keep the tail (there ptxas serializes the wgmmas: C7513)
-    under_s = running and thread_row_sums(rule, running)
-    alpha_due = prog.regs("f32", 2) if under_s else None   # the factor the total takes before P(j - 1) V^T
-    for half in (0, 1) if under_s else ():
-        emit("mov.f32", alpha_due[half], f32(1.0))      # block 0's: the total is still 0
-
-    if running:
-        prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T into the total; softmax of S(j); total *= alpha(j)")
-        prog.comment("(the exact rule: at block j + 1's GEMM phase, between its S and P V^T issues)")
-    else:
-        prog.comment("block j: GEMM phase S(j) + P(j - 1) V^T; softmax of S(j); fold block j - 1. Two copies")
-        prog.comment("of the loop: the blocks below the masked band (no mask test, no masked-row guard), the band's")
-    band = prog.reg("pred")
-    for tag, masked in BLOCK_LOOPS:
-        emit_block_loop_head(prog, c, j, start_n, slot, prev_slot, f"BLOCK_LOOP{tag}")
-        if masked:
-            emit_below_again(prog, rows, start_n, "BELOW_BODY")   # a window's left band ends
-            prog.label("BAND")
-        else:
-            emit_band_test(prog, rows, start_n, band)            # a window's left band: masked too
-            emit("bra", "BAND", guard=band)
-            emit_below_entry(prog, rows, "BELOW_BODY")
-        emit_kv_wait(prog, c, slot, tag)
-        emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
-        if under_s:
-            emit_rescale(prog, total, alpha_due, tag)       # by alpha(j - 1), while S(j) runs
-        if lag:
-            fold(o_fixed, tag + "_LAG", (alpha_2, beta_2))  # block j - 2, while S(j) runs
-        o = issue_pv(prev_slot)
-        facs = _emit_block_factors(prog, c, rows, j)
-        emit("wgmma.wait", 1 + (len(total) > OUT_REGS))         # S(j); P(j - 1) V^T may still run
-        _emit_int8_scores(prog, c, s, facs, tag)
-        sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
-                          deferred=not running, facs=facs, running=running)
-        emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
-        emit_release(prog, c, free_bar(prog, c, prev_slot))
-        if running:
-            if under_s:
-                for half in (0, 1):
-                    emit("mov.f32", alpha_due[half], sm.alpha[half])
-            else:
-                emit_rescale(prog, total, sm.alpha, tag)
-        else:
-            if lag:                                        # block j - 1's factors, for the next fold
-                for half in (0, 1):
-                    emit("mov.f32", alpha_2[half], alpha[half])
-                    emit("mov.f32", beta_2[half], beta[half])
-            else:
-                fold(o, tag)
-            prog.comment("block j's references: one exponential a row; alpha and the moves only when a row's")
-            prog.comment("maximum passed A + 8 (a warp-uniform branch); block j - 1 is folded, so alpha may change")
-            for half in (0, 1):
-                emit("mov.f32", alpha[half], f32(1.0))
-            emit_reference_moves(prog, sm, None, A, l, tag, alpha)
-        emit_row_update(prog, sm, l, A)
-        keep(sm)
-        emit("bra", f"BLOCK_LOOP{tag}")
-
-    prog.label("LAST_PV")
-    if under_s:
-        emit_rescale(prog, total, alpha_due, "_LAST")
-    if lag:
-        fold(o_fixed, "_LAST_LAG", (alpha_2, beta_2))     # block n - 2
-    o = issue_pv(prev_slot)
-    emit("wgmma.wait", 0)
-    emit_release(prog, c, free_bar(prog, c, prev_slot))
-    emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
-    fold(o, "_LAST")
-    emit_row_sum_parts(prog, l, rule, running)
-    emit_epilogue(prog, c, rows, total, A, l)
-    emit_tile_end(prog, c, tiles, t, it, base)
-
-
-def _emit_consumer_blockwise(prog: Program, c: Cta, tiles: TileLoop, rule: str, ones: Reg) -> None:
-    """The FP8 consumer at Dv 256: each key block in turn (block.emit_block: S, the softmax,
-    P V^T in two halves of 128 columns, the fold), its stage released after its P V^T; the
-    two consumers' GEMMs overlap each other's softmax. (_emit_consumer keeps S(j) in flight
-    beside P(j - 1) V^T: 64 + 64 + 128 accumulator registers at Dv 256, past the 240.)"""
-    emit = prog.emit
-    _, q_descs, d_ones, rows, t, it, base = _emit_fp8_tile_start(prog, c, tiles, ones)
-
-    total, A, l = emit_accumulators(prog, c.layout.dv // 2)
-    j, start_n, slot = prog.regs("u32", 3)
-    emit("mov.u32", j, 0)
-    emit_first_start(prog, c.tile, start_n)
-    emit("mov.u32", slot, base)
-    s = prog.regs("b32" if c.layout.int8_qk else "f32", c.layout.s_regs)   # int8_qk: int32 scores, then float
-    more = prog.reg("pred")
-    prog.label("BLOCK_LOOP")
-    facs = _emit_scores_alone(prog, c, q_descs, rows, j, slot, s, "")
-    emit_block(prog, c, rows, rule, slot, start_n, s, d_ones, total, A, l, facs=facs)
-    emit_release(prog, c, free_bar(prog, c, slot))
-    emit("add.u32", j, j, 1)
-    emit("add.u32", slot, slot, 1)
-    emit("add.u32", start_n, start_n, c.layout.block_n)
-    emit("setp.lt.u32", more, j, c.tile.n_blocks)
-    emit("bra", "BLOCK_LOOP", guard=more)
-
-    emit_release(prog, c, tiles.q_free)                   # this tile's Q K^T are all done
-    emit_epilogue(prog, c, rows, total, A, l)
-    emit_tile_end(prog, c, tiles, t, it, base)
