@@ -107,6 +107,8 @@ def test_running_kernels_have_no_fold(dqk, long):
     if dqk == 256:        # the default takes each block in turn; the fast mode waits for S(j) alone
         assert "wgmma.wait_group.sync.aligned 2;" in ptx
         return
+    if long:              # 224-key blocks: as many FFMAs a score, but more scores a block
+        return
     # the fold: one FFMA an output register a block, in each of the loop's two copies
     fold = count(block, "FFMA") - count(running, "FFMA")
     assert fold >= attn.fp8_dv(dqk) // 2 * 2, (fold, dqk)
@@ -130,6 +132,40 @@ def test_fast_mode_rescales_the_total_while_s_runs(dqk, long, rule):
     rescaled = [sum(ln.strip().startswith("mul.rn.f32") for ln in sp) for sp in spans]
     assert len(spans) == 2 and rescaled == [attn.fp8_dv(dqk) // 2 if rule == "exact" else 0] * 2, (rescaled, name)
     assert "serialized" not in assemble(ptx).report
+
+
+@pytest.mark.parametrize("dqk,long", [(128, True), (192, False)])
+def test_fast_mode_takes_wide_blocks(dqk, long):
+    """The fast mode's exact rule in d128's long layout and MLA's: key blocks of WIDE_KEYS (S
+    m64n224 / m64n160, P V^T in 7 / 5 k-steps over two 128-key V^T boxes, three stages within the
+    shared memory), no spills, no serialized wgmmas; the lean rules, windows and the other
+    layouts keep 128 keys, and key_block says which block the spec's references take."""
+    n = attn.WIDE_KEYS[dqk]
+    wide = attn.layout_for(dqk, long=long, wide=True)
+    assert (wide.block_n, wide.v_boxes, wide.stages) == (n, 2, 3)
+    assert wide.stage_bytes == n * dqk + 2 * 128 * 128 and wide.shared_bytes <= 227 * 1024
+    name, ptx = attn.attention_kernel("exact", True, dqk, long=long, ref_rule="running")
+    a = assemble(ptx)
+    assert a.spill_bytes == 0 and "serialized" not in a.report, a.report
+    assert ptx.count(f"m64n{n}k32") == 3 * dqk // 32        # S: block 0 and the loop's two copies
+    assert a.sass().count("QGMMA") == 3 * dqk // 32 + 3 * n // 32   # P V^T: the two copies and the last
+    assert attn.key_block(dqk, 128, attn.LONG_KEYS, "exact", "running") == n
+    lines = ptx.splitlines()
+    pv = [i for i, ln in enumerate(lines) if "}, {%b32" in ln][:n // 32]     # the first P V^T's k-steps
+    steps = [int(re.fullmatch(r"\s*add\.u64 %u64_\d+, %u64_\d+, (\d+);", lines[i - 1]).group(1)) for i in pv]
+    assert steps == [box * 128 * 128 // 16 + 2 * k for box in (0, 1) for k in range(4)][:n // 32]   # 16-byte units
+    v_loads = [ln for ln in lines if "cp.async.bulk.tensor.3d" in ln]
+    assert len(v_loads) % 2 == 0 and v_loads                  # V^T: two 128-key boxes a block
+    if dqk == 192:
+        assert attn.key_block(192, 128, 1 << 20, "exact", "running", packed=True) == attn.BLOCK_N
+        return
+    for p_rule, ref_rule, seqlen_k, window in (("exact", "block", attn.LONG_KEYS, False),
+                                               ("lean_cubic", "running", attn.LONG_KEYS, False),
+                                               ("exact", "running", attn.LONG_KEYS, True),
+                                               ("exact", "running", attn.LONG_KEYS - 1, False)):
+        assert attn.key_block(128, 128, seqlen_k, p_rule, ref_rule, window=window) == attn.BLOCK_N
+        assert "m64n224" not in attn.attention_kernel(p_rule, True, long=seqlen_k >= attn.LONG_KEYS,
+                                                      ref_rule=ref_rule, window=window)[1]
 
 
 def test_long_keys_take_the_specialized_layout():
@@ -313,7 +349,9 @@ def test_fast_mode_sums_the_exponentials(shape, head_dim, long, monkeypatch):
     kw, causal = _exact_s_case(shape, seed=shape[1] + head_dim + 3, head_dim=head_dim)
     out, lse = zyfa.flash_attn_func(**kw, causal=causal, p_rule="exact", ref_rule="running", return_lse=True,
                                     backend="ptx")
-    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule="exact", ref_rule="running", return_lse=True)
+    block_n = attn.key_block(head_dim, attn.fp8_dv(head_dim), kw["k"].shape[1], "exact", "running")
+    spec, lse_spec = fp8_attention_spec(**kw, causal=causal, p_rule="exact", ref_rule="running", return_lse=True,
+                                        block_n=block_n)
     assert rel_err(out, spec) <= 1.5 * rel_err(spec.bfloat16(), spec) + 1e-4, describe_mismatch(out, spec)
     assert (lse.double() - lse_spec).abs().max() < 1e-5, describe_mismatch(lse, lse_spec, 1e-5)
 
@@ -666,3 +704,20 @@ def test_windowed_packed_and_paged_equal_per_sequence_calls(dims, window, causal
                                      **{n: d[i:i + 1] for n, d in ds.items()})
         assert torch.equal(out[a:a + sq].view(torch.int16), o[0].view(torch.int16)), (i, describe_mismatch(out[a:a + sq], o[0]))
         assert torch.equal(lse[:, a:a + sq], s_[0]), i
+
+
+def test_explain_names_the_fast_modes_key_block(monkeypatch):
+    """The backend's reason names the block of the fast mode's references (the spec's block_n):
+    224 keys in the long layout, 128 below LONG_KEYS and with a window."""
+    from zyfa import dispatch
+    from zyfa.asm.ptx import backend
+    monkeypatch.setattr(backend, "HAS_CUDA_PYTHON", True)
+
+    def why(seqlen_k, ref_rule, window=(-1, -1)):
+        p = dispatch.Problem(torch.device("cuda"), "sm90", True, (128, 128), True, seqlen_k, seqlen_k, "exact",
+                             ref_rule, False, False, False, False, window)
+        return backend.supports(p)[1]
+    assert f"running max every {attn.WIDE_KEYS[128]} keys" in why(attn.LONG_KEYS, "running")
+    assert "running max every 128 keys" in why(attn.LONG_KEYS - 1, "running")
+    assert "running max every 128 keys" in why(attn.LONG_KEYS, "running", (100, 0))
+    assert "running" not in why(attn.LONG_KEYS, "block")

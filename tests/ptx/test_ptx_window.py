@@ -126,9 +126,13 @@ VARIANTS = [dict(dqk=d, **extra) for d in (64, 128, 192, 256)
 def test_windowed_fp8_kernels_assemble(kw, rule):
     """Each windowed FP8 / INT8 specialization: its own name and window parameters, the default
     kernel's wgmmas (the loops' two copies, no third), within the register budget with no
-    spill inside its block loops (between the first and the last wgmma)."""
+    spill inside its block loops (between the first and the last wgmma). (The fast mode's long
+    layout takes 224-key blocks without a window: its wgmmas are counted against the default rule's
+    128-key kernel.)"""
     name, ptx = attn.attention_kernel(rule, True, window=True, **kw)
     default_name, default_ptx = attn.attention_kernel(rule, True, **kw)
+    if attn.wide_blocks(rule, kw.get("ref_rule", "block"), False) and (kw.get("long") or kw["dqk"] == 192):
+        default_ptx = attn.attention_kernel("lean_cubic", True, **kw)[1]     # the same schedule at 128 keys
     assert name.replace("_window", "_causal") == default_name and "window_left" in ptx
     assert "window_left" not in default_ptx
     a, d = assemble(ptx), assemble(default_ptx)
@@ -168,3 +172,23 @@ def test_window_parameters_come_last_and_only_with_a_window():
     assert window_args((-1, -1), False, 10, 20) == [] and window_args(None, True, 10, 20) == []
     assert [a.value for a in window_args((5, -1), True, 10, 20)] == [5, 0]
     assert [a.value for a in window_args((-1, 7), False, 10, 20)] == [30 + UNBOUNDED_SLACK, 7]
+
+
+@pytest.mark.parametrize("block_n", [64, 128, 192, 224])
+def test_block_arithmetic_for_any_key_block(block_n):
+    """cta.emit_round_down and emit_block_count, emitted and run on lanes of key counts: x
+    rounded down to a multiple of block_n and ceil(x / block_n), by shifts and masks for a power
+    of two and by a remainder and a division otherwise (the fast mode's 224-key blocks)."""
+    from zyfa.asm.ptx.cta import emit_block_count, emit_round_down
+    prog = program()
+    x, down, count = prog.regs("u32", 3)
+    emit_round_down(prog, down, x, block_n)
+    emit_block_count(prog, count, x, block_n)
+    keys = np.concatenate([np.arange(0, 3 * block_n + 2), [65535, 1 << 20, (1 << 31) - 5]]).astype(np.uint32)
+    ev = EV.Evaluator({str(x): keys})
+    ev.run(EV.render_body(prog))
+    k = keys.astype(np.int64)
+    assert (ev.regs[str(down)].astype(np.int64) == k // block_n * block_n).all()
+    assert (ev.regs[str(count)].astype(np.int64) == -(-k // block_n)).all()
+    ops = " ".join(prog.body)
+    assert ("div.u32" in ops) == (block_n & (block_n - 1) != 0)

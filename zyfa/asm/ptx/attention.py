@@ -32,6 +32,7 @@ from .layout import (  # noqa: F401
     HEAD_DIMS_16,
     LONG_KEYS,
     OUT_REGS,
+    WIDE_KEYS,
     PARAMS,
     REF_RULES,
     REGISTER_BUDGET,
@@ -40,9 +41,11 @@ from .layout import (  # noqa: F401
     fp8_dv,
     kernel_name,
     kernel_name_16,
+    key_block,
     layout_for,
     long_keys,
     params_for,
+    wide_blocks,
 )
 from .lean_p import HMMA_RULES, PTX_RULES  # noqa: F401
 from .serial import emit_serial
@@ -82,7 +85,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
                          f"got {ref_rule!r}")
     running = ref_rule == "running"
     dv = fp8_dv(dqk)
-    layout = dataclasses.replace(layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk, long=long), window=window)
+    layout = dataclasses.replace(layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk, long=long,
+                                            wide=wide_blocks(rule, ref_rule, window)), window=window)
     name = kernel_name(rule, causal, dqk, packed, int8_qk, long, ref_rule, window)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]

@@ -10,7 +10,7 @@ import torch
 from ...device import HAS_CUDA_PYTHON, is_rocm
 from ...spec.rules import P_RULES
 from ..limits import fp8_refusal
-from .layout import HEAD_DIMS, HEAD_DIMS_16, REF_RULES
+from .layout import HEAD_DIMS, HEAD_DIMS_16, REF_RULES, key_block
 
 
 
@@ -36,7 +36,10 @@ def supports(p) -> tuple[bool, str]:
         return refusal
     if not HAS_CUDA_PYTHON:
         return False, "cuda-python is not installed (pip install 'zyfa[cuda]')"
-    mode = ", running max: the fast mode" if p.ref_rule == "running" else ""
+    mode = ""
+    if p.ref_rule == "running":                 # the spec's block_n for these references
+        block = key_block(*p.head_dims, p.seqlen_k, p.p_rule, p.ref_rule, p.packed, p.windowed)
+        mode = f", running max every {block} keys: the fast mode"
     return True, f"generated PTX kernel for sm_90a (FP8, d{p.head_dims[0]}/{p.head_dims[1]}{mode}{_window(p)})"
 
 

@@ -12,7 +12,7 @@ from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import acc_row_half
-from .layout import HEAD_DIM, OUT_REGS
+from .layout import COLUMN_TILE, HEAD_DIM, OUT_REGS
 from .loads import stage
 from .smem import emit_descriptor
 from .softmax import Softmax, emit_softmax
@@ -146,18 +146,22 @@ def emit_scale_rows(prog: Program, total: list[Reg], alpha: list[Reg]) -> None:
         prog.emit("mul.f32", ti, ti, alpha[acc_row_half(i)])
 
 
-def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg, into: list[Reg] | None = None) -> list[Reg]:
-    """Issue (and commit) block = P V^T (128 columns, or Dv 64's 64) into a fresh accumulator,
-    which it returns; ``into``: added to those registers instead (the running reference)."""
+def emit_pv_issue(prog: Program, c: Cta, p_regs: list[list[Reg]], dv: Reg, into: list[Reg] | None = None,
+                  fresh: list[Reg] | None = None) -> list[Reg]:
+    """Issue (and commit) block = P V^T (128 columns, or Dv 64's 64) into a fresh accumulator
+    (``fresh``: those registers), which it returns; ``into``: added to those registers instead
+    (the running reference)."""
     emit = prog.emit
     n = min(c.layout.dv, HEAD_DIM)
     prog.comment("P V^T added to the total" if into else "block columns 0.. = P V^T in a fresh accumulator")
-    o = into or prog.regs("f32", n // 2)
+    o = into or fresh or prog.regs("f32", n // 2)
     o_list = ", ".join(map(str, o))
     emit("wgmma.fence")
+    box_step = COLUMN_TILE * c.layout.dv >> 4                 # descriptor units (16 bytes) a V^T box
     for k in range(c.layout.p_steps):
         bk = prog.reg("u64")
-        emit("add.u64", bk, dv, 2 * k)
+        box, step = divmod(k, COLUMN_TILE // 32)              # 32 keys a k-step, four a 128-key box
+        emit("add.u64", bk, dv, box * box_step + 2 * step)
         first = k == 0 and not into
         emit(f"wgmma.m64n{n}k32.e4m3.rs", o_list, ", ".join(map(str, p_regs[k])), bk, 0 if first else c.accumulate)
     emit("wgmma.commit")

@@ -31,6 +31,11 @@ from .target import f32
 from .tile_loop import TileLoop, emit_tile_end, emit_tile_entry
 from .window import emit_band_test, emit_below_again, emit_below_entry, emit_first_start
 
+# lab switch for run 24's A/B (removed after it): with block references, the pipelined consumer
+# folds block j - 2's P V^T while S(j) runs instead of block j - 1's after the P V^T wait
+FOLD_UNDER_S = True
+
+
 def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
     """An FP8 consumer up to its tile's work: registers taken, the ones tile's descriptor, the
     tile loop's head (label TILE), the tile's rows, Q landed and its factor made positive.
@@ -68,13 +73,26 @@ def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot:
 
 class _Carried:
     """What the pipelined consumer carries from block j - 1 into block j's GEMM phase: P(j - 1),
-    the A operand of its P V^T; with block references also its alpha and beta. Running with the
-    exact rule: the total's factor due before P(j - 1) V^T (``alpha_due``)."""
+    the A operand of its P V^T; with block references also its alpha and beta, and folding
+    under S (``lag``) block j - 2's P V^T (``o_fixed``) and factors (alpha_2, beta_2). Running
+    with the exact rule: the total's factor due before P(j - 1) V^T (``alpha_due``)."""
 
     def __init__(self, prog: Program, c: Cta, total: list[Reg], running: bool):
         self.prog, self.c, self.total, self.running = prog, c, total, running
+        emit = prog.emit
         self.p_regs = [prog.regs("b32", 4) for _ in range(c.layout.p_steps)]
         self.alpha, self.beta = (None, None) if running else (prog.regs("f32", 2), prog.regs("f32", 2))
+        # block references (FOLD_UNDER_S): block j - 2's P V^T, waited for in block j - 1, is folded
+        # while S(j) runs, before P(j - 1) V^T is issued into the same registers; its factors kept a
+        # block longer (alpha_2, beta_2). Before block 0's: o = 0, alpha_2 = 1, beta_2 = 0 (no change)
+        self.lag = lag = not running and FOLD_UNDER_S and not (c.layout.int8_qk and c.layout.window)  # that one spills
+        self.o_fixed = prog.regs("f32", OUT_REGS) if lag else None
+        self.alpha_2, self.beta_2 = (prog.regs("f32", 2), prog.regs("f32", 2)) if lag else (None, None)
+        for half in (0, 1) if lag else ():
+            emit("mov.f32", self.alpha_2[half], f32(1.0))
+            emit("mov.f32", self.beta_2[half], f32(0.0))
+        for oi in self.o_fixed or ():
+            emit("mov.f32", oi, f32(0.0))
         self.alpha_due = None
 
     def keep(self, sm) -> None:
@@ -98,23 +116,26 @@ class _Carried:
             for half in (0, 1):
                 self.prog.emit("mov.f32", self.alpha_due[half], f32(1.0))   # block 0's: the total is still 0
 
-    def fold(self, o, tag: str) -> None:
+    def fold(self, o, tag: str, factors=None) -> None:
         """Block references: the total rescaled by alpha and block o added times beta."""
         if not self.running:
-            emit_rescale(self.prog, self.total, self.alpha, tag)
-            emit_fold(self.prog, o, self.total, self.beta)
+            a, b = factors or (self.alpha, self.beta)
+            emit_rescale(self.prog, self.total, a, tag)
+            emit_fold(self.prog, o, self.total, b)
 
     def before_pv(self, tag: str) -> None:
-        """Between S(j)'s issue and P(j - 1) V^T's: the rescale due under S."""
+        """Between S(j)'s issue and P(j - 1) V^T's: the rescale and the fold due under S."""
         if self.alpha_due is not None:
             emit_rescale(self.prog, self.total, self.alpha_due, tag)    # by alpha(j - 1), while S(j) runs
+        if self.lag:
+            self.fold(self.o_fixed, tag + "_LAG", (self.alpha_2, self.beta_2))   # block j - 2, while S(j) runs
 
     def issue_pv(self, block_slot: Reg):
         """P(j - 1) V^T issued: into a fresh accumulator (returned), or running into the total."""
         prog, c, total = self.prog, self.c, self.total
         _, v_tile, _, _ = stage(prog, c, block_slot)
         if not self.running:
-            return emit_pv_issue(prog, c, self.p_regs, emit_descriptor(prog, v_tile))
+            return emit_pv_issue(prog, c, self.p_regs, emit_descriptor(prog, v_tile), fresh=self.o_fixed)
         for half, part in enumerate(v_halves(prog, v_tile, len(total), c.layout.block_n)):
             emit_pv_issue(prog, c, self.p_regs, emit_descriptor(prog, part),
                           into=total[half * OUT_REGS:(half + 1) * OUT_REGS])
@@ -122,8 +143,8 @@ class _Carried:
 
     def after_pv(self, sm, o, A: list[Reg], l: list[Reg], tag: str) -> None:
         """Once P(j - 1) V^T is done: running, the total's rescale by alpha(j) (or its factor
-        kept for the next GEMM phase); block references, block j - 1 folded and block j's
-        reference update."""
+        kept for the next GEMM phase); block references, block j - 1 folded (or its factors kept
+        for the next fold) and block j's reference update."""
         emit = self.prog.emit
         if self.running:
             if self.alpha_due is not None:
@@ -132,7 +153,12 @@ class _Carried:
             else:
                 emit_rescale(self.prog, self.total, sm.alpha, tag)
             return
-        self.fold(o, tag)
+        if self.lag:                                        # block j - 1's factors, for the next fold
+            for half in (0, 1):
+                emit("mov.f32", self.alpha_2[half], self.alpha[half])
+                emit("mov.f32", self.beta_2[half], self.beta[half])
+        else:
+            self.fold(o, tag)
         self.prog.comment("block j's references: one exponential a row; alpha and the moves only when a row's")
         self.prog.comment("maximum passed A + 8 (a warp-uniform branch); block j - 1 is folded, so alpha may change")
         for half in (0, 1):

@@ -215,6 +215,25 @@ def emit_thread(prog: Program, layout: Layout) -> Thread:
     return Thread(wg, warp, g, q, lane0, leader, zero, col_tail)
 
 
+def emit_round_down(prog: Program, dst: Reg, x: Reg, block_n: int) -> None:
+    """dst = x rounded down to a multiple of block_n (a mask for a power of two)."""
+    if block_n & (block_n - 1) == 0:
+        prog.emit("and.b32", dst, x, -block_n & 0xFFFFFFFF)
+        return
+    rem = prog.reg("u32")
+    prog.emit("rem.u32", rem, x, block_n)
+    prog.emit("sub.u32", dst, x, rem)
+
+
+def emit_block_count(prog: Program, dst: Reg, x: Reg, block_n: int) -> None:
+    """dst = ceil(x / block_n) (a shift for a power of two; else ptxas's multiply-high)."""
+    prog.emit("add.u32", dst, x, block_n - 1)
+    if block_n & (block_n - 1) == 0:
+        prog.emit("shr.u32", dst, dst, block_n.bit_length() - 1)
+    else:
+        prog.emit("div.u32", dst, dst, block_n)
+
+
 def emit_tile_registers(prog: Program, p: Params, causal: bool, layout: Layout) -> Tile:
     """The key bounds, and the registers of the tile (written by emit_work)."""
     emit = prog.emit
@@ -222,7 +241,7 @@ def emit_tile_registers(prog: Program, p: Params, causal: bool, layout: Layout) 
     emit("div.u32", group, p.heads, p.kv_heads)
     if not layout.packed:                              # a packed batch's: per tile (emit_work)
         emit("sub.u32", diag, p.seqlen_k, p.seqlen_q)
-        emit("and.b32", full_end, p.seqlen_k, -layout.block_n & 0xFFFFFFFF)
+        emit_round_down(prog, full_end, p.seqlen_k, layout.block_n)
         emit("sub.u32", last_key, p.seqlen_k, 1)
     b, h, kvh, bkv, tile_m, n_blocks = prog.regs("u32", 6)
     start_m = prog.reg("u32") if layout.specialized else tile_m
@@ -257,8 +276,7 @@ def emit_work(prog: Program, p: Params, thread: Thread, tile: Tile, layout: Layo
         emit("min.u32", band_end, band_end, seqlen_k)
     else:
         emit("mov.u32", band_end, seqlen_k)
-    emit("add.u32", t.n_blocks, band_end, layout.block_n - 1)
-    emit("shr.u32", t.n_blocks, t.n_blocks, layout.block_n.bit_length() - 1)
+    emit_block_count(prog, t.n_blocks, band_end, layout.block_n)
 
 
 def _emit_sequence(prog: Program, p: Params, t: Tile) -> Reg:
@@ -278,7 +296,7 @@ def _emit_sequence(prog: Program, p: Params, t: Tile) -> Reg:
     emit("sub.u32", seq.q_len, next_row, seq.q_row0)
     emit("setp.ge.u32", seq.empty, t.tile_m, seq.q_len)
     emit("sub.u32", t.diag, seq.k_len, seq.q_len)
-    emit("and.b32", t.full_end, seq.k_len, -t.block_n & 0xFFFFFFFF)
+    emit_round_down(prog, t.full_end, seq.k_len, t.block_n)
     emit("sub.u32", t.last_key, seq.k_len, 1)
     return seq.k_len
 
@@ -297,7 +315,7 @@ def emit_rows(prog: Program, p: Params, thread: Thread, tile: Tile, dv: int) -> 
     if t.causal and t.window is None:
         emit("add.u32", band_start, t.start_m, t.diag)
         emit("add.u32", band_start, band_start, 1)
-        emit("and.b32", band_start, band_start, -t.block_n & 0xFFFFFFFF)
+        emit_round_down(prog, band_start, band_start, t.block_n)
         emit("min.u32", band_start, band_start, t.full_end)
         for row, lim in zip(rows, limits):
             emit("add.u32", lim, row, t.diag)

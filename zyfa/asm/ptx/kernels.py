@@ -25,7 +25,8 @@ def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed
                ref_rule: str, window: bool = False) -> Kernel:
     name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule, window=window)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                  attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long).shared_bytes)
+                  attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long,
+                                  wide=attn.wide_blocks(rule, ref_rule, window)).shared_bytes)
 
 
 @functools.cache
@@ -167,7 +168,7 @@ def _one_byte_maps(q8, k8, vt, block_n: int) -> list:
     tail = attn.TAIL if D % attn.HEAD_DIM else attn.HEAD_DIM        # box width = swizzle width
     col = min(D, attn.HEAD_DIM)
     return [tensor_map(q8, (1, attn.BLOCK_M, 1, col), col), tensor_map(k8, (1, block_n, 1, col), col),
-            tensor_map(vt, (1, Dv, block_n)),
+            tensor_map(vt, (1, Dv, min(block_n, attn.COLUMN_TILE))),
             tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), tensor_map(k8, (1, block_n, 1, tail), tail)]
 
 
@@ -289,9 +290,10 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     long = attn.long_keys(D, Dv, Sk, packed is not None)
-    layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long)
-    maps = _one_byte_maps(q8, k8, vt, layout.block_n)
     window = window_args(window_size, causal, Sq, Sk)
+    layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long,
+                             wide=attn.wide_blocks(p_rule, ref_rule, bool(window)))
+    maps = _one_byte_maps(q8, k8, vt, layout.block_n)
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", device_index(dev), packed is not None, long, ref_rule,
                         bool(window))
     order = _tile_order(layout, packed, Hq, dev)

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 
 from ...spec.constants import KEY_BLOCK
+from ...spec.rules import sums_unrounded
 from ...spec.shapes import HEAD_DIMS_BY_QK
 
 # BLOCK_N: the spec's key block (a reference and an accumulator each), so that the kernel's
@@ -109,9 +110,21 @@ class Layout:
         return self.block_n * self.dqk * self.elem_bytes
 
     @property
+    def v_boxes(self) -> int:
+        """E4M3: a block's V^T in boxes of 128 keys (a 128-byte swizzled row each; a block of
+        more keys takes a second box, its keys past the block unused); 16-bit: 1."""
+        return -(-self.block_n // COLUMN_TILE) if self.is_fp8 else 1
+
+    @property
+    def v_bytes(self) -> int:
+        """One stage's V^T (its boxes) or V (block_n keys x Dv elements)."""
+        keys = self.v_boxes * COLUMN_TILE if self.is_fp8 else self.block_n
+        return keys * self.dv * self.elem_bytes
+
+    @property
     def stage_bytes(self) -> int:
-        """One stage: the K tile(s), then V^T or V (128 keys x Dv elements)."""
-        return self.k_bytes + self.block_n * self.dv * self.elem_bytes
+        """One stage: the K tile(s), then V^T or V."""
+        return self.k_bytes + self.v_bytes
 
     @property
     def ones_bytes(self) -> int:
@@ -227,6 +240,11 @@ class Layout:
         return THREADS * (1 + self.consumers) if self.specialized else THREADS
 
 
+# the fast mode's key blocks (E4M3, running reference, exact rule) by Dqk, in three stages:
+# FlashAttention-3's tiles, d128's long layout (S's 112 registers beside the total's 64 and P's 28)
+# and MLA's 192 / 128 (S 80)
+WIDE_KEYS = {HEAD_DIM: 224, 192: 160}
+
 # FP8 d128 from this many keys: the producer / two-consumer kernel, whose overlap of one
 # consumer's softmax with the other's GEMMs pays only on long rows (H200: docs/decisions.md)
 LONG_KEYS = 16384
@@ -237,9 +255,23 @@ def long_keys(dqk: int, dv: int, seqlen_k: int, packed: bool = False) -> bool:
     return (dqk, dv) == (HEAD_DIM, HEAD_DIM) and not packed and seqlen_k >= LONG_KEYS
 
 
+def wide_blocks(p_rule: str, ref_rule: str, window: bool) -> bool:
+    """Whether d128's long layout and MLA's take blocks of WIDE_KEYS: the fast mode with the exact
+    rule (each thread sums its exponentials; a lean rule's P spills beside S at 224 keys), no
+    window (window.py counts blocks by shifts); dense batches (layout_for)."""
+    return ref_rule == "running" and sums_unrounded(p_rule, ref_rule) and not window
+
+
+def key_block(dqk: int, dv: int, seqlen_k: int, p_rule: str, ref_rule: str, packed: bool = False,
+              window: bool = False) -> int:
+    """Keys a block of the generated E4M3 kernel for a call: the spec's block_n of its references."""
+    return layout_for(dqk, dv=dv, packed=packed, long=long_keys(dqk, dv, seqlen_k, packed),
+                      wide=wide_blocks(p_rule, ref_rule, window)).block_n
+
+
 @functools.cache                  # asked at every launch; a Layout is immutable
 def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool = False,
-               int8_qk: bool = False, long: bool = False) -> Layout:
+               int8_qk: bool = False, long: bool = False, wide: bool = False) -> Layout:
     """The schedule measured fastest on the H200 for the head dims (the measurements:
     docs/decisions.md). E4M3 Dqk 128: one warpgroup a CTA ("serial"), three CTAs an SM, two
     stages (the warp-specialized kernels measured no faster on short rows; see ``long``); E4M3 d64 the
@@ -247,7 +279,8 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     the producer / two-consumer kernel ("specialized"), its producer up to three blocks ahead
     in four stages.
     ``long`` (long_keys): E4M3 d128 in the specialized kernel, four stages, whose overlap of one
-    consumer's softmax with the other's GEMMs pays from 16K keys.
+    consumer's softmax with the other's GEMMs pays from 16K keys. ``wide`` (wide_blocks): d128's
+    long layout and MLA's dense one in key blocks of WIDE_KEYS, three stages.
     E4M3 d256: the specialized kernel, three stages of 64 KB; its consumers take each block
     in turn (S, softmax, P V^T in two halves), the output's 128 registers leaving no room
     for the next S beside P V^T.
@@ -273,13 +306,15 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     if long:
         if not long_keys(dqk, dv, LONG_KEYS, packed):
             raise ValueError(f"the long layout is E4M3 d128's, dense; got ({dqk}, {dv}){' packed' if packed else ''}")
-        return Layout(dqk, 2, 4, dv=dv)
+        return Layout(dqk, 2, 3, dv=dv, block_n=WIDE_KEYS[dqk]) if wide else Layout(dqk, 2, 4, dv=dv)
     if dv > HEAD_DIM:                  # d256: stages of 64 KB, as many as fit (three)
         for stages in (4, 3, 2):
             layout = Layout(dqk, 2, stages, dv=dv, packed=packed)
             if layout.shared_bytes <= SHARED_LIMIT:
                 return layout
-    return Layout(dqk, 2, 4, packed=packed) if dqk > HEAD_DIM else Layout(dqk, 1, 2, dv=dv, packed=packed)
+    if dqk > HEAD_DIM:
+        return Layout(dqk, 2, 3, block_n=WIDE_KEYS[dqk]) if wide and not packed else Layout(dqk, 2, 4, packed=packed)
+    return Layout(dqk, 1, 2, dv=dv, packed=packed)
 
 
 # v_map: E4M3 V^T, or 16-bit V; the tail maps: E4M3 Dqk 192 only (16-bit tiles are all 128 bytes)

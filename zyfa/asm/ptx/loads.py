@@ -128,6 +128,11 @@ def emit_v_rows(prog: Program, c: Cta, v_tile: Reg, key0: Reg, bar: Reg) -> None
             emit("tma.load.3d", v_tile, c.params.maps["v_map"], vkey, c.thread.zero, t.kvh, bar)
         else:
             emit("tma.load.3d", v_tile, c.params.maps["v_map"], key0, c.thread.zero, t.bkv, bar)
+            for box in range(1, layout.v_boxes):            # a wide block's next 128 keys
+                box_tile, box_key = prog.regs("u32", 2)
+                emit("add.u32", box_tile, v_tile, box * COLUMN_TILE * layout.dv)
+                emit("add.u32", box_key, key0, box * COLUMN_TILE)
+                emit("tma.load.3d", box_tile, c.params.maps["v_map"], box_key, c.thread.zero, t.bkv, bar)
     else:
         _emit_rows_load(prog, c, v_tile, layout.block_n, ("v_map", None), layout.v_tiles, t.kvh, key0, bar,
                         seq and seq.k_row0)
