@@ -107,8 +107,6 @@ def test_running_kernels_have_no_fold(dqk, long):
     if dqk == 256:        # the default takes each block in turn; the fast mode waits for S(j) alone
         assert "wgmma.wait_group.sync.aligned 2;" in ptx
         return
-    if long:              # 224-key blocks: as many FFMAs a score, but more scores a block
-        return
     # the fold: one FFMA an output register a block, in each of the loop's two copies
     fold = count(block, "FFMA") - count(running, "FFMA")
     assert fold >= attn.fp8_dv(dqk) // 2 * 2, (fold, dqk)
@@ -134,38 +132,67 @@ def test_fast_mode_rescales_the_total_while_s_runs(dqk, long, rule):
     assert "serialized" not in assemble(ptx).report
 
 
-@pytest.mark.parametrize("dqk,long", [(128, True), (192, False)])
-def test_fast_mode_takes_wide_blocks(dqk, long):
-    """The fast mode's exact rule in d128's long layout and MLA's: key blocks of WIDE_KEYS (S
-    m64n224 / m64n160, P V^T in 7 / 5 k-steps over two 128-key V^T boxes, three stages within the
-    shared memory), no spills, no serialized wgmmas; the lean rules, windows and the other
-    layouts keep 128 keys, and key_block says which block the spec's references take."""
-    n = attn.WIDE_KEYS[dqk]
-    wide = attn.layout_for(dqk, long=long, wide=True)
+def _under_s(ptx: str) -> list[list[str]]:
+    """The lines between issuing S(j) and the first k-step of P(j - 1) V^T, in each GEMM phase
+    that issues both (S(j) still in flight: no wait between them)."""
+    lines = ptx.splitlines()
+    wgmma = [i for i, ln in enumerate(lines) if ln.strip().startswith("wgmma.mma_async")]
+    pv_first = [i for k, i in enumerate(wgmma) if "}, {%b32" in lines[i]                    # A: P's registers
+                and k and "}, {%b32" not in lines[wgmma[k - 1]]]                            # a group's first k-step
+    spans = [lines[max(k for k in wgmma if k < i):i] for i in pv_first]
+    return [sp for sp in spans if not any("wgmma.wait" in ln for ln in sp)]
+
+
+@pytest.mark.parametrize("rule", ["exact", "lean_cubic"])
+def test_default_folds_under_s_at_mla_only(rule):
+    """Block references (the default): MLA's E4M3 consumer folds block j - 2's P V^T into the
+    total (one FMA an output register) while S(j) runs, in both copies of the block loop
+    (Layout.fold_under_s); d128's long layout, the INT8 kernel, and MLA's windowed and packed
+    kernels fold block j - 1 after the P V^T wait (measured slower or not measured). Neither
+    spills nor makes ptxas serialize the wgmmas."""
+    def folds(dqk=192, **kw):
+        name, ptx = attn.attention_kernel(rule, True, dqk, **kw)
+        a = assemble(ptx)
+        assert a.spill_bytes == 0 and "serialized" not in a.report, (name, a.report)
+        spans = _under_s(ptx)
+        assert len(spans) == 2, name
+        return [sum(ln.strip().startswith("fma.rn.f32") for ln in sp) for sp in spans]
+    assert folds() == [attn.fp8_dv(192) // 2] * 2
+    for kw in (dict(dqk=128, long=True), dict(int8_qk=True), dict(window=True), dict(packed=True)):
+        assert folds(**kw) == [0, 0], kw
+
+
+def test_fast_mode_takes_wide_blocks_at_mla():
+    """The fast mode's exact rule in MLA's layout: key blocks of WIDE_KEYS (S m64n160, P V^T in
+    5 k-steps over two 128-key V^T boxes, three stages within the shared memory), no spills, no
+    serialized wgmmas; the lean rules, windows, packed batches and d128 (its long layout too)
+    keep 128 keys, and key_block says which block the spec's references take."""
+    n = attn.WIDE_KEYS[192]
+    wide = attn.layout_for(192, wide=True)
     assert (wide.block_n, wide.v_boxes, wide.stages) == (n, 2, 3)
-    assert wide.stage_bytes == n * dqk + 2 * 128 * 128 and wide.shared_bytes <= 227 * 1024
-    name, ptx = attn.attention_kernel("exact", True, dqk, long=long, ref_rule="running")
+    assert wide.stage_bytes == n * 192 + 2 * 128 * 128 and wide.shared_bytes <= 227 * 1024
+    name, ptx = attn.attention_kernel("exact", True, 192, ref_rule="running")
     a = assemble(ptx)
     assert a.spill_bytes == 0 and "serialized" not in a.report, a.report
-    assert ptx.count(f"m64n{n}k32") == 3 * dqk // 32        # S: block 0 and the loop's two copies
-    assert a.sass().count("QGMMA") == 3 * dqk // 32 + 3 * n // 32   # P V^T: the two copies and the last
-    assert attn.key_block(dqk, 128, attn.LONG_KEYS, "exact", "running") == n
+    assert ptx.count(f"m64n{n}k32") == 3 * 192 // 32        # S: block 0 and the loop's two copies
+    assert a.sass().count("QGMMA") == 3 * 192 // 32 + 3 * n // 32   # P V^T: the two copies and the last
+    assert attn.key_block(192, 128, 1 << 20, "exact", "running") == n
     lines = ptx.splitlines()
     pv = [i for i, ln in enumerate(lines) if "}, {%b32" in ln][:n // 32]     # the first P V^T's k-steps
     steps = [int(re.fullmatch(r"\s*add\.u64 %u64_\d+, %u64_\d+, (\d+);", lines[i - 1]).group(1)) for i in pv]
     assert steps == [box * 128 * 128 // 16 + 2 * k for box in (0, 1) for k in range(4)][:n // 32]   # 16-byte units
     v_loads = [ln for ln in lines if "cp.async.bulk.tensor.3d" in ln]
     assert len(v_loads) % 2 == 0 and v_loads                  # V^T: two 128-key boxes a block
-    if dqk == 192:
-        assert attn.key_block(192, 128, 1 << 20, "exact", "running", packed=True) == attn.BLOCK_N
-        return
-    for p_rule, ref_rule, seqlen_k, window in (("exact", "block", attn.LONG_KEYS, False),
-                                               ("lean_cubic", "running", attn.LONG_KEYS, False),
-                                               ("exact", "running", attn.LONG_KEYS, True),
-                                               ("exact", "running", attn.LONG_KEYS - 1, False)):
-        assert attn.key_block(128, 128, seqlen_k, p_rule, ref_rule, window=window) == attn.BLOCK_N
-        assert "m64n224" not in attn.attention_kernel(p_rule, True, long=seqlen_k >= attn.LONG_KEYS,
-                                                      ref_rule=ref_rule, window=window)[1]
+    assert attn.key_block(192, 128, 1 << 20, "exact", "running", packed=True) == attn.BLOCK_N
+    for dqk, p_rule, ref_rule, seqlen_k, window in ((192, "exact", "block", 1 << 20, False),
+                                                    (192, "lean_cubic", "running", 1 << 20, False),
+                                                    (192, "exact", "running", 1 << 20, True),
+                                                    (128, "exact", "running", attn.LONG_KEYS, False),
+                                                    (128, "exact", "running", attn.LONG_KEYS - 1, False)):
+        assert attn.key_block(dqk, attn.fp8_dv(dqk), seqlen_k, p_rule, ref_rule, window=window) == attn.BLOCK_N
+        ptx = attn.attention_kernel(p_rule, True, dqk, long=dqk == 128 and seqlen_k >= attn.LONG_KEYS,
+                                    ref_rule=ref_rule, window=window)[1]
+        assert f"m64n{n}" not in ptx and "m64n128k32" in ptx
 
 
 def test_long_keys_take_the_specialized_layout():
@@ -708,16 +735,16 @@ def test_windowed_packed_and_paged_equal_per_sequence_calls(dims, window, causal
 
 def test_explain_names_the_fast_modes_key_block(monkeypatch):
     """The backend's reason names the block of the fast mode's references (the spec's block_n):
-    224 keys in the long layout, 128 below LONG_KEYS and with a window."""
+    MLA's WIDE_KEYS, 128 with a window and at d128 (its long layout too)."""
     from zyfa import dispatch
     from zyfa.asm.ptx import backend
     monkeypatch.setattr(backend, "HAS_CUDA_PYTHON", True)
 
-    def why(seqlen_k, ref_rule, window=(-1, -1)):
-        p = dispatch.Problem(torch.device("cuda"), "sm90", True, (128, 128), True, seqlen_k, seqlen_k, "exact",
-                             ref_rule, False, False, False, False, window)
+    def why(dqk, seqlen_k, ref_rule, window=(-1, -1)):
+        p = dispatch.Problem(torch.device("cuda"), "sm90", True, (dqk, attn.fp8_dv(dqk)), True, seqlen_k, seqlen_k,
+                             "exact", ref_rule, False, False, False, False, window)
         return backend.supports(p)[1]
-    assert f"running max every {attn.WIDE_KEYS[128]} keys" in why(attn.LONG_KEYS, "running")
-    assert "running max every 128 keys" in why(attn.LONG_KEYS - 1, "running")
-    assert "running max every 128 keys" in why(attn.LONG_KEYS, "running", (100, 0))
-    assert "running" not in why(attn.LONG_KEYS, "block")
+    assert f"running max every {attn.WIDE_KEYS[192]} keys" in why(192, 8192, "running")
+    assert "running max every 128 keys" in why(192, 8192, "running", (100, 0))
+    assert "running max every 128 keys" in why(128, attn.LONG_KEYS, "running")
+    assert "running" not in why(192, 8192, "block")

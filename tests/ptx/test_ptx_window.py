@@ -126,12 +126,11 @@ VARIANTS = [dict(dqk=d, **extra) for d in (64, 128, 192, 256)
 def test_windowed_fp8_kernels_assemble(kw, rule):
     """Each windowed FP8 / INT8 specialization: its own name and window parameters, the default
     kernel's wgmmas (the loops' two copies, no third), within the register budget with no
-    spill inside its block loops (between the first and the last wgmma). (The fast mode's long
-    layout takes 224-key blocks without a window: its wgmmas are counted against the default rule's
-    128-key kernel.)"""
+    spill inside its block loops (between the first and the last wgmma). (MLA's fast mode takes
+    wide key blocks without a window: its wgmmas are counted against a lean rule's 128-key kernel.)"""
     name, ptx = attn.attention_kernel(rule, True, window=True, **kw)
     default_name, default_ptx = attn.attention_kernel(rule, True, **kw)
-    if attn.wide_blocks(rule, kw.get("ref_rule", "block"), False) and (kw.get("long") or kw["dqk"] == 192):
+    if attn.wide_blocks(rule, kw.get("ref_rule", "block"), False) and kw["dqk"] in attn.WIDE_KEYS:
         default_ptx = attn.attention_kernel("lean_cubic", True, **kw)[1]     # the same schedule at 128 keys
     assert name.replace("_window", "_causal") == default_name and "window_left" in ptx
     assert "window_left" not in default_ptx
@@ -174,11 +173,11 @@ def test_window_parameters_come_last_and_only_with_a_window():
     assert [a.value for a in window_args((-1, 7), False, 10, 20)] == [30 + UNBOUNDED_SLACK, 7]
 
 
-@pytest.mark.parametrize("block_n", [64, 128, 192, 224])
+@pytest.mark.parametrize("block_n", [64, 128, 160, 192, 224])
 def test_block_arithmetic_for_any_key_block(block_n):
     """cta.emit_round_down and emit_block_count, emitted and run on lanes of key counts: x
     rounded down to a multiple of block_n and ceil(x / block_n), by shifts and masks for a power
-    of two and by a remainder and a division otherwise (the fast mode's 224-key blocks)."""
+    of two and by a remainder and a division otherwise (MLA's fast mode's 160-key blocks)."""
     from zyfa.asm.ptx.cta import emit_block_count, emit_round_down
     prog = program()
     x, down, count = prog.regs("u32", 3)

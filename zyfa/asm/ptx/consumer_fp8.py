@@ -31,11 +31,6 @@ from .target import f32
 from .tile_loop import TileLoop, emit_tile_end, emit_tile_entry
 from .window import emit_band_test, emit_below_again, emit_below_entry, emit_first_start
 
-# lab switch for run 24's A/B (removed after it): with block references, the pipelined consumer
-# folds block j - 2's P V^T while S(j) runs instead of block j - 1's after the P V^T wait
-FOLD_UNDER_S = True
-
-
 def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> tuple:
     """An FP8 consumer up to its tile's work: registers taken, the ones tile's descriptor, the
     tile loop's head (label TILE), the tile's rows, Q landed and its factor made positive.
@@ -82,10 +77,11 @@ class _Carried:
         emit = prog.emit
         self.p_regs = [prog.regs("b32", 4) for _ in range(c.layout.p_steps)]
         self.alpha, self.beta = (None, None) if running else (prog.regs("f32", 2), prog.regs("f32", 2))
-        # block references (FOLD_UNDER_S): block j - 2's P V^T, waited for in block j - 1, is folded
-        # while S(j) runs, before P(j - 1) V^T is issued into the same registers; its factors kept a
-        # block longer (alpha_2, beta_2). Before block 0's: o = 0, alpha_2 = 1, beta_2 = 0 (no change)
-        self.lag = lag = not running and FOLD_UNDER_S and not (c.layout.int8_qk and c.layout.window)  # that one spills
+        # block references folding under S (Layout.fold_under_s): block j - 2's P V^T, waited for in
+        # block j - 1, is folded while S(j) runs, before P(j - 1) V^T is issued into the same
+        # registers; its factors kept a block longer (alpha_2, beta_2). Before block 0's: o = 0,
+        # alpha_2 = 1, beta_2 = 0 (no change)
+        self.lag = lag = not running and c.layout.fold_under_s
         self.o_fixed = prog.regs("f32", OUT_REGS) if lag else None
         self.alpha_2, self.beta_2 = (prog.regs("f32", 2), prog.regs("f32", 2)) if lag else (None, None)
         for half in (0, 1) if lag else ():

@@ -110,6 +110,13 @@ class Layout:
         return self.block_n * self.dqk * self.elem_bytes
 
     @property
+    def fold_under_s(self) -> bool:
+        """Block references in the pipelined consumer: block j - 2's P V^T folded while S(j) runs,
+        not block j - 1's after the P V^T wait. E4M3 at MLA's Dqk 192, dense, no window: where it
+        measured faster (docs/decisions.md; d128's long layout and the INT8 kernel measured slower)."""
+        return self.is_fp8 and not self.int8_qk and self.dqk == 192 and not (self.packed or self.window)
+
+    @property
     def v_boxes(self) -> int:
         """E4M3: a block's V^T in boxes of 128 keys (a 128-byte swizzled row each; a block of
         more keys takes a second box, its keys past the block unused); 16-bit: 1."""
@@ -241,9 +248,9 @@ class Layout:
 
 
 # the fast mode's key blocks (E4M3, running reference, exact rule) by Dqk, in three stages:
-# FlashAttention-3's tiles, d128's long layout (S's 112 registers beside the total's 64 and P's 28)
-# and MLA's 192 / 128 (S 80)
-WIDE_KEYS = {HEAD_DIM: 224, 192: 160}
+# FlashAttention-3's tile at MLA's 192 / 128 (S 80 registers). d128's long layout stays at 128
+# keys: its 224-key blocks measured slower at 32 heads 32K (docs/decisions.md)
+WIDE_KEYS = {192: 160}
 
 # FP8 d128 from this many keys: the producer / two-consumer kernel, whose overlap of one
 # consumer's softmax with the other's GEMMs pays only on long rows (H200: docs/decisions.md)
@@ -256,9 +263,9 @@ def long_keys(dqk: int, dv: int, seqlen_k: int, packed: bool = False) -> bool:
 
 
 def wide_blocks(p_rule: str, ref_rule: str, window: bool) -> bool:
-    """Whether d128's long layout and MLA's take blocks of WIDE_KEYS: the fast mode with the exact
-    rule (each thread sums its exponentials; a lean rule's P spills beside S at 224 keys), no
-    window (window.py counts blocks by shifts); dense batches (layout_for)."""
+    """Whether MLA's layout takes blocks of WIDE_KEYS: the fast mode with the exact rule (each
+    thread sums its exponentials; a lean rule's P beside the wider S spills), no window (window.py
+    counts blocks by shifts); dense batches (layout_for)."""
     return ref_rule == "running" and sums_unrounded(p_rule, ref_rule) and not window
 
 
@@ -279,8 +286,8 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     the producer / two-consumer kernel ("specialized"), its producer up to three blocks ahead
     in four stages.
     ``long`` (long_keys): E4M3 d128 in the specialized kernel, four stages, whose overlap of one
-    consumer's softmax with the other's GEMMs pays from 16K keys. ``wide`` (wide_blocks): d128's
-    long layout and MLA's dense one in key blocks of WIDE_KEYS, three stages.
+    consumer's softmax with the other's GEMMs pays from 16K keys. ``wide`` (wide_blocks): MLA's
+    dense layout in key blocks of WIDE_KEYS, three stages.
     E4M3 d256: the specialized kernel, three stages of 64 KB; its consumers take each block
     in turn (S, softmax, P V^T in two halves), the output's 128 registers leaving no room
     for the next S beside P V^T.
@@ -306,7 +313,7 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     if long:
         if not long_keys(dqk, dv, LONG_KEYS, packed):
             raise ValueError(f"the long layout is E4M3 d128's, dense; got ({dqk}, {dv}){' packed' if packed else ''}")
-        return Layout(dqk, 2, 3, dv=dv, block_n=WIDE_KEYS[dqk]) if wide else Layout(dqk, 2, 4, dv=dv)
+        return Layout(dqk, 2, 4, dv=dv)
     if dv > HEAD_DIM:                  # d256: stages of 64 KB, as many as fit (three)
         for stages in (4, 3, 2):
             layout = Layout(dqk, 2, stages, dv=dv, packed=packed)

@@ -67,7 +67,6 @@ OPS = {
     # {0}: the accumulator list, {1}/{2}: A/B descriptors, {3}: scale-d (0: D = A.B, 1: D += A.B)
     "wgmma.m64n64k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
     "wgmma.m64n128k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
-    "wgmma.m64n224k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n224k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
     "wgmma.m64n160k32.e4m3.ss": "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 {{{0}}}, {1}, {2}, {3}, 1, 1;",
     # int8 Q and K (the INT8 Q.K^T mode): int32 accumulators (.b32 registers), no scale operands
     "wgmma.m64n128k32.s8.ss": "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {{{0}}}, {1}, {2}, {3};",
