@@ -1,7 +1,8 @@
 """Lab A/B (not for the package), run 24 (branch fast-wide-tiles): the default exact path's
 pipelined consumer (d128 long, MLA) folding block j - 2's P V^T while S(j) runs
 (consumer_fp8.FOLD_UNDER_S) against folding block j - 1's after the P V^T wait (old). Timed in
-turns (3 rounds) in one process beside FA3 FP8; outputs compared bit for bit."""
+turns (3 rounds) in one process beside FA3 FP8; outputs compared bit for bit.
+Ran on branch fast-wide-tiles at 4a5c32d; main no longer has the FOLD_UNDER_S switch (run 24's decisions)."""
 import json
 import os
 import time

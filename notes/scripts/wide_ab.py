@@ -2,7 +2,8 @@
 224-key blocks and MLA's in 160 (layout.wide_blocks) against 128-key blocks (main), timed in turns (3 rounds)
 in one process beside FA3 FP8; the end-to-end error of each (its last 256 query rows against
 float64 attention on the BF16 inputs) beside FA3's. Below LONG_KEYS (8K, batch 4 4K) also the long
-layout forced (LONG_KEYS 1), wide and not, against the serial kernel those calls take."""
+layout forced (LONG_KEYS 1), wide and not, against the serial kernel those calls take.
+Ran on branch fast-wide-tiles at 4a5c32d; main no longer has d128's 224-key blocks (run 24's decisions)."""
 import json
 import os
 import time
