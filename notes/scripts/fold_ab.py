@@ -1,8 +1,8 @@
 """Lab A/B (not for the package), run 24 (branch fast-wide-tiles): the default exact path's
 pipelined consumer (d128 long, MLA) folding block j - 2's P V^T while S(j) runs
-(consumer_fp8.FOLD_UNDER_S) against folding block j - 1's after the P V^T wait (old). Timed in
+(specialized.FOLD_UNDER_S) against folding block j - 1's after the P V^T wait (old). Timed in
 turns (3 rounds) in one process beside FA3 FP8; outputs compared bit for bit.
-Ran on branch fast-wide-tiles at 4a5c32d; main no longer has the FOLD_UNDER_S switch (run 24's decisions)."""
+As it ran on branch fast-wide-tiles at 4a5c32d; main no longer has the FOLD_UNDER_S switch (run 24's decisions)."""
 import json
 import os
 import time
@@ -12,7 +12,7 @@ import torch
 import zyfa
 from ab_common import fa3_call, first_out, tflops_in_turns      # notes/scripts, on the path as a script
 from zyfa.activations import make
-from zyfa.asm.ptx import attention as attn, consumer_fp8, kernels
+from zyfa.asm.ptx import attention as attn, kernels, specialized
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.loader import Kernel
 
@@ -23,23 +23,23 @@ built = {}
 def build_int8(flag, rule, causal, dqk, arch, device, window=False):
     key = ("int8", flag, rule, causal, dqk, window)
     if key not in built:
-        consumer_fp8.FOLD_UNDER_S = flag
+        specialized.FOLD_UNDER_S = flag
         name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True, window=window)
         lay = attn.layout_for(dqk, dv=attn.fp8_dv(dqk), int8_qk=True)
         built[key] = Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), lay.shared_bytes)
-        consumer_fp8.FOLD_UNDER_S = True
+        specialized.FOLD_UNDER_S = True
     return built[key]
 
 
 def build(flag, rule, causal, dqk, arch, device, packed, long, ref_rule, window=False):
     key = (flag, rule, causal, dqk, packed, long, ref_rule, window)
     if key not in built:
-        consumer_fp8.FOLD_UNDER_S = flag
+        specialized.FOLD_UNDER_S = flag
         name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule, window=window)
         lay = attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long,
                               wide=attn.wide_blocks(rule, ref_rule, window))
         built[key] = Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), lay.shared_bytes)
-        consumer_fp8.FOLD_UNDER_S = True
+        specialized.FOLD_UNDER_S = True
     return built[key]
 
 

@@ -3,7 +3,7 @@
 in one process beside FA3 FP8; the end-to-end error of each (its last 256 query rows against
 float64 attention on the BF16 inputs) beside FA3's. Below LONG_KEYS (8K, batch 4 4K) also the long
 layout forced (LONG_KEYS 1), wide and not, against the serial kernel those calls take.
-Ran on branch fast-wide-tiles at 4a5c32d; main no longer has d128's 224-key blocks (run 24's decisions)."""
+As it ran on branch fast-wide-tiles at 4a5c32d; main no longer has d128's 224-key blocks (run 24's decisions)."""
 import json
 import os
 import time
