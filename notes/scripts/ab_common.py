@@ -25,3 +25,34 @@ def tflops_in_turns(calls: dict, flops: float, rounds: int = 3) -> tuple[dict, d
             fn()
             times[key].append(triton.testing.do_bench(fn, warmup=30, rep=250, return_mode="median"))
     return {k: flops / min(t) / 1e9 for k, t in times.items()}, times
+
+
+def ptx_variant(use, variant, x, built: dict, **call_kw):
+    """A call of zyfa.flash_attn_func on quantized inputs ``x`` (backend ptx, ``call_kw``) whose
+    generated kernel is built with the lab switches ``use(variant)`` sets (kept in ``built``)."""
+    import torch
+
+    import zyfa
+    from zyfa.asm.ptx import attention as attn, kernels
+    from zyfa.asm.ptx.assemble import assemble
+    from zyfa.asm.ptx.loader import Kernel
+    orig = kernels._attention
+
+    def build(rule, causal, dqk, arch, device, packed, long, ref_rule, window=False):
+        key = (variant, rule, causal, dqk, packed, long, ref_rule, window)
+        if key not in built:
+            name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule,
+                                              window=window)
+            lay = attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long,
+                                  wide=attn.wide_blocks(rule, ref_rule, window))
+            built[key] = Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), lay.shared_bytes)
+        return built[key]
+
+    def call():
+        use(variant)
+        kernels._attention = build
+        try:
+            return zyfa.flash_attn_func(**x.kwargs(), backend="ptx", **call_kw)
+        finally:
+            kernels._attention = orig
+    return call
