@@ -205,10 +205,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                       *(_descale_for(d, 0) for d in descales.values()))
     given_causal = causal
     causal, window = check_window(window_size, causal)
+    bound = 0 if causal else window[1]          # check_window's: every query row must see a key
     for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
         if sq and sk == 0:
             raise ValueError(f"sequence {i} has seqlen_q {sq} and seqlen_k 0: queries need at least one key")
-        if sq:
+        if 0 <= bound < sq - sk:
             try:
                 check_window(window_size, given_causal, sq, sk)
             except ValueError as e:

@@ -183,6 +183,8 @@ def _bad_cases():
         (dict(max_seqlen_k=4), "max_seqlen_k"),
         (dict(max_seqlen_k=5.0), "max_seqlen_k"),
         (dict(cu_seqlens_q=_t([0, 6, 8]), max_seqlen_q=6), "sequence 0"),                 # seqlen_q 6 > seqlen_k 3
+        (dict(cu_seqlens_q=_t([0, 1, 8]), max_seqlen_q=7, causal=False, window_size=(2, 1)),
+         "sequence 1: window_size right 1"),                                            # seqlen_q 7 > seqlen_k 5 + 1
         (dict(seqused_k=_t([-1, 2])), "seqused_k"),
         (dict(seqused_k=_t([4, 5])), "seqused_k"),
         (dict(q=_rand(8, 3, 0), k=_rand(8, 2, 1), v=_rand(8, 2, 2)), "kv_heads"),
