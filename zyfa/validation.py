@@ -134,6 +134,12 @@ def fp8_rules(is_fp8: bool, p_rule, ref_rule, dtype) -> tuple[str, str]:
     return p_rule, ref_rule
 
 
+def keys_past_diagonal(causal: bool, window: tuple[int, int]) -> int:
+    """The most keys past its diagonal a query row sees under check_window's (causal, window):
+    0 causal, the window's right bound, or -1 (unbounded: no row can be left without a key)."""
+    return 0 if causal else window[1]
+
+
 def check_window(window_size, causal: bool, seqlen_q: int | None = None, seqlen_k: int | None = None):
     """(causal, (left, right)) from FlashAttention's window_size: query i sees keys
     i + o - left <= j <= i + o + right (o = seqlen_k - seqlen_q; -1: unbounded; None: (-1, -1)).
@@ -154,7 +160,7 @@ def check_window(window_size, causal: bool, seqlen_q: int | None = None, seqlen_
         raise ValueError(f"causal=True fixes window_size's right at 0 (no key after the diagonal), got {window_size!r}")
     if causal or (left, right) == (-1, 0):
         causal, right = True, -1
-    bound = 0 if causal else right
+    bound = keys_past_diagonal(causal, (left, right))
     if bound >= 0 and seqlen_q is not None and seqlen_q > seqlen_k + bound:
         what = "causal attention" if causal else f"window_size right {bound}"
         raise ValueError(f"{what} needs seqlen_q <= seqlen_k + {bound} (bottom-right alignment: every query "

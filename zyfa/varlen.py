@@ -17,7 +17,7 @@ from .mixed import plan, run_mixed
 from .spec.descales import check_descale
 from .spec.shapes import out_dtype, starts_of
 from .validation import (check_index_tensor, check_out, check_pages_in_pool, check_window, fp8_rules,
-                         refuse_unsupported, softmax_scale_value, validate)
+                         keys_past_diagonal, refuse_unsupported, softmax_scale_value, validate)
 
 PAGE_SIZES = range(16, 257, 16)
 # backend="auto": a packed batch whose sequences average at most this many queries runs in one
@@ -205,7 +205,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
                       *(_descale_for(d, 0) for d in descales.values()))
     given_causal = causal
     causal, window = check_window(window_size, causal)
-    bound = 0 if causal else window[1]          # check_window's: every query row must see a key
+    bound = keys_past_diagonal(causal, window)      # check_window raises where a row would see no key
     for i, (sq, sk) in enumerate(zip(q_lens, k_lens)):
         if sq and sk == 0:
             raise ValueError(f"sequence {i} has seqlen_q {sq} and seqlen_k 0: queries need at least one key")
