@@ -56,3 +56,19 @@ def ptx_variant(use, variant, x, built: dict, **call_kw):
         finally:
             kernels._attention = orig
     return call
+
+
+def mixed_parts(q, k, v, cq, ck, q_lens, k_lens, cu):
+    """The mixed batch's two parts as separate calls take them: the one-query decodes as a dense
+    cache (q_dec, k_dec, v_dec, their key counts on q's device) and the prefill sequences packed
+    (q_pre, k_pre, v_pre, their cu_seqlens_q / _k by ``cu``), with each part's sequence numbers."""
+    import torch
+    dec = [i for i, n in enumerate(q_lens) if n == 1]
+    pre = [i for i, n in enumerate(q_lens) if n > 1]
+    q_dec = torch.stack([q[cq[i]:cq[i] + 1] for i in dec])
+    k_dec, v_dec = (torch.stack([x[ck[i]:ck[i] + k_lens[i]] for i in dec]) for x in (k, v))
+    lens = torch.tensor([k_lens[i] for i in dec], dtype=torch.int32, device=q.device)
+    q_pre = torch.cat([q[cq[i]:cq[i + 1]] for i in pre])
+    k_pre, v_pre = (torch.cat([x[ck[i]:ck[i + 1]] for i in pre]) for x in (k, v))
+    cpq, cpk = cu([q_lens[i] for i in pre]), cu([k_lens[i] for i in pre])
+    return dec, pre, (q_dec, k_dec, v_dec, lens), (q_pre, k_pre, v_pre, cpq, cpk)

@@ -13,6 +13,7 @@ import torch
 import triton
 
 import zyfa
+from ab_common import mixed_parts      # notes/scripts, on the path as a script
 from zyfa import mixed, varlen
 from zyfa.bench.cases import MIXED_KEYS, MIXED_QUERIES
 
@@ -54,15 +55,8 @@ calls["fa3 bf16 varlen"] = (lambda: fa3.flash_attn_varlen_func(q, k, v, cqd, ckd
 # BF16: routed vs separate, and the parts
 calls["bf16 routed"] = (lambda: zyfa.flash_attn_varlen_func(q, k, v, cu_seqlens_k=ck, **base), False)
 calls["bf16 not routed"] = (lambda: zyfa.flash_attn_varlen_func(q, k, v, cu_seqlens_k=ck, **base), True)
-dec = [i for i, ql in enumerate(MIXED_QUERIES) if ql == 1]
-pre = [i for i, ql in enumerate(MIXED_QUERIES) if ql > 1]
-q_dec = torch.stack([q[cq[i]:cq[i] + 1] for i in dec])
-k_dec = torch.stack([k[ck[i]:ck[i] + MIXED_KEYS[i]] for i in dec])
-v_dec = torch.stack([v[ck[i]:ck[i] + MIXED_KEYS[i]] for i in dec])
-lens = torch.tensor([MIXED_KEYS[i] for i in dec], dtype=torch.int32, device=dev)
-q_pre = torch.cat([q[cq[i]:cq[i + 1]] for i in pre])
-k_pre, v_pre = (torch.cat([x[ck[i]:ck[i + 1]] for i in pre]) for x in (k, v))
-cpq, cpk = cu([MIXED_QUERIES[i] for i in pre]), cu([MIXED_KEYS[i] for i in pre])
+dec, pre, (q_dec, k_dec, v_dec, lens), (q_pre, k_pre, v_pre, cpq, cpk) = mixed_parts(q, k, v, cq, ck, MIXED_QUERIES,
+                                                                                    MIXED_KEYS, cu)
 calls["bf16 part: decode (dense cache)"] = (lambda: zyfa.flash_attn_with_kvcache(q_dec, k_dec, v_dec, cache_seqlens=lens,
                                                                                 causal=True), False)
 starts = torch.tensor([int(ck[i]) for i in dec], dtype=torch.int32, device=dev)

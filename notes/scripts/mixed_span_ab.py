@@ -12,6 +12,7 @@ import torch
 import triton
 
 import zyfa
+from ab_common import mixed_parts      # notes/scripts, on the path as a script
 from zyfa import mixed, varlen
 from zyfa.bench.cases import MIXED_KEYS, MIXED_QUERIES
 
@@ -44,15 +45,8 @@ def routed(plan, overlap):
     return call
 
 
-dec = [i for i, n in enumerate(MIXED_QUERIES) if n == 1]
-pre = [i for i, n in enumerate(MIXED_QUERIES) if n > 1]
-q_dec = torch.stack([q[cq[i]:cq[i] + 1] for i in dec])
-k_dec = torch.stack([k[ck[i]:ck[i] + MIXED_KEYS[i]] for i in dec])
-v_dec = torch.stack([v[ck[i]:ck[i] + MIXED_KEYS[i]] for i in dec])
-lens = torch.tensor([MIXED_KEYS[i] for i in dec], dtype=torch.int32, device=dev)
-q_pre = torch.cat([q[cq[i]:cq[i + 1]] for i in pre])
-k_pre, v_pre = (torch.cat([x[ck[i]:ck[i + 1]] for i in pre]) for x in (k, v))
-cpq, cpk = cu([MIXED_QUERIES[i] for i in pre]), cu([MIXED_KEYS[i] for i in pre])
+dec, pre, (q_dec, k_dec, v_dec, lens), (q_pre, k_pre, v_pre, cpq, cpk) = mixed_parts(q, k, v, cq, ck, MIXED_QUERIES,
+                                                                                    MIXED_KEYS, cu)
 import fa3_fwd_interface as fa3  # noqa: E402
 cqd, ckd = cq.to(dev), ck.to(dev)
 calls = {
