@@ -199,3 +199,30 @@ def test_block_arithmetic_for_any_key_block(block_n):
     assert (ev.regs[str(count)].astype(np.int64) == -(-k // block_n)).all()
     ops = " ".join(prog.body)
     assert ("div.u32" in ops) == (block_n & (block_n - 1) != 0)
+
+
+@pytest.mark.parametrize("slot_keys", [False, True])
+def test_causal_mask_names_each_registers_key(slot_keys):
+    """scores.emit_mask (the causal diagonal and seqlen_k's tail) masks exactly the registers
+    whose key is past the row's limit, the keys as the accumulator holds them (K's rows in
+    slot order: column KEY_OF_SLOT[s] holds key s)."""
+    from zyfa.asm.ptx.scores import emit_mask
+    prog = program()
+    r = {n: prog.reg("u32") for n in ("q", "start_n", "lim0", "lim1")}
+    s = prog.regs("f32", S_REGS)
+    for si in s:
+        prog.emit("mov.f32", si, "0f00000000")
+    cta = types.SimpleNamespace(thread=types.SimpleNamespace(q=r["q"]), layout=types.SimpleNamespace(slot_keys=slot_keys))
+    emit_mask(prog, cta, types.SimpleNamespace(limits=[r["lim0"], r["lim1"]]), s, r["start_n"])
+    q, lim0, lim1 = (x.ravel() for x in np.meshgrid(np.arange(4), np.arange(-1, 300, 7), np.arange(0, 300, 11)))
+    u = lambda x: np.asarray(x, np.int64).astype(np.uint32)  # noqa: E731
+    ev = EV.Evaluator({str(r["q"]): u(q), str(r["start_n"]): u(np.full_like(q, 128)), str(r["lim0"]): u(lim0),
+                       str(r["lim1"]): u(lim1)})
+    ev.run(EV.render_body(prog))
+    masked = np.stack([ev.regs[str(si)] == 0xFF800000 for si in s])
+    columns = np.array([acc_column(i) for i in range(S_REGS)])[:, None] + 2 * q
+    if slot_keys:
+        columns = columns // 16 * 16 + np.array([KEY_OF_SLOT.index(c) for c in range(16)])[columns % 16]
+    keys = 128 + columns
+    limit = np.where(np.array([acc_row_half(i) for i in range(S_REGS)])[:, None] == 1, lim1, lim0)
+    assert (masked == (keys > limit)).all()
