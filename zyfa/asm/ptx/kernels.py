@@ -4,7 +4,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
 
 import torch
 
@@ -181,13 +180,11 @@ def _one_byte_maps(q8, k8, vt, block_n: int, k_slots=None) -> list:
             tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), k_maps[1]]
 
 
-# lab switch (branch k-rows): K's rows in slot order, V^T natural, where the strides allow it
-SLOT_KEYS = os.environ.get("ZYFA_LAB_SLOT_KEYS", "0") == "1"
-
-
 def _slot_rows(k8, packed):
-    """k's slot-order view where the dense kernel takes it (SLOT_KEYS), else None."""
-    return slot_order_rows(k8) if SLOT_KEYS and packed is None else None
+    """k's slot-order view for a dense call whose strides allow it, else None (a packed batch's
+    sequences start at any key): V^T is then read in its own order, where quantize_fp8 left
+    it, instead of rewritten in the key order on every call (docs/decisions.md)."""
+    return slot_order_rows(k8) if packed is None else None
 
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
