@@ -33,13 +33,15 @@ def _vt_kernel(src, dst, seqlen_k, padded_k, kv_heads, dv, stride_b, stride_k, s
                slot_start, key_start, key_count, sequences, page_table, table_stride,
                qd, kd, vd, fac, vd_out, qd_b, qd_h, kd_b, kd_h, vd_b, vd_h, vd_d, score_scale,
                PACKED: tl.constexpr, KEY_ORDER: tl.constexpr, PAGE: tl.constexpr, BLOCK_D: tl.constexpr,
-               BLOCK_K: tl.constexpr, FACTORS: tl.constexpr, BLOCK_V: tl.constexpr):
+               BLOCK_K: tl.constexpr, FACTORS: tl.constexpr, BLOCK_V: tl.constexpr, COPY: tl.constexpr):
     bh = tl.program_id(0)
     b, h = bh // kv_heads, bh % kv_heads
     if FACTORS:
         if (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
             _factors(qd, kd, vd, fac, vd_out, b, h, bh, qd_b, qd_h, kd_b, kd_h, vd_b, vd_h, vd_d, dv, score_scale,
                      BLOCK_V)
+    if not COPY:                # V^T read where it lies (natural_vt): the factors only
+        return
     slot = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     if PACKED:
@@ -95,30 +97,44 @@ def _factors(qd, kd, vd, fac, vd_out, b, h, bh, qd_b, qd_h, kd_b, kd_h, vd_b, vd
 _NO_FACTOR_SIZES = (0,) * 7 + (1.0,)     # the strides and scale of a launch that writes no factors
 
 
-def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_order, page=0, factors=None):
-    grid = (batch_heads, triton.cdiv(padded, BLOCK_K), triton.cdiv(Dv, BLOCK_D))
-    if grid[1]:
+def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_order, page=0, factors=None,
+            copy=True):
+    grid = (batch_heads, triton.cdiv(padded, BLOCK_K), triton.cdiv(Dv, BLOCK_D)) if copy else (batch_heads, 1, 1)
+    if grid[1] and (copy or factors):
         _vt_kernel[grid](u, out, seqlen_k, padded, Hkv, Dv, *u.stride(), *tables,
                          *(factors or (u,) * 5 + _NO_FACTOR_SIZES), PACKED=packed, KEY_ORDER=key_order,
                          PAGE=page, BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K, FACTORS=factors is not None,
-                         BLOCK_V=triton.next_power_of_2(Dv))
+                         BLOCK_V=triton.next_power_of_2(Dv), COPY=copy)
 
 
-def hopper_vt(v: torch.Tensor, factors: tuple | None = None) -> torch.Tensor:
+def hopper_vt(v: torch.Tensor, factors: tuple | None = None, key_order: bool = True) -> torch.Tensor:
     """(B, Hkv, Dv, Sk rounded up to 16) uint8 from v (B, Sk, Hkv, Dv) of one-byte elements,
-    any strides: the bytes of zyfa.spec.key_order.hopper_vt(v); ``factors``: _factors'
-    arguments, written in the same launch (hopper_inputs)."""
+    any strides: the bytes of zyfa.spec.key_order.hopper_vt(v) (``key_order`` False: V^T in
+    the keys' own order, a view where natural_vt finds one); ``factors``: _factors' arguments,
+    written in the same launch (hopper_inputs)."""
     B, Sk, Hkv, Dv = v.shape
     u = v.view(torch.uint8)
+    out = None if key_order else natural_vt(v)
     padded = Sk + (-Sk) % HOPPER_GROUP
-    out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=v.device)
-    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0, u, 0), packed=False, key_order=True,  # no tables
-            factors=factors)
+    copy = out is None
+    if copy:
+        out = torch.empty(B, Hkv, Dv, padded, dtype=torch.uint8, device=v.device)
+    _launch(u, out, Sk, padded, Hkv, Dv, B * Hkv, (u, u, u, 0, u, 0), packed=False, key_order=key_order,
+            factors=factors, copy=copy)                                                   # no tables
     return out
 
 
+def natural_vt(v: torch.Tensor) -> torch.Tensor | None:
+    """V^T (B, Hkv, Dv, Sk) uint8 as a view of v (B, Sk, Hkv, Dv) stored transposed (quantize_fp8's
+    layout), (B, Hkv) one run of rows and its strides as TMA takes them; else None."""
+    u = v.view(torch.uint8).permute(0, 2, 3, 1)
+    fits = (u.stride(3) == 1 and u.stride(0) == u.shape[1] * u.stride(1) and u.stride(1) % 16 == 0
+            and u.stride(2) % 16 == 0 and u.data_ptr() % 16 == 0)
+    return u if fits else None
+
+
 def hopper_inputs(v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Tensor, v_descale: torch.Tensor,
-                  softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  softmax_scale: float, key_order: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What a dense FP8 call of the generated kernel prepares, in hopper_vt's one launch: V^T,
     the score factors (B, Hkv) float32 of zyfa.spec.descales.head_factor and the V descales
     (B, Hkv, Dv) float32 of per_channel_v_descale. Descales as validated (coarse q and k: (),
@@ -127,14 +143,15 @@ def hopper_inputs(v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Ten
     B, _, Hkv, Dv = v.shape
     dev = v.device
     if q_descale.dtype != torch.float32 or k_descale.dtype != torch.float32:
-        return hopper_vt(v), head_factor(q_descale, k_descale, B, Hkv, softmax_scale, dev), \
+        return hopper_vt(v, key_order=key_order), head_factor(q_descale, k_descale, B, Hkv, softmax_scale, dev), \
             per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     qd, kd = (coarse_view(d.to(dev), B, Hkv, n) for d, n in ((q_descale, "q_descale"), (k_descale, "k_descale")))
     vd = v_descale.to(dev)
     vd = vd if vd.dim() == 3 else coarse_view(vd, B, Hkv, "v_descale")[..., None].expand(B, Hkv, Dv)
     fac = torch.empty(B, Hkv, dtype=torch.float32, device=dev)
     vd_out = torch.empty(B, Hkv, Dv, dtype=torch.float32, device=dev)
-    vt = hopper_vt(v, (qd, kd, vd, fac, vd_out, *qd.stride(), *kd.stride(), *vd.stride(), softmax_scale * LOG2E))
+    vt = hopper_vt(v, (qd, kd, vd, fac, vd_out, *qd.stride(), *kd.stride(), *vd.stride(), softmax_scale * LOG2E),
+                   key_order)
     return vt, fac, vd_out
 
 

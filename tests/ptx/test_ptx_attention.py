@@ -18,8 +18,8 @@ import zyfa
 from zyfa.activations import make
 from zyfa.asm.ptx import attention as attn
 from zyfa.asm.ptx.assemble import assemble
-from zyfa.spec.key_order import KEY_OF_SLOT, hopper_vt
-from zyfa.asm.ptx.fragments import a_operand_position, accumulator_position, p_sources
+from zyfa.spec.key_order import KEY_OF_SLOT, hopper_vt, slot_order_rows
+from zyfa.asm.ptx.fragments import a_operand_position, acc_key, accumulator_position, key_lanes, p_sources
 from zyfa.asm.ptx.lean_p import PTX_RULES
 from zyfa.spec.rules import HALF_RULES
 from zyfa.spec.reference import attention_fp64, fp8_attention_spec
@@ -38,6 +38,32 @@ def test_p_sources_put_each_code_where_the_a_operand_reads_it():
                     assert a_row == row
                     assert 32 * k_step + 16 * (slot // 16) + KEY_OF_SLOT[slot % 16] == key
     assert sorted(KEY_OF_SLOT) == list(range(16))
+
+
+def test_slot_order_rows_pair_each_slot_with_its_own_key():
+    """K's rows in slot order (Layout.slot_keys): the 5-d view, read in the order a TMA box lands
+    it, puts key s of each 16-key group in the row whose accumulator column feeds A-operand
+    slot s, so that slot multiplies V^T's key s; the masks' key of each accumulator register
+    (acc_key + key_lanes x q) names the same key; shapes the view cannot express get None."""
+    B, Sk, Hkv, D = 2, 64, 3, 128
+    k = torch.randint(0, 255, (B, Sk, Hkv, D), dtype=torch.uint8)
+    rows = slot_order_rows(k).reshape(-1, Hkv * D)       # row-major over (group, h, q, e): the box's rows
+    keys = k.reshape(B * Sk, Hkv * D)
+    for thread in range(128):
+        q = thread % 4
+        for k_step in range(2):
+            for reg, sources in enumerate(p_sources(k_step)):
+                for byte, acc_reg in enumerate(sources):
+                    _, column = accumulator_position(thread, acc_reg)
+                    _, slot = a_operand_position(thread, reg, byte)
+                    key = 32 * k_step + slot                 # V^T in its own order
+                    assert torch.equal(rows[column], keys[key])
+                    assert acc_key(acc_reg, True) + key_lanes(True) * q == key
+    for reg in range(64):                                        # without slot order: the column
+        assert acc_key(reg, False) + key_lanes(False) * 3 == accumulator_position(3, reg)[1]
+    assert slot_order_rows(k[:, :40]) is None                     # keys not a multiple of 16
+    assert slot_order_rows(k[:, :48]) is None                     # batch not one run of rows
+    assert slot_order_rows(k.transpose(2, 3)) is None             # a head's row not contiguous
 
 
 def test_hopper_vt_places_keys_in_their_slots():

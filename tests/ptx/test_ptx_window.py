@@ -18,6 +18,7 @@ from zyfa.asm.ptx.kernels import UNBOUNDED_SLACK, window_args
 from zyfa.asm.ptx.layout import BLOCK_M, BLOCK_N, params_for
 from zyfa.asm.ptx.target import program
 from zyfa.asm.ptx.window import Window, emit_band_test, emit_block_range, emit_row_window, emit_window_mask
+from zyfa.spec.key_order import KEY_OF_SLOT
 from zyfa.spec.reference import key_limits
 from zyfa.validation import check_window
 from zyfa.verify.ptx import evaluate as EV
@@ -27,10 +28,11 @@ WINDOWS = [0, 1, 62, 126, 127, 128, 129, 1000, -1]   # block edges (62, 126: a 6
 S_REGS = BLOCK_N // 2          # a 128-key block's S registers a thread
 
 
-def _program(block_n: int, cta_rows: int):
+def _program(block_n: int, cta_rows: int, slot_keys: bool):
     """The window's PTX for one warpgroup's thread and one key block: the tile's block range
     (emit_block_range), the rows' bounds (emit_row_window), the band test and the mask of
-    zero scores; returns (prog, named registers)."""
+    zero scores (``slot_keys``: S's columns holding keys in P's slot order, Layout.slot_keys);
+    returns (prog, named registers)."""
     prog = program()
     r = {n: prog.reg("u32") for n in ("diag", "full_end", "last_key", "tile_m", "start_m", "n_blocks", "seqlen_k",
                                        "q", "start_n", "first_block", "row0", "row1", "lim0", "lim1", "band_start")}
@@ -45,11 +47,12 @@ def _program(block_n: int, cta_rows: int):
     s = prog.regs("f32", S_REGS)
     for si in s:
         prog.emit("mov.f32", si, "0f00000000")
-    emit_window_mask(prog, types.SimpleNamespace(thread=types.SimpleNamespace(q=r["q"])), rows, s, r["start_n"])
+    cta = types.SimpleNamespace(thread=types.SimpleNamespace(q=r["q"]), layout=types.SimpleNamespace(slot_keys=slot_keys))
+    emit_window_mask(prog, cta, rows, s, r["start_n"])
     return prog, r, dict(first=first, left_end=left_end, band=band, s=s)
 
 
-def _run(Sq, Sk, window, causal, block_n, cta_rows):
+def _run(Sq, Sk, window, causal, block_n, cta_rows, slot_keys):
     """Every (tile, warpgroup, thread, key block) of the launch as one lane."""
     tiles = np.arange(0, Sq, cta_rows)
     wgs = np.arange(cta_rows // BLOCK_M)
@@ -61,7 +64,7 @@ def _run(Sq, Sk, window, causal, block_n, cta_rows):
     start_m = T + BLOCK_M * W
     row0 = start_m + 16 * warp + lane // 4
     u = lambda x: np.asarray(x, np.int64).astype(np.uint32)  # noqa: E731
-    prog, r, out = _program(block_n, cta_rows)
+    prog, r, out = _program(block_n, cta_rows, slot_keys)
     lw, rw = (int(a.value) for a in window_args(window, causal, Sq, Sk))
     regs = {r["diag"]: Sk - Sq, r["full_end"]: Sk // block_n * block_n, r["last_key"]: Sk - 1, r["tile_m"]: T,
             r["start_m"]: start_m, r["seqlen_k"]: Sk, r["q"]: lane % 4, r["start_n"]: J * block_n,
@@ -75,14 +78,16 @@ def _run(Sq, Sk, window, causal, block_n, cta_rows):
                 band=val(out["band"]), masked=np.stack([ev.regs[str(s)] == 0xFF800000 for s in out["s"]]))
 
 
-@pytest.mark.parametrize("block_n,cta_rows", [(128, 64), (128, 128), (64, 128), (128, 192)])
+@pytest.mark.parametrize("block_n,cta_rows,slot_keys", [(128, 64, False), (128, 128, False), (64, 128, False),
+                                                        (128, 192, False), (128, 64, True), (128, 128, True)])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("Sq,Sk", [(200, 200), (70, 333), (300, 1100), (1, 129)])
-def test_window_bounds_and_mask_follow_the_spec(Sq, Sk, causal, block_n, cta_rows):
+def test_window_bounds_and_mask_follow_the_spec(Sq, Sk, causal, block_n, cta_rows, slot_keys):
     """For every lane: the tile reads exactly the blocks its rows see (from the first row's
     first key to the last row's last key), the mask leaves exactly the keys key_limits gives a
-    row, and a block the loops run unmasked (the band test false) needs no mask for any of the
-    warpgroup's 64 rows. Rows past seqlen_q follow the same formula (their output is not stored)."""
+    row (K's rows in slot order: the key each register holds there), and a block the loops run
+    unmasked (the band test false) needs no mask for any of the warpgroup's 64 rows. Rows past
+    seqlen_q follow the same formula (their output is not stored)."""
     for left in WINDOWS:
         for right in ([0] if causal else WINDOWS):
             try:
@@ -91,7 +96,7 @@ def test_window_bounds_and_mask_follow_the_spec(Sq, Sk, causal, block_n, cta_row
                 continue
             if window == (-1, -1):
                 continue
-            x = _run(Sq, Sk, window, c, block_n, cta_rows)
+            x = _run(Sq, Sk, window, c, block_n, cta_rows, slot_keys)
             o, (lw, rw) = Sk - Sq, (a.value for a in window_args(window, c, Sq, Sk))
 
             def limits(rows):
@@ -100,9 +105,12 @@ def test_window_bounds_and_mask_follow_the_spec(Sq, Sk, causal, block_n, cta_row
             assert (first.numpy() == limits(np.arange(Sq))[0]).all() and (last.numpy() == limits(np.arange(Sq))[1]).all()
             lo_tile = limits(x["T"])[0] // block_n
             hi_tile = np.minimum(x["T"] + cta_rows - 1 + o + rw, Sk - 1) // block_n
-            case = (Sq, Sk, window, c, block_n, cta_rows)
+            case = (Sq, Sk, window, c, block_n, cta_rows, slot_keys)
             assert (x["first_block"] == lo_tile).all() and (x["n_blocks"] == hi_tile - lo_tile + 1).all(), case
-            keys = x["J"][None] * block_n + np.array([acc_column(i) for i in range(S_REGS)])[:, None] + 2 * x["q"]
+            columns = np.array([acc_column(i) for i in range(S_REGS)])[:, None] + 2 * x["q"]
+            if slot_keys:                   # column KEY_OF_SLOT[s] holds key s (key_order.slot_order_rows)
+                columns = columns // 16 * 16 + np.array([KEY_OF_SLOT.index(c) for c in range(16)])[columns % 16]
+            keys = x["J"][None] * block_n + columns
             rows = x["row0"][None] + 8 * np.array([acc_row_half(i) for i in range(S_REGS)])[:, None]
             lo, hi = limits(rows)
             want = (keys < lo) | (keys > hi)
@@ -191,3 +199,30 @@ def test_block_arithmetic_for_any_key_block(block_n):
     assert (ev.regs[str(count)].astype(np.int64) == -(-k // block_n)).all()
     ops = " ".join(prog.body)
     assert ("div.u32" in ops) == (block_n & (block_n - 1) != 0)
+
+
+@pytest.mark.parametrize("slot_keys", [False, True])
+def test_causal_mask_names_each_registers_key(slot_keys):
+    """scores.emit_mask (the causal diagonal and seqlen_k's tail) masks exactly the registers
+    whose key is past the row's limit, the keys as the accumulator holds them (K's rows in
+    slot order: column KEY_OF_SLOT[s] holds key s)."""
+    from zyfa.asm.ptx.scores import emit_mask
+    prog = program()
+    r = {n: prog.reg("u32") for n in ("q", "start_n", "lim0", "lim1")}
+    s = prog.regs("f32", S_REGS)
+    for si in s:
+        prog.emit("mov.f32", si, "0f00000000")
+    cta = types.SimpleNamespace(thread=types.SimpleNamespace(q=r["q"]), layout=types.SimpleNamespace(slot_keys=slot_keys))
+    emit_mask(prog, cta, types.SimpleNamespace(limits=[r["lim0"], r["lim1"]]), s, r["start_n"])
+    q, lim0, lim1 = (x.ravel() for x in np.meshgrid(np.arange(4), np.arange(-1, 300, 7), np.arange(0, 300, 11)))
+    u = lambda x: np.asarray(x, np.int64).astype(np.uint32)  # noqa: E731
+    ev = EV.Evaluator({str(r["q"]): u(q), str(r["start_n"]): u(np.full_like(q, 128)), str(r["lim0"]): u(lim0),
+                       str(r["lim1"]): u(lim1)})
+    ev.run(EV.render_body(prog))
+    masked = np.stack([ev.regs[str(si)] == 0xFF800000 for si in s])
+    columns = np.array([acc_column(i) for i in range(S_REGS)])[:, None] + 2 * q
+    if slot_keys:
+        columns = columns // 16 * 16 + np.array([KEY_OF_SLOT.index(c) for c in range(16)])[columns % 16]
+    keys = 128 + columns
+    limit = np.where(np.array([acc_row_half(i) for i in range(S_REGS)])[:, None] == 1, lim1, lim0)
+    assert (masked == (keys > limit)).all()

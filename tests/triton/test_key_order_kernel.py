@@ -50,3 +50,28 @@ def test_hopper_inputs_are_the_spec_factors_and_vt(shapes, dtype):
     want_fac = head_factor(qd, kd, B, Hkv, scale, v.device)
     assert fac.dtype == torch.float32 and torch.equal(fac, want_fac), (fac, want_fac)
     assert torch.equal(vds, per_channel_v_descale(vd, B, Hkv, Dv))
+
+
+@pytest.mark.parametrize("Sk", [32, 40])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_natural_order_inputs(Sk, layout):
+    """With K's rows in slot order (zyfa.spec.key_order.slot_order_rows) V^T is read in its own
+    key order: quantize_fp8's transposed V where it lies (a view, the launch writing only the
+    factors) when its strides suit TMA, else a copy zero-padded to 16 keys; the factors as ever."""
+    from zyfa.hopper_vt import hopper_inputs, natural_vt
+    from zyfa.spec.descales import head_factor
+    B, Hkv, Dv = 2, 2, 128
+    if layout == "contiguous":
+        v = _bytes(B, Sk, Hkv, Dv, seed=Sk)
+    else:
+        v = _bytes(B, Hkv, Dv, Sk, seed=Sk).permute(0, 3, 1, 2)
+    qd, kd, vd = torch.full((B, Hkv), 0.01, device=DEVICE), torch.full((B, Hkv), 0.02, device=DEVICE), \
+        torch.full((B, Hkv), 0.5, device=DEVICE)
+    vt, fac, _ = hopper_inputs(v, qd, kd, vd, 0.125, key_order=False)
+    view = layout == "transposed" and Sk % 16 == 0
+    assert (natural_vt(v) is not None) == view
+    assert (vt.data_ptr() == v.data_ptr()) == view
+    want = torch.zeros(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=DEVICE)
+    want[..., :Sk] = v.view(torch.uint8).permute(0, 2, 3, 1)
+    assert torch.equal(vt, want)
+    assert torch.equal(fac, head_factor(qd, kd, B, Hkv, 0.125, v.device))

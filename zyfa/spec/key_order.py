@@ -42,6 +42,20 @@ def hopper_vt(v: torch.Tensor) -> torch.Tensor:
     return u.permute(0, 3, 4, 1, 2).reshape(B, Hkv, Dv, Sk + pad)
 
 
+def slot_order_rows(k: torch.Tensor) -> torch.Tensor | None:
+    """The other way to the same pairing: K's rows permuted instead of V^T's keys. k (B, Sk,
+    Hkv, D) viewed without a copy as (B Sk / 16, 2, 4, 2, Hkv D): index (g, h, q, e) is key
+    16 g + 4 q + 2 h + e, so rows read in the view's order put key s of each 16-key group in
+    row KEY_OF_SLOT[s], where the accumulator column that feeds A-operand slot s lands, and V^T
+    is read in its own key order. None where strides cannot say it: Sk not a multiple of 16,
+    a batch not one run of rows, a head's row not contiguous."""
+    B, Sk, Hkv, D = k.shape
+    r = k.stride(1)
+    if Sk % HOPPER_GROUP or k.stride(3) != 1 or k.stride(2) != D or (B > 1 and k.stride(0) != Sk * r):
+        return None
+    return k.as_strided((B * Sk // HOPPER_GROUP, 2, 4, 2, Hkv * D), (HOPPER_GROUP * r, 2 * r, 4 * r, r, 1))
+
+
 def gfx950_vt(v: torch.Tensor) -> torch.Tensor:
     """(..., Sk keys, Dv) E4M3 bytes (uint8) -> (..., Dv, Sk rounded up to 64): in each 64-key
     block, byte 32 h + j of row n is v[key_of_byte(h, j), n] (zeros past Sk): what the lanes

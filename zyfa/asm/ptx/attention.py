@@ -59,7 +59,8 @@ ATTENTION_RULES = PTX_RULES + ("exact",)
 
 def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = HEAD_DIM,
                      arch: str = "sm_90a", packed: bool = False, int8_qk: bool = False,
-                     long: bool = False, ref_rule: str = "block", window: bool = False) -> tuple[str, str]:
+                     long: bool = False, ref_rule: str = "block", window: bool = False,
+                     slot_keys: bool = False) -> tuple[str, str]:
     """(name, PTX) of the FP8 attention kernel (Dqk ``dqk`` and its Dv: HEAD_DIMS) for one P
     rule and mask kind. The row sums of the rounded P come from half-precision wgmmas for the
     rules in HMMA_RULES and from the ALUs for the others (softmax.py).
@@ -77,6 +78,8 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     ``ref_rule`` "running" (E4M3 only): the running-max reference, P V^T accumulated in place.
     ``window``: a sliding window (window.py), its bounds the parameters layout.WINDOW_PARAMS
     (``causal`` then unused: the host passes right 0); a kernel of its own name.
+    ``slot_keys`` (dense only): k's map is the 5-d slot-order view (zyfa.spec.key_order.slot_order_rows)
+    and V^T is in the natural key order: the accumulator's columns then hold keys in P's slot order.
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")
@@ -86,8 +89,11 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     running = ref_rule == "running"
     dv = fp8_dv(dqk)
     layout = dataclasses.replace(layout_for(dqk, dv=dv, packed=packed, int8_qk=int8_qk, long=long,
-                                            wide=wide_blocks(rule, ref_rule, window)), window=window)
-    name = kernel_name(rule, causal, dqk, packed, int8_qk, long, ref_rule, window)
+                                            wide=wide_blocks(rule, ref_rule, window)), window=window,
+                                 slot_keys=slot_keys)
+    if slot_keys and packed:
+        raise ValueError("K rows in slot order take a dense batch (a packed batch's sequences start at any key)")
+    name = kernel_name(rule, causal, dqk, packed, int8_qk, long, ref_rule, window, slot_keys)
     prog = program()
     shared = [".extern .shared .align 1024 .b8 zyfa_smem[];"]
     if layout.specialized:

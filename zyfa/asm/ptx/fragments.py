@@ -12,6 +12,8 @@ A thread's accumulator holds, in each 16-column group, columns 2q, 2q+1, 8+2q, 9
 operand wants 4q..4q+3 in those places. Instead of moving bytes between threads, P is packed
 in accumulator order and V^T's keys are permuted to match: A-operand slot s of a 16-key group
 multiplies key ``KEY_OF_SLOT[s]`` (the host writes V^T in that order, zyfa.spec.key_order.hopper_vt).
+Or the other way round (Layout.slot_keys): K's rows are loaded so that accumulator column
+KEY_OF_SLOT[s] holds key s (zyfa.spec.key_order.slot_order_rows), and V^T stays in key order.
 """
 from __future__ import annotations
 
@@ -26,6 +28,20 @@ def acc_row_half(i: int) -> int:
 def acc_column(i: int) -> int:
     """Column of accumulator register i, less the thread's 2q."""
     return 8 * (i // 4) + i % 2
+
+
+def acc_key(i: int, slot_keys: bool) -> int:
+    """The key (within the block) of accumulator register i, less the thread's key_lanes(q)
+    part: its column, or with K's rows in slot order the slot that column feeds."""
+    if not slot_keys:
+        return acc_column(i)
+    j = i // 4                                    # 8-column block: 16-key group j // 2, half j % 2
+    return 16 * (j // 2) + 2 * (j % 2) + i % 2
+
+
+def key_lanes(slot_keys: bool) -> int:
+    """What a thread's q adds to its keys: 2q (columns 2q, 2q + 1), slot order 4q (slots 4q..4q+3)."""
+    return 4 if slot_keys else 2
 
 
 def accumulator_position(thread: int, reg: int) -> tuple[int, int]:

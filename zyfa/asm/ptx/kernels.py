@@ -10,6 +10,7 @@ import torch
 from ...spec.constants import LOG2E
 from ...spec.rules import DEFAULT_P_RULE
 from ...spec.shapes import Packed
+from ...spec.key_order import HOPPER_GROUP, slot_order_rows
 from ...spec.descales import (coarse_descale, head_factor, is_per_key_block, is_per_token, key_blocks,
                               normalize_descales, per_channel_v_descale, row_factor)
 from ...hopper_vt import hopper_inputs, hopper_vt
@@ -22,16 +23,18 @@ from .loader import Kernel, tensor_map
 
 @functools.cache
 def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed: bool, long: bool,
-               ref_rule: str, window: bool = False) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule, window=window)
+               ref_rule: str, window: bool = False, slot_keys: bool = False) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule, window=window,
+                                      slot_keys=slot_keys)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                   attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long,
                                   wide=attn.wide_blocks(rule, ref_rule, window)).shared_bytes)
 
 
 @functools.cache
-def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int, window: bool = False) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True, window=window)
+def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int, window: bool = False,
+                      slot_keys: bool = False) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True, window=window, slot_keys=slot_keys)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                   attn.layout_for(dqk, dv=attn.fp8_dv(dqk), int8_qk=True).shared_bytes)
 
@@ -159,17 +162,29 @@ def _order_args(order) -> list:
     return [] if order is None else [ctypes.c_uint64(order[0].data_ptr()), ctypes.c_uint32(order[1])]
 
 
-def _one_byte_maps(q8, k8, vt, block_n: int) -> list:
+def _one_byte_maps(q8, k8, vt, block_n: int, k_slots=None) -> list:
     """TMA maps of one-byte q, k (E4M3 or int8) and V^T: boxes of one 128-byte column tile and
     ``block_n`` keys; a 64-byte tile (Dqk 192's columns 128-191, d64's rows) by the tail maps, in
     boxes of 64 bytes with the 64-byte swizzle (kernels without such a tile get the 128-byte maps
-    again, unused; d64 the tail maps twice)."""
+    again, unused; d64 the tail maps twice). ``k_slots``: k's slot-order view (key_order.slot_order_rows),
+    its boxes a block's 16-key groups."""
     D, Dv = q8.shape[-1], vt.shape[-2]
     tail = attn.TAIL if D % attn.HEAD_DIM else attn.HEAD_DIM        # box width = swizzle width
     col = min(D, attn.HEAD_DIM)
-    return [tensor_map(q8, (1, attn.BLOCK_M, 1, col), col), tensor_map(k8, (1, block_n, 1, col), col),
+    if k_slots is None:
+        k_maps = [tensor_map(k8, (1, block_n, 1, w), w) for w in (col, tail)]
+    else:
+        k_maps = [tensor_map(k_slots, (block_n // HOPPER_GROUP, 2, 4, 2, w), w) for w in (col, tail)]
+    return [tensor_map(q8, (1, attn.BLOCK_M, 1, col), col), k_maps[0],
             tensor_map(vt, (1, Dv, min(block_n, attn.COLUMN_TILE))),
-            tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), tensor_map(k8, (1, block_n, 1, tail), tail)]
+            tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), k_maps[1]]
+
+
+def _slot_rows(k8, packed):
+    """k's slot-order view for a dense call whose strides allow it, else None (a packed batch's
+    sequences start at any key): V^T is then read in its own order, where quantize_fp8 left
+    it, instead of rewritten in the key order on every call (docs/decisions.md)."""
+    return slot_order_rows(k8) if packed is None else None
 
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -277,13 +292,14 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     B, Sq, Sk, extra = _batch(q, k, packed)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dev = q.device
-    if packed is None:                 # V^T in the key order and the factors: one launch
-        vt, fac, vd = hopper_inputs(v, q_descale, k_descale, v_descale, scale)
+    q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
+    k_slots = _slot_rows(k8, packed)
+    if packed is None:                 # V^T in the key order (slot-order K: its own) and the factors: one launch
+        vt, fac, vd = hopper_inputs(v, q_descale, k_descale, v_descale, scale, key_order=k_slots is None)
     else:                              # already in the key order
         vt = v.view(torch.uint8).permute(0, 2, 3, 1)
         fac = head_factor(q_descale, k_descale, B, Hkv, scale, dev)
         vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
-    q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
     vt = vt.reshape(v.shape[0] * Hkv, Dv, -1)
     out = torch.empty(q.shape[0], Sq_total, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
@@ -293,9 +309,9 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     window = window_args(window_size, causal, Sq, Sk)
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long,
                              wide=attn.wide_blocks(p_rule, ref_rule, bool(window)))
-    maps = _one_byte_maps(q8, k8, vt, layout.block_n)
+    maps = _one_byte_maps(q8, k8, vt, layout.block_n, k_slots)
     kernel = _attention(p_rule, bool(causal), D, "sm_90a", device_index(dev), packed is not None, long, ref_rule,
-                        bool(window))
+                        bool(window), k_slots is not None)
     order = _tile_order(layout, packed, Hq, dev)
     kernel(_grid(layout, Sq, B, Hq, dev, order), (layout.threads,),
            maps + ptrs + sizes + extra + _order_args(order) + window)
@@ -331,15 +347,16 @@ def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     kfac = kd.to(dev, torch.float32).expand(B, Hkv, blocks).contiguous()
     vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
-    vt = hopper_vt(v).reshape(B * Hkv, Dv, -1)
+    k_slots = _slot_rows(k8, None)
+    vt = hopper_vt(v, key_order=k_slots is None).reshape(B * Hkv, Dv, -1)
     out = torch.empty(B, Sq, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, dv=Dv, int8_qk=True)
-    maps = _one_byte_maps(q8, k8, vt, layout.block_n)
+    maps = _one_byte_maps(q8, k8, vt, layout.block_n, k_slots)
     window = window_args(window_size, causal, Sq, Sk)
-    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev), bool(window))
+    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev), bool(window), k_slots is not None)
     kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,),
            maps + ptrs + sizes + [ctypes.c_uint64(kfac.data_ptr())] + window)
     return out, lse

@@ -64,6 +64,7 @@ class Layout:
     packed: bool = False  # a packed (varlen) batch: each sequence's rows from cu_seqlens (PACKED_PARAMS)
     int8_qk: bool = False  # Q and K int8 (the INT8 Q.K^T mode), factors a row and a key block (INT8_PARAMS)
     window: bool = False   # a sliding window, its (left, right) parameters (WINDOW_PARAMS; window.py)
+    slot_keys: bool = False  # E4M3 / INT8 dense: K's rows loaded in P's slot order (loads.emit_k_rows), V^T natural
 
     @property
     def s_regs(self) -> int:
@@ -375,9 +376,10 @@ def _mask_name(causal: bool, window: bool) -> str:
 
 
 def kernel_name(rule: str, causal: bool, dqk: int = HEAD_DIM, packed: bool = False, int8_qk: bool = False,
-                long: bool = False, ref_rule: str = "block", window: bool = False) -> str:
+                long: bool = False, ref_rule: str = "block", window: bool = False, slot_keys: bool = False) -> str:
     return (f"zyfa_attn_{'int8qk' if int8_qk else 'fp8'}_d{dqk}_{rule}_{_mask_name(causal, window)}"
-            f"{'_packed' if packed else ''}{'_long' if long else ''}{'' if ref_rule == 'block' else '_' + ref_rule}")
+            f"{'_packed' if packed else ''}{'_long' if long else ''}{'' if ref_rule == 'block' else '_' + ref_rule}"
+            f"{'_slotk' if slot_keys else ''}")
 
 
 def kernel_name_16(dtype: str, causal: bool, dqk: int, dv: int, packed: bool = False, window: bool = False) -> str:

@@ -112,8 +112,31 @@ def emit_first_key(prog: Program, c: Cta, block: Reg) -> Reg:
 
 def emit_k_rows(prog: Program, c: Cta, k_tile: Reg, key0: Reg, bar: Reg) -> None:
     """The TMA loads of a K block from key ``key0`` into ``k_tile``, completing on ``bar``."""
+    if c.layout.slot_keys:
+        return _emit_slot_k_rows(prog, c, k_tile, key0, bar)
     _emit_rows_load(prog, c, k_tile, c.layout.block_n, ("k_map", "k_tail_map"), c.layout.qk_tiles, c.tile.kvh, key0,
                     bar, c.tile.seq and c.tile.seq.k_row0)
+
+
+def _emit_slot_k_rows(prog: Program, c: Cta, k_tile: Reg, key0: Reg, bar: Reg) -> None:
+    """K's rows in P's slot order (Layout.slot_keys): the map's dims, innermost first, are a
+    key's row of bytes (all kv heads), e, q, h and the 16-key group of the flattened batch
+    (zyfa.spec.key_order.slot_order_rows), so the box lands row 8h + 2q + e of each group from key
+    4q + 2h + e. Coordinates: (kv head x Dqk + column, 0, 0, 0, (b x seqlen_k + key0) / 16)."""
+    emit = prog.emit
+    layout, t, zero = c.layout, c.tile, c.thread.zero
+    group, head_col = prog.regs("u32", 2)
+    emit("mad.lo.u32", group, t.b, c.params.seqlen_k, key0)
+    emit("shr.u32", group, group, 4)
+    emit("mul.lo.u32", head_col, t.kvh, layout.dqk)
+    for col, width in layout.qk_tiles:
+        m = c.params.maps["k_map" if width == COLUMN_TILE else "k_tail_map"]
+        dst, x = k_tile, head_col
+        if col:
+            dst, x = prog.regs("u32", 2)
+            emit("add.u32", dst, k_tile, layout.block_n * col)
+            emit("add.u32", x, head_col, col)
+        emit("tma.load.5d", dst, m, x, zero, zero, zero, group, bar)
 
 
 def emit_v_rows(prog: Program, c: Cta, v_tile: Reg, key0: Reg, bar: Reg) -> None:

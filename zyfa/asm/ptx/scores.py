@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .cta import Cta, Rows
-from .fragments import acc_column, acc_row_half
+from .fragments import acc_key, acc_row_half, key_lanes
 from .layout import BLOCK_M, THREADS
 from .loads import stage
 from .smem import emit_descriptor, emit_wait
@@ -83,15 +83,15 @@ def emit_scores(prog: Program, c: Cta, q_descs: list[list[Reg]], j: Reg, s: list
 
 def emit_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: Reg) -> None:
     """t = -inf where key > the row's limit (causal diagonal, or past seqlen_k)."""
-    q = c.thread.q
+    q, slot = c.thread.q, c.layout.slot_keys
     reach = prog.regs("u32", 2)
     for half in (0, 1):
         prog.emit("sub.s32", reach[half], rows.limits[half], start_n)
-        prog.emit("sub.s32", reach[half], reach[half], q)
-        prog.emit("sub.s32", reach[half], reach[half], q)         # limit - start_n - 2q
+        for _ in range(key_lanes(slot)):
+            prog.emit("sub.s32", reach[half], reach[half], q)     # limit - start_n - 2q (slot order: 4q)
     for i, ti in enumerate(t):
         past = prog.reg("pred")
-        prog.emit("setp.lt.s32", past, reach[acc_row_half(i)], acc_column(i))
+        prog.emit("setp.lt.s32", past, reach[acc_row_half(i)], acc_key(i, slot))
         prog.emit("mov.f32", ti, f32(float("-inf")), guard=past)
 
 

@@ -90,6 +90,7 @@ OPS = {
     "st.shared.v2.b32": "st.shared.v2.b32 [{0}], {{{1}, {2}}};",
     "tma.load.3d": "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}}}], [{5}];",
     "tma.load.4d": "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}, {5}}}], [{6}];",
+    "tma.load.5d": "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [{0}], [{1}, {{{2}, {3}, {4}, {5}, {6}}}], [{7}];",
     # the same box into L2 only (no shared memory, no mbarrier): {0} the map, {1}-{4} the coordinates
     "tma.prefetch.4d": "cp.async.bulk.prefetch.tensor.4d.L2.global.tile [{0}, {{{1}, {2}, {3}, {4}}}];",
     # more integer, float and control ops of the attention kernel

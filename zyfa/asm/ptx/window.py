@@ -21,7 +21,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ..program import Program, Reg
-from .fragments import acc_column, acc_row_half
+from .fragments import acc_key, acc_row_half, key_lanes
 from .layout import BLOCK_M, Layout
 from .target import f32
 
@@ -113,18 +113,19 @@ def emit_row_window(prog: Program, t: Tile, rows: list[Reg], limits: list[Reg], 
 
 def emit_window_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: Reg) -> None:
     """t = -inf where key > the row's limit or key < its first key."""
-    q = c.thread.q
+    q, slot = c.thread.q, c.layout.slot_keys
     reach, before = prog.regs("u32", 2), prog.regs("u32", 2)
     for half in (0, 1):
         for dst, bound in ((reach[half], rows.limits[half]), (before[half], rows.first)):
             prog.emit("sub.s32", dst, bound, start_n)
-            prog.emit("sub.s32", dst, dst, q)
-            prog.emit("sub.s32", dst, dst, q)             # bound - start_n - 2q
+            for _ in range(key_lanes(slot)):
+                prog.emit("sub.s32", dst, dst, q)         # bound - start_n - 2q (slot order: 4q)
     prog.emit("add.u32", before[1], before[1], 8)         # the second row's first key
     for i, ti in enumerate(t):
         out = prog.reg("pred")
-        prog.emit("setp.lt.s32", out, reach[acc_row_half(i)], acc_column(i))
-        prog.emit("setp.gt.or.s32", out, before[acc_row_half(i)], acc_column(i), out)
+        key = acc_key(i, slot)
+        prog.emit("setp.lt.s32", out, reach[acc_row_half(i)], key)
+        prog.emit("setp.gt.or.s32", out, before[acc_row_half(i)], key, out)
         prog.emit("mov.f32", ti, f32(float("-inf")), guard=out)
 
 
