@@ -1,10 +1,12 @@
-# run 35 (main after k-rows): the slot-order A/B again at the long and GQA shapes (7 rounds), then
-# the whole GPU suite in the time left (suite_all.txt)
+# run 35 (main after k-rows): the GPU suite but tests/ptx (run 34 ran those with the slot-order K
+# on: the same code as main's, switch aside), then the slot-order A/B again at the long and GQA
+# shapes in the time left
 source notes/scripts/gpu_setup.sh
 T0=$SECONDS
-SLOT_AB_ROUNDS=7 SLOT_AB_TAG=_run35 SLOT_AB_CASES="Mistral-7B 16K,d128 32 heads 32K,d128 batch 4 4K GQA 32/8,Mistral-7B 8K" \
-  timeout 200 python3 notes/scripts/slot_ab.py 2>&1 | grep -v Warning | tee $OUT/slot_ab_run35.txt | tail -5
-echo "A/B done at $((SECONDS - T0)) s"
-sed -i "s/timeout 540/timeout $((585 - (SECONDS - T0)))/" notes/scripts/gpu_suite.sh
-bash notes/scripts/gpu_suite.sh all
+mkdir -p $OUT
+timeout 330 python3 -m pytest -q -n 16 -p no:cacheprovider --timeout 300 -rf --tb=short --ignore=tests/ptx tests \
+  > $OUT/suite_noptx.txt 2>&1; tail -12 $OUT/suite_noptx.txt
+echo "suite done at $((SECONDS - T0)) s"
+SLOT_AB_TAG=_run35 SLOT_AB_CASES="Mistral-7B 16K,d128 batch 4 4K GQA 32/8,d128 32 heads 32K" \
+  timeout $((470 - (SECONDS - T0))) python3 notes/scripts/slot_ab.py 2>&1 | grep -v Warning | tee $OUT/slot_ab_run35.txt | tail -5
 echo "all done at $((SECONDS - T0)) s"
