@@ -66,6 +66,16 @@ def test_slot_order_rows_pair_each_slot_with_its_own_key():
     assert slot_order_rows(k.transpose(2, 3)) is None             # a head's row not contiguous
 
 
+def test_slot_order_k_goes_where_it_measured_faster():
+    """kernels._slot_rows: dense calls take the slot-order K (and V^T as stored); packed
+    batches and the long d128 layout keep the permuted V^T (docs/decisions.md)."""
+    from zyfa.asm.ptx.kernels import _slot_rows
+    k = torch.zeros(2, 64, 2, 128, dtype=torch.uint8)
+    assert _slot_rows(k, None, False) is not None
+    assert _slot_rows(k, object(), False) is None
+    assert _slot_rows(k, None, True) is None
+
+
 def test_hopper_vt_places_keys_in_their_slots():
     B, Sk, Hkv, Dv = 2, 37, 3, 128                       # Sk not a multiple of 16: zero padded
     v = torch.randint(0, 126, (B, Sk, Hkv, Dv), dtype=torch.uint8).view(torch.float8_e4m3fn)

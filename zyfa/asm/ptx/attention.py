@@ -78,8 +78,9 @@ def attention_kernel(rule: str = "lean_cubic", causal: bool = True, dqk: int = H
     ``ref_rule`` "running" (E4M3 only): the running-max reference, P V^T accumulated in place.
     ``window``: a sliding window (window.py), its bounds the parameters layout.WINDOW_PARAMS
     (``causal`` then unused: the host passes right 0); a kernel of its own name.
-    ``slot_keys`` (dense only): k's map is the 5-d slot-order view (zyfa.spec.key_order.slot_order_rows)
-    and V^T is in the natural key order: the accumulator's columns then hold keys in P's slot order.
+    ``slot_keys`` (dense only; kernels._slot_rows says which calls take it): k's map is the 5-d
+    view of zyfa.spec.key_order.slot_order_rows and V^T is in the natural key order: the
+    accumulator's columns then hold keys in P's slot order.
     """
     if rule not in ATTENTION_RULES:
         raise ValueError(f"the generated kernel implements the P rules {ATTENTION_RULES}, got {rule!r}")

@@ -32,9 +32,8 @@ def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed
 
 
 @functools.cache
-def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int, window: bool = False,
-                      slot_keys: bool = False) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True, window=window, slot_keys=slot_keys)
+def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int, window: bool = False) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True, window=window)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
                   attn.layout_for(dqk, dv=attn.fp8_dv(dqk), int8_qk=True).shared_bytes)
 
@@ -180,11 +179,13 @@ def _one_byte_maps(q8, k8, vt, block_n: int, k_slots=None) -> list:
             tensor_map(q8, (1, attn.BLOCK_M, 1, tail), tail), k_maps[1]]
 
 
-def _slot_rows(k8, packed):
-    """k's slot-order view for a dense call whose strides allow it, else None (a packed batch's
-    sequences start at any key): V^T is then read in its own order, where quantize_fp8 left
-    it, instead of rewritten in the key order on every call (docs/decisions.md)."""
-    return slot_order_rows(k8) if packed is None else None
+def _slot_rows(k8, packed, long: bool):
+    """k's slot-order view for a dense call whose strides allow it, else None: V^T is then read
+    in its own order, where quantize_fp8 left it, instead of rewritten in the key order on every
+    call. Not for a packed batch (its sequences start at any key), nor for the long d128 layout,
+    where the rewrite is under 1% of the call and the slot-order K measured no faster
+    (docs/decisions.md)."""
+    return slot_order_rows(k8) if packed is None and not long else None
 
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -293,7 +294,8 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     dev = q.device
     q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
-    k_slots = _slot_rows(k8, packed)
+    long = attn.long_keys(D, Dv, Sk, packed is not None)
+    k_slots = _slot_rows(k8, packed, long)
     if packed is None:                 # V^T in the key order (slot-order K: its own) and the factors: one launch
         vt, fac, vd = hopper_inputs(v, q_descale, k_descale, v_descale, scale, key_order=k_slots is None)
     else:                              # already in the key order
@@ -305,7 +307,6 @@ def attention_fp8(q, k, v, softmax_scale=None, causal=True, q_descale=None, k_de
     lse = torch.empty(q.shape[0], Hq, Sq_total, dtype=torch.float32, device=dev)
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
-    long = attn.long_keys(D, Dv, Sk, packed is not None)
     window = window_args(window_size, causal, Sq, Sk)
     layout = attn.layout_for(D, dv=Dv, packed=packed is not None, long=long,
                              wide=attn.wide_blocks(p_rule, ref_rule, bool(window)))
@@ -347,16 +348,15 @@ def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     kfac = kd.to(dev, torch.float32).expand(B, Hkv, blocks).contiguous()
     vd = per_channel_v_descale(v_descale.to(dev), B, Hkv, Dv)
     q8, k8 = tma_ready(q.view(torch.uint8)), tma_ready(k.view(torch.uint8))
-    k_slots = _slot_rows(k8, None)
-    vt = hopper_vt(v, key_order=k_slots is None).reshape(B * Hkv, Dv, -1)
+    vt = hopper_vt(v).reshape(B * Hkv, Dv, -1)      # not slot-order K: measured slower at GQA 16K (docs/decisions.md)
     out = torch.empty(B, Sq, Hq, Dv, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
     layout = attn.layout_for(D, dv=Dv, int8_qk=True)
-    maps = _one_byte_maps(q8, k8, vt, layout.block_n, k_slots)
+    maps = _one_byte_maps(q8, k8, vt, layout.block_n)
     window = window_args(window_size, causal, Sq, Sk)
-    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev), bool(window), k_slots is not None)
+    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev), bool(window))
     kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,),
            maps + ptrs + sizes + [ctypes.c_uint64(kfac.data_ptr())] + window)
     return out, lse

@@ -64,7 +64,7 @@ class Layout:
     packed: bool = False  # a packed (varlen) batch: each sequence's rows from cu_seqlens (PACKED_PARAMS)
     int8_qk: bool = False  # Q and K int8 (the INT8 Q.K^T mode), factors a row and a key block (INT8_PARAMS)
     window: bool = False   # a sliding window, its (left, right) parameters (WINDOW_PARAMS; window.py)
-    slot_keys: bool = False  # E4M3 / INT8 dense: K's rows loaded in P's slot order (loads.emit_k_rows), V^T natural
+    slot_keys: bool = False  # dense: K's rows in P's slot order (loads.emit_k_rows), V^T natural
 
     @property
     def s_regs(self) -> int:
