@@ -140,14 +140,14 @@ def test_varlen_case_measures_the_last_sequence_against_its_own_keys(tmp_path):
     case = Case("varlen", "tiny varlen", 3, 40, 40, 4, 2, 64, 64, lengths=(7, 19, 40))
     assert case.flops == sum(attention_flops(1, 4, n, n, 64, 64, True) for n in (7, 19, 40))
     wanted = {"zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8", "zyfa-bf16", "fa3-varlen-bf16",
-              "zyfa-auto-varlen-paged64-bf16", "zyfa-auto-varlen-paged128-fp8"}
+              "zyfa-auto-varlen-paged64-bf16", "zyfa-auto-varlen-paged128-fp8", "zyfa-auto-varlen-fp8-exact-running"}
     methods = [m for m in all_methods() if m.label in wanted]
     doc = run([case], methods, str(tmp_path / "r.json"), timer=lambda fn: 1.0)
     recs = {r["label"]: r for r in doc["records"]}
     assert "zyfa-bf16" not in recs                       # a dense method: not asked on a packed case
     assert "fa3-varlen-bf16" in doc["unavailable"] and "fa3-varlen-bf16" not in recs
     for label in ("zyfa-auto-varlen-bf16", "zyfa-auto-varlen-fp8", "zyfa-auto-varlen-paged64-bf16",
-                  "zyfa-auto-varlen-paged128-fp8"):
+                  "zyfa-auto-varlen-paged128-fp8", "zyfa-auto-varlen-fp8-exact-running"):
         assert recs[label]["status"] == "ok" and recs[label]["repeatable"], recs[label]
     for dtype, page in (("bf16", 64), ("fp8", 128)):     # a paged cache gives the contiguous batch's bits
         assert recs[f"zyfa-auto-varlen-paged{page}-{dtype}"]["err_e2e"] == recs[f"zyfa-auto-varlen-{dtype}"]["err_e2e"]

@@ -181,9 +181,10 @@ def _zyfa_quantize(quantizer, ref_rule=None):
     return build
 
 
-def _zyfa_varlen(dtype: str, page_size: int | None = None):
+def _zyfa_varlen(dtype: str, page_size: int | None = None, **rules):
     """zyfa's varlen call as its docs advise: the index tensors on the host (zyfa reads the
-    lengths there; device ones would cost a synchronization a call)."""
+    lengths there; device ones would cost a synchronization a call); ``rules``: FP8's p_rule
+    and ref_rule (the fast mode), else the defaults."""
     def build(inp: Inputs):
         a = inp.varlen_args(dtype == "fp8")
         if page_size:               # the same keys from a shuffled paged cache
@@ -194,7 +195,7 @@ def _zyfa_varlen(dtype: str, page_size: int | None = None):
 
         def call():
             out, lse = zyfa.flash_attn_varlen_func(**a, softmax_scale=inp.scale, causal=inp.case.causal,
-                                                   window_size=inp.case.window, return_lse=True)
+                                                   window_size=inp.case.window, return_lse=True, **rules)
             return out[None], lse[None]
         return call
     return build
@@ -236,6 +237,9 @@ def all_methods(backend: str = "triton") -> list[Method]:
                       unsupported=_zyfa_unsupported("triton", True, None, int8_qk=True)))
     out += [Method("zyfa", "auto", dtype, "head" if dtype == "fp8" else None, _zyfa_varlen(dtype, page), zm,
                    varlen=True, page_size=page) for page in (None, 64, 128) for dtype in ("fp8", "bf16")]
+    # the fast mode's packed call (label zyfa-auto-varlen-fp8-exact-running)
+    out.append(Method("zyfa", "auto", "fp8", "head", _zyfa_varlen("fp8", p_rule="exact", ref_rule="running"), zm,
+                      varlen=True, p_rule="exact", ref_rule="running"))
     out += [Method("fa3", "fa3", "fp8", "head", fa3_varlen_build("fp8"), fa3_missing, varlen=True),
             Method("fa3", "fa3", "bf16", None, fa3_varlen_build("bf16"), fa3_missing, varlen=True)]
     out += [Method("fa3", "fa3", "fp8", "head", fa3_build("fp8"), fa3_missing),
