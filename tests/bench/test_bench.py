@@ -204,7 +204,7 @@ def test_bench_lists_only_what_it_could_have_run(tmp_path):
     doc = run([TINY, nowhere], methods, str(tmp_path / "r.json"), timer=lambda fn: 1.0, rounds=1)
     labels = {r["label"] for r in doc["records"]}
     kinds = [m for m in methods if m.varlen or m.decode]
-    assert len([m for m in kinds if m.varlen]) == 10 and not labels & {m.label for m in kinds}   # 2 mixed-only
+    assert len([m for m in kinds if m.varlen]) == 11 and not labels & {m.label for m in kinds}   # 2 mixed-only, 1 fast mode
     missing = {m.label for m in methods if m.missing() and m not in kinds}
     assert "absent-fp8-exact" in missing and set(doc["unavailable"]) == missing and not labels & missing
     lines = not_measured_lines(doc)
