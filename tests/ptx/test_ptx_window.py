@@ -26,6 +26,13 @@ from zyfa.verify.ptx import evaluate as EV
 WINDOWS = [0, 1, 62, 126, 127, 128, 129, 1000, -1]   # block edges (62, 126: a 64-row tile short of one), beyond, unbounded
 
 S_REGS = BLOCK_N // 2          # a 128-key block's S registers a thread
+SLOT_OF_COLUMN = np.array([KEY_OF_SLOT.index(c) for c in range(16)])   # K's rows in slot order: column -> key
+
+
+def _keys(columns, slot_keys: bool):
+    """The keys accumulator ``columns`` hold (block-relative): the columns themselves, or with
+    K's rows in slot order the slot each column feeds (key_order.slot_order_rows)."""
+    return columns // 16 * 16 + SLOT_OF_COLUMN[columns % 16] if slot_keys else columns
 
 
 def _program(block_n: int, cta_rows: int, slot_keys: bool):
@@ -108,9 +115,7 @@ def test_window_bounds_and_mask_follow_the_spec(Sq, Sk, causal, block_n, cta_row
             case = (Sq, Sk, window, c, block_n, cta_rows, slot_keys)
             assert (x["first_block"] == lo_tile).all() and (x["n_blocks"] == hi_tile - lo_tile + 1).all(), case
             columns = np.array([acc_column(i) for i in range(S_REGS)])[:, None] + 2 * x["q"]
-            if slot_keys:                   # column KEY_OF_SLOT[s] holds key s (key_order.slot_order_rows)
-                columns = columns // 16 * 16 + np.array([KEY_OF_SLOT.index(c) for c in range(16)])[columns % 16]
-            keys = x["J"][None] * block_n + columns
+            keys = x["J"][None] * block_n + _keys(columns, slot_keys)
             rows = x["row0"][None] + 8 * np.array([acc_row_half(i) for i in range(S_REGS)])[:, None]
             lo, hi = limits(rows)
             want = (keys < lo) | (keys > hi)
@@ -221,8 +226,6 @@ def test_causal_mask_names_each_registers_key(slot_keys):
     ev.run(EV.render_body(prog))
     masked = np.stack([ev.regs[str(si)] == 0xFF800000 for si in s])
     columns = np.array([acc_column(i) for i in range(S_REGS)])[:, None] + 2 * q
-    if slot_keys:
-        columns = columns // 16 * 16 + np.array([KEY_OF_SLOT.index(c) for c in range(16)])[columns % 16]
-    keys = 128 + columns
+    keys = 128 + _keys(columns, slot_keys)
     limit = np.where(np.array([acc_row_half(i) for i in range(S_REGS)])[:, None] == 1, lim1, lim0)
     assert (masked == (keys > limit)).all()
