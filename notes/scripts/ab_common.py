@@ -38,11 +38,11 @@ def ptx_variant(use, variant, x, built: dict, **call_kw):
     from zyfa.asm.ptx.loader import Kernel
     orig = kernels._attention
 
-    def build(rule, causal, dqk, arch, device, packed, long, ref_rule, window=False):
-        key = (variant, rule, causal, dqk, packed, long, ref_rule, window)
+    def build(rule, causal, dqk, arch, device, packed, long, ref_rule, window=False, slot_keys=False):
+        key = (variant, rule, causal, dqk, packed, long, ref_rule, window, slot_keys)
         if key not in built:
             name, ptx = attn.attention_kernel(rule, causal, dqk, arch, packed, long=long, ref_rule=ref_rule,
-                                              window=window)
+                                              window=window, slot_keys=slot_keys)
             lay = attn.layout_for(dqk, dv=attn.fp8_dv(dqk), packed=packed, long=long,
                                   wide=attn.wide_blocks(rule, ref_rule, window))
             built[key] = Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device), lay.shared_bytes)
