@@ -9,4 +9,4 @@ case "$1" in
   *) echo "usage: gpu_suite.sh a|b|all"; exit 2 ;;
 esac
 mkdir -p $OUT
-timeout 540 python3 -m pytest -q -n 16 -p no:cacheprovider --timeout 400 -rf --tb=short $DIRS > $OUT/suite_$1.txt 2>&1; tail -30 $OUT/suite_$1.txt
+timeout ${SUITE_LIMIT:-540} python3 -m pytest -q -n 16 -p no:cacheprovider --timeout 400 -rf --tb=short $DIRS > $OUT/suite_$1.txt 2>&1; tail -30 $OUT/suite_$1.txt
