@@ -24,7 +24,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from zyfa.asm.ptx.kernels import attention_16, attention_fp8  # noqa: E402
+from zyfa.asm.ptx.kernels import attention_16, attention_fp8, attention_int8qk  # noqa: E402
 from zyfa.bench.cases import model_cases, sweep_cases  # noqa: E402
 from zyfa.bench.methods import all_methods  # noqa: E402
 from zyfa.bench.run import case_inputs  # noqa: E402
@@ -33,15 +33,21 @@ from zyfa.bench.run import case_inputs  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", default="Mistral-7B 16K", help="a models or sweep case of zyfa bench")
-    ap.add_argument("--dtype", default="fp8", choices=("fp8", "bf16"))
+    ap.add_argument("--dtype", default="fp8", choices=("fp8", "int8", "bf16"),
+                    help="int8: the INT8 Q.K^T kernel on quantize_int8_qk's inputs")
     ap.add_argument("--rule", default="exact", help="the FP8 P rule")
+    ap.add_argument("--ref-rule", default="block", help="the FP8 reference rule (running: the fast mode)")
     ap.add_argument("--no-fa3", action="store_true", help="the zyfa kernel only")
     a = ap.parse_args()
     case = next(c for c in model_cases() + sweep_cases() if c.name == a.case)
     inp = case_inputs(case, "cuda")
     if a.dtype == "fp8":
         kw = dict(inp.fp8("head").kwargs(), softmax_scale=inp.scale, causal=case.causal)
-        runs = [lambda: attention_fp8(**kw, p_rule=a.rule)]
+        runs = [lambda: attention_fp8(**kw, p_rule=a.rule, ref_rule=a.ref_rule)]
+        anchors = ("fa3-fp8",)
+    elif a.dtype == "int8":
+        kw = dict(inp.fp8("int8qk").kwargs(), softmax_scale=inp.scale, causal=case.causal)
+        runs = [lambda: attention_int8qk(**kw)]
         anchors = ("fa3-fp8",)
     else:
         runs = [lambda: attention_16(inp.q, inp.k, inp.v, inp.scale, case.causal)]
