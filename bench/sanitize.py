@@ -1,6 +1,7 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
 synccheck): the generated Hopper FP8 kernel (serial d64 / d128, specialized MLA / d256 / d128
-from 16K keys, every P rule, causal and not) and 16-bit kernel (d64, d128, MLA, d256; BF16 and
+from 16K keys, every P rule, causal and not; K read in slot order where the keys are a multiple
+of 16, else V^T rewritten) and 16-bit kernel (d64, d128, MLA, d256; BF16 and
 FP16), their packed (varlen) variants (also short dense batches, which run on them), the Triton
 attention kernels (FP8 exact, BF16; d64 / d128 / MLA / d256) and the fused quantizer. Each
 output is checked against float64 (the quantizer against the PyTorch quantizer's bits) so a run
@@ -29,7 +30,11 @@ from zyfa.spec.rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, P_RULES
 PTX_SHAPES = [((1, 200, 300, 2, 1, 128, 128), True), ((1, 130, 130, 2, 2, 128, 128), False),
               ((1, 200, 300, 2, 1, 192, 128), True), ((1, 130, 130, 2, 2, 192, 128), False),
               ((1, 200, 300, 2, 1, 64, 64), True), ((1, 150, 150, 2, 1, 256, 256), True),
-              ((1, 200, 16384, 2, 1, 128, 128), True)]     # d128's long-key layout (layout.LONG_KEYS)
+              ((1, 200, 16384, 2, 1, 128, 128), True),     # d128's long-key layout (layout.LONG_KEYS)
+              # keys a multiple of 16: K's rows in slot order (kernels._slot_rows; the others rewrite V^T)
+              ((2, 200, 320, 2, 1, 128, 128), True), ((1, 128, 128, 2, 2, 128, 128), False),
+              ((1, 200, 304, 2, 1, 192, 128), True), ((1, 160, 160, 2, 1, 64, 64), True),
+              ((1, 144, 144, 2, 1, 256, 256), True)]
 CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, causal in PTX_SHAPES] + [
     ("ptx", "fp8", shape, causal, "exact", "running") for shape, causal in PTX_SHAPES] + [   # the fast mode
     # backend, dtype, (B, Sq, Sk, Hq, Hkv, D, Dv), causal, P rule

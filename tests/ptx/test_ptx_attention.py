@@ -76,6 +76,26 @@ def test_slot_order_k_goes_where_it_measured_faster():
     assert _slot_rows(k, None, True) is None
 
 
+def test_sanitizer_runs_each_head_dims_kernel_in_both_key_orders():
+    """bench/sanitize.py (compute-sanitizer's and the 1,000-launch cases): for each E4M3 head dim,
+    a dense shape that reads K in slot order and one that rewrites V^T, so both kernels of each
+    head dim are checked."""
+    import importlib.util
+    import pathlib
+    from zyfa.asm.ptx.kernels import _slot_rows
+    path = pathlib.Path(__file__).parents[2] / "bench" / "sanitize.py"
+    spec = importlib.util.spec_from_file_location("sanitize_cases", path)
+    sanitize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sanitize)
+    orders = {}
+    for (B, Sq, Sk, Hq, Hkv, D, Dv), _ in sanitize.PTX_SHAPES:
+        long = attn.long_keys(D, Dv, Sk, False)
+        slot = _slot_rows(torch.zeros(B, Sk, Hkv, D, dtype=torch.uint8), None, long) is not None
+        orders.setdefault((D, Dv), set()).add(slot)
+    assert set(orders) == set(attn.HEAD_DIMS)
+    assert all(o == {True, False} for o in orders.values()), orders
+
+
 def test_hopper_vt_places_keys_in_their_slots():
     B, Sk, Hkv, Dv = 2, 37, 3, 128                       # Sk not a multiple of 16: zero padded
     v = torch.randint(0, 126, (B, Sk, Hkv, Dv), dtype=torch.uint8).view(torch.float8_e4m3fn)
