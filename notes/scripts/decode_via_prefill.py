@@ -51,13 +51,14 @@ for B, Sk in ((32, 8192), (128, 2048)):
     qp = q8.as_strided((B, G, HKV, D), (HQ * D, D, G * D, 1))
     qd_rows = qd                                                           # (B, Hkv): the rows' heads share it
 
-    def prefill_as_decode():
-        out, lse = zyfa.flash_attn_func(qp, k8, vt, causal=False, backend="ptx", p_rule="exact", ref_rule="running",
+    def prefill_as_decode(v_in):
+        out, lse = zyfa.flash_attn_func(qp, k8, v_in, causal=False, backend="ptx", p_rule="exact", ref_rule="running",
                                         q_descale=qd_rows, k_descale=kd, v_descale=vd, return_lse=True)
         return out.permute(0, 2, 1, 3).reshape(B, 1, HQ, D)
 
     lens = torch.full((B,), Sk, dtype=torch.int32, device="cuda")
-    calls = {"prefill kernel as decode": prefill_as_decode,
+    calls = {"prefill kernel as decode": lambda: prefill_as_decode(vt),
+             "same, V key-major (rewrite)": lambda: prefill_as_decode(v8),       # what runs today: V^T rewritten a call
              "zyfa decode (Triton)": lambda: zyfa.flash_attn_with_kvcache(q8, k8, v8, cache_seqlens=lens, causal=True,
                                                                            q_descale=qd, k_descale=kd, v_descale=vd)}
     if fa3 is not None:
