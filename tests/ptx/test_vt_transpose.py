@@ -1,10 +1,13 @@
 """zyfa.asm.ptx.vt_transpose: one warp's ldmatrix .trans / byte permutes / stmatrix, run on the
 CPU by zyfa.verify.ptx.evaluate, puts each key of a key-major V block in its A-operand slot of
 the V^T rows (zyfa.spec.key_order.KEY_OF_SLOT); the evaluator's ldmatrix / stmatrix are held to
-the PTX ISA's fragment layout on their own."""
+the PTX ISA's fragment layout on their own; on a Hopper GPU the same PTX (zyfa.verify.ptx.vt_block)
+is held to the same placement, which tests the evaluator's model of the two instructions too."""
 import numpy as np
 import pytest
+import torch
 
+from conftest import hopper
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.target import module, program
 from zyfa.asm.ptx.vt_transpose import BYTES, KEYS, emit_vt_transpose
@@ -73,3 +76,22 @@ def test_vt_transpose_assembles_to_matrix_loads_and_stores():
     assert names.count("LDSM.16.MT88.4") == 1 and names.count("STSM.16.M88.4") == 1, names
     assert names.count("PRMT") == 4, names
     assert not any(n.startswith("LDS") and n != "LDSM.16.MT88.4" for n in names), names
+
+
+@hopper
+@pytest.mark.parametrize("row_bytes", [32, 128, 1040])
+def test_vt_block_on_the_gpu_puts_each_key_in_its_slot(row_bytes):
+    from zyfa.verify.ptx.vt_block import vt_block
+    g = torch.Generator().manual_seed(row_bytes)
+    rows = torch.randint(0, 256, (KEYS, row_bytes), generator=g, dtype=torch.uint8)
+    vt = vt_block(rows.cuda()).cpu()
+    assert torch.equal(vt, rows[list(KEY_OF_SLOT), :BYTES].T)
+
+
+def test_vt_block_kernel_assembles_without_byte_loads():
+    from zyfa.verify.ptx.sass import instructions
+    from zyfa.verify.ptx.vt_block import vt_block_kernel
+    built = assemble(vt_block_kernel()[1], "sm_90a")
+    names = [i.mnemonic for i in instructions(built.sass())]
+    assert built.spill_bytes == 0
+    assert names.count("LDSM.16.MT88.4") == 1 and names.count("STSM.16.M88.4") == 1, names
