@@ -7,7 +7,8 @@ The warp reads the block as four 8 x 8 tiles of 16-bit pairs (keys 0-7 / 8-15 x 
 pair t / 4; two byte permutes a pair of tiles split the pair into one word a head-dim byte (keys
 a, a + 1, a + 8, a + 9 with a = 2 (t % 4): slots 4 (t % 4) .. + 3), and stmatrix writes those
 words as four 8 x 8 tiles whose rows are V^T rows. Six instructions a lane for 16 bytes, no
-shared-memory gathers of single bytes.
+shared-memory gathers of single bytes. stmatrix writes through the generic proxy: a kernel whose
+wgmma then reads these rows needs fence.proxy.async and a barrier between the two.
 """
 from __future__ import annotations
 
