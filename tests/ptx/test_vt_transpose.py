@@ -84,8 +84,9 @@ def test_vt_block_on_the_gpu_puts_each_key_in_its_slot(row_bytes):
     from zyfa.verify.ptx.vt_block import vt_block
     g = torch.Generator().manual_seed(row_bytes)
     rows = torch.randint(0, 256, (KEYS, row_bytes), generator=g, dtype=torch.uint8)
-    vt = vt_block(rows.cuda()).cpu()
-    assert torch.equal(vt, rows[list(KEY_OF_SLOT), :BYTES].T)
+    want = rows[list(KEY_OF_SLOT), :BYTES].T
+    assert torch.equal(vt_block(rows.cuda()).cpu(), want)
+    assert torch.equal(vt_block(rows.cuda(), ctas=3, warps=4, rounds=5).cpu(), want)   # warps' own regions
 
 
 def test_vt_block_kernel_assembles_without_byte_loads():
