@@ -127,8 +127,12 @@ OPS = {
     "st.global.f32": "st.global.f32 [{0}], {1};",
     "ld.shared.b32": "ld.shared.b32 {0}, [{1}];",
     "ld.shared.v4.b32": "ld.shared.v4.b32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+    "st.shared.v4.b32": "st.shared.v4.b32 [{0}], {{{1}, {2}, {3}, {4}}};",
+    "ld.global.v4.b32": "ld.global.nc.v4.b32 {{{0}, {1}, {2}, {3}}}, [{4}];",
     # four 8 x 8 tiles of 16-bit pairs from the wgmma fragment; lanes 8i..8i+7 give tile i's row addresses
     "stmatrix.x4": "stmatrix.sync.aligned.m8n8.x4.shared.b16 [{0}], {{{1}, {2}, {3}, {4}}};",
+    # the transpose: lanes 8i..8i+7 give tile i's row addresses; lane t gets rows 2 (t % 4), +1 of column t / 4
+    "ldmatrix.x4.trans": "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{0}, {1}, {2}, {3}}}, [{4}];",
     "bar.warp.sync": "bar.warp.sync -1;",
     "setp.gt.s32": "setp.gt.s32 {0}, {1}, {2};",
     "st.shared.b32": "st.shared.b32 [{0}], {1};",

@@ -10,6 +10,7 @@ instructions the P code is made of:
   ex2.approx.ftz.f32                         (see below)
   cvt.rn.satfinite.e4m3x2.f32                (two floats to two E4M3 bytes, nearest even)
   32-bit integer arithmetic and compares      (the window's bounds and mask: _integer_op),
+  ldmatrix / stmatrix .m8n8.x4(.trans).shared.b16 for one warp, on a given shared-memory array,
   ld.param.u32 (a parameter given as a register named after it), and predicated instructions
   (``@p`` / ``@!p``: the destination keeps its value where the guard is false)
 
@@ -127,8 +128,9 @@ class Evaluator:
     bit arrays (16-bit registers keep their value in the low half, predicates 0 / 1). For
     shuffles the last axis is the lane (a multiple of 32 long)."""
 
-    def __init__(self, regs: dict):
+    def __init__(self, regs: dict, shared: np.ndarray | None = None):
         self.regs = {k: np.asarray(v, np.uint32) for k, v in regs.items()}
+        self.shared = shared          # one warp's view of shared memory (uint8), for ldmatrix / stmatrix
 
     def _bits(self, tok: str) -> np.ndarray:
         m = _IMM_F32.match(tok)
@@ -150,6 +152,11 @@ class Evaluator:
             if line.startswith("bra"):
                 raise ValueError(f"a branch in straight-line code: {guard} {line!r}")
         op, rest = line.split(None, 1)
+        if op.startswith(("ldmatrix.", "stmatrix.")):
+            if guard is not None:
+                raise NotImplementedError(f"a predicated {op}")
+            self._matrix(op, rest)
+            return
         toks = [t.strip() for t in rest.split(",")]
         dst, src = toks[0], toks[1:]
         old = self.regs.get(dst, np.uint32(0))
@@ -216,6 +223,32 @@ class Evaluator:
         else:
             raise NotImplementedError(f"the evaluator does not know {op!r} ({line!r})")
         self.regs[dst] = np.broadcast_to(np.asarray(r, np.uint32), np.broadcast(*x).shape).copy()
+
+    def _matrix(self, op: str, rest: str) -> None:
+        """ldmatrix / stmatrix .m8n8 .x4 .b16 for one warp (registers of 32 lanes): lanes 8i..8i+7
+        give the row addresses of 8 x 8 tile i of 16-bit elements (16 bytes a row); lane t holds
+        elements (t / 4, 2 (t % 4) + {0, 1}) of each tile, or with .trans (2 (t % 4) + {0, 1}, t / 4)."""
+        if ".m8n8.x4." not in op or not op.endswith(".shared.b16"):
+            raise NotImplementedError(op)
+        vec = [t.strip() for t in re.search(r"\{([^}]*)\}", rest).group(1).split(",")]
+        addr = self._bits(re.search(r"\[([^\]]*)\]", rest).group(1).strip()).astype(np.int64)
+        if addr.shape != (32,):
+            raise NotImplementedError(f"{op}: one warp's 32 lanes only")
+        lane = np.arange(32)
+        trans = ".trans" in op
+        mem = self.shared
+        for i, name in enumerate(vec):
+            rows = addr[8 * i:8 * i + 8]
+            at = [rows[2 * (lane % 4) + h] + 2 * (lane // 4) if trans else rows[lane // 4] + 2 * (2 * (lane % 4) + h)
+                  for h in (0, 1)]                  # the two 16-bit elements of a lane's register
+            if op.startswith("ldmatrix"):
+                self.regs[name] = sum((mem[a].astype(np.uint32) | mem[a + 1].astype(np.uint32) << 8) << 16 * h
+                                      for h, a in enumerate(at)).astype(np.uint32)
+            else:
+                word = self._bits(name)
+                for h, a in enumerate(at):
+                    mem[a] = (word >> 16 * h) & 0xFF
+                    mem[a + 1] = (word >> (16 * h + 8)) & 0xFF
 
     def run(self, lines) -> "Evaluator":
         for line in lines:
