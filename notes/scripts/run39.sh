@@ -13,5 +13,5 @@ echo "decode via prefill done ($((SECONDS - T0)) s)"
 M=zyfa-auto-varlen-fp8-exact-running,zyfa-auto-varlen-fp8,fa3-varlen-fp8
 timeout 150 python3 -m zyfa bench --cases varlen --rounds 3 --methods $M > $OUT/bench_varlen.txt 2>&1
 grep -v "NOT MEASURED" $OUT/bench_varlen.txt | grep "varlen\|wrote\|rror" | tail -12
-cp bench/results/*.json $OUT/ 2>/dev/null; ls $OUT
+find bench/results -name "*.json" -mmin -4 -exec cp {} $OUT/ \; ; ls $OUT
 echo "serving mix done ($((SECONDS - T0)) s)"
