@@ -1,5 +1,5 @@
 # run 40 (session j): run 38's sanitizer pass, shortened to fit one call: every E4M3 PTX case 1,000
-# launches bit for bit; memcheck over every E4M3 PTX case; racecheck over the slot-order K cases only
+# launches bit for bit; memcheck over the slot-order K cases (36), racecheck over their fast-mode six
 # (racecheck runs ~10 s a case; the other shapes ran under it in earlier sessions)
 source notes/scripts/gpu_setup.sh
 mkdir -p $OUT
@@ -13,5 +13,5 @@ run_tool() {
        "$(grep -c cuGetProcAddress $OUT/$1.txt) probe lines; $(grep 'ERROR SUMMARY\|RACECHECK SUMMARY' $OUT/$1.txt | tail -1)" \
        "($((SECONDS - T0)) s)"
 }
-run_tool memcheck 170
-run_tool racecheck 200 --slot-keys
+run_tool memcheck 170 --slot-keys
+run_tool racecheck 200 "--slot-keys --ref-rules running"
