@@ -15,3 +15,6 @@ timeout 150 python3 -m zyfa bench --cases varlen --rounds 3 --methods $M > $OUT/
 grep -v "NOT MEASURED" $OUT/bench_varlen.txt | grep "varlen\|wrote\|rror" | tail -12
 find bench/results -name "*.json" -mmin -4 -exec cp {} $OUT/ \; ; ls $OUT
 echo "serving mix done ($((SECONDS - T0)) s)"
+# the routed mixed batch's host time, where it goes (cProfile's top functions; ~20 s)
+(cd notes/scripts && timeout 90 python3 mixed_host_profile.py > $OUT/mixed_host_profile.txt 2>&1; tail -45 $OUT/mixed_host_profile.txt)
+echo "host profile done ($((SECONDS - T0)) s)"
