@@ -49,6 +49,25 @@ def to_device(values, device: torch.device, dtype: torch.dtype = torch.int32) ->
     return host.pin_memory().to(device, non_blocking=True)
 
 
+def host_table(values, device: torch.device) -> torch.Tensor:
+    """Host int32 values (a list, or a list of equal-length lists) on ``device`` as to_device
+    puts them there, but copied once: a model's layers send one batch's tables (lengths, first
+    keys, page rows) call after call, so a copy is kept (one a stream) and every call sending
+    the same values shares it. Only for tables the kernels read and nothing writes. While a CUDA
+    graph is captured, to_device's own copy."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return to_device(values, device)
+    key = tuple(tuple(v) if isinstance(v, (list, tuple)) else v for v in values)
+    return _table_on_device(key, device, torch.cuda.current_stream(device).cuda_stream)
+
+
+@functools.lru_cache(maxsize=64)     # a model's layers call with the same batch
+def _table_on_device(values: tuple, device: torch.device, stream: int) -> torch.Tensor:
+    """Allocated on ``stream`` (the current one): an evicted copy's memory is reused only after
+    that stream's launches."""
+    return to_device(values, device)
+
+
 def nvidia_capability(arch: str) -> tuple[int, int]:
     """(major, minor) from an NVIDIA arch string such as "sm90"."""
     digits = arch[2:]

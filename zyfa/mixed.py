@@ -24,7 +24,7 @@ import dataclasses
 import torch
 
 from . import dispatch
-from .device import device_arch, to_device
+from .device import device_arch, host_table, to_device
 from .spec.shapes import page_rows
 from .triton_kernels.backend import DECODE_HEAD_DIMS
 
@@ -138,7 +138,7 @@ def run_decodes(mixed: MixedPlan, out, lse, q, k, v, q_lens, k_lens, where, soft
         cache_k = k.unsqueeze(0).expand(len(dec), *k.shape)
         cache_v = v.unsqueeze(0).expand(len(dec), *v.shape)
         left = [where[i] for i in dec]
-        seqlens, leftpad = to_device([[s + n for s, n in zip(left, lens)], left], dev)      # one copy
+        seqlens, leftpad = host_table([[s + n for s, n in zip(left, lens)], left], dev)     # one copy, kept
         table = None
     else:
         cache_k, cache_v = k, v

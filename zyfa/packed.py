@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .device import to_device
-from .spec.shapes import Packed
+from .device import host_table, to_device
+from .spec.shapes import Packed, starts_of
 
 
 def _is_fp8(v) -> bool:
@@ -27,12 +27,15 @@ def contiguous_tables(q, v, batch, key_order: bool = False):
     if _is_fp8(v):
         v, _, (v_start, k_start, k_len) = packed_vt(v, batch.k_starts, batch.k_lens, key_order,
                                                    pages=batch.v_pages)   # its rows
+        cu_q = to_device(batch.cu_seqlens_q, dev)
     else:
         v = v.unsqueeze(0)
-        k_start, k_len = to_device([batch.k_starts, batch.k_lens], dev)                  # one copy
+        n = len(batch.q_lens)        # cu_seqlens_q from the lengths read from it: one table, kept
+        table = host_table([*starts_of(batch.q_lens), sum(batch.q_lens), *batch.k_starts, *batch.k_lens], dev)
+        cu_q, k_start, k_len = table[:n + 1], table[n + 1:2 * n + 1], table[2 * n + 1:]
         v_start = k_start
-    return v, Packed(to_device(batch.cu_seqlens_q, dev), k_start, v_start, k_len, max(batch.q_lens),
-                     max(batch.k_lens), lengths=(tuple(batch.q_lens), tuple(batch.k_lens)))
+    return v, Packed(cu_q, k_start, v_start, k_len, max(batch.q_lens), max(batch.k_lens),
+                     lengths=(tuple(batch.q_lens), tuple(batch.k_lens)))
 
 
 def ptx_packed(q, k, v, batch, *, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule,

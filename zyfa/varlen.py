@@ -262,7 +262,7 @@ def _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, probl
     sequence's pages) goes to the backend that reads it in place where that one takes its layout,
     else its pages are gathered into a packed batch first (_gathered_pages); contiguous keys
     (``where``: each sequence's first key) go as they are. Backends read the caller's
-    (validated) index tensors. ``mean_of``: the query counts that say whether the batch is short
+    (validated) index tensors, or kept copies of the same values (device.host_table). ``mean_of``: the query counts that say whether the batch is short
     (a mixed batch: its prefill sequences')."""
     mean_of = mean_of or q_lens
     short = sum(mean_of) <= SHORT_MEAN_QUERIES * len(mean_of)

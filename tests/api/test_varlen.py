@@ -8,7 +8,8 @@ import torch
 
 import zyfa
 
-from conftest import DEVICE, hopper
+from conftest import DEVICE, gpu, hopper
+from zyfa.device import host_table
 
 BACKENDS = ["reference", "triton"]
 D = 64
@@ -435,6 +436,29 @@ def test_host_lengths_run_without_a_device_sync(backend, fp8):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
+
+
+def test_host_table_holds_the_values_on_the_device():
+    """device.host_table: a list, or equal-length lists, as int32 on the device."""
+    dev = torch.device(DEVICE)
+    assert torch.equal(host_table([0, 3, 9], dev).cpu(), torch.tensor([0, 3, 9], dtype=torch.int32))
+    two = host_table([[5, 6], [1, 2]], dev)
+    assert two.dtype == torch.int32 and two.device.type == dev.type and two.tolist() == [[5, 6], [1, 2]]
+
+
+@gpu
+def test_host_tables_are_copied_once_a_stream():
+    """The same values on one stream share one device copy (a model's layers pay no copy after
+    the first); other values and another stream each get their own."""
+    dev = torch.device("cuda")
+    a = host_table([[1, 2, 3], [4, 5, 6]], dev)
+    assert host_table([[1, 2, 3], [4, 5, 6]], dev) is a
+    assert host_table([[1, 2, 3], [4, 5, 7]], dev) is not a
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        b = host_table([[1, 2, 3], [4, 5, 6]], dev)
+    side.synchronize()
+    assert b is not a and torch.equal(a, b)
 
 
 @hopper
