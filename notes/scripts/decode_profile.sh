@@ -4,8 +4,9 @@
 # (issue slots busy 65-85%, SM throughput above memory's), not waiting on loads.
 source notes/scripts/gpu_setup.sh
 mkdir -p $OUT
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for w in prefill triton fa3; do
-  timeout 100 ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+  timeout 100 $NCU --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
     --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis --kernel-name-base demangled \
     -k regex:"zyfa_attn|decode_kernel|FlashAttnFwd|device_kernel" --launch-skip 1 --launch-count 1 \
     python3 notes/scripts/decode_one.py $w > $OUT/ncu_decode_$w.txt 2>&1
