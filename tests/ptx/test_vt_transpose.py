@@ -10,7 +10,7 @@ import torch
 from conftest import hopper
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.target import module, program
-from zyfa.asm.ptx.vt_transpose import BYTES, KEYS, emit_vt_transpose
+from zyfa.asm.ptx.vt_transpose import BYTES, KEYS, emit_vt_tile, emit_vt_transpose
 from zyfa.spec.key_order import KEY_OF_SLOT
 from zyfa.verify.ptx.evaluate import Evaluator, render_body
 
@@ -96,3 +96,75 @@ def test_vt_block_kernel_assembles_without_byte_loads():
     names = [i.mnemonic for i in instructions(built.sass())]
     assert built.spill_bytes == 0
     assert names.count("LDSM.16.MT88.4") == 1 and names.count("STSM.16.M88.4") == 1, names
+
+
+def _swizzled(rows: np.ndarray) -> np.ndarray:
+    """128-byte rows as the 128-byte swizzle lays them out: piece c of row r at 16 (c ^ r % 8)."""
+    out = np.empty_like(rows)
+    for r in range(rows.shape[0]):
+        for c in range(8):
+            out[r, 16 * (c ^ r % 8):16 * (c ^ r % 8) + 16] = rows[r, 16 * c:16 * c + 16]
+    return out
+
+
+def _tile_vt(v: np.ndarray) -> np.ndarray:
+    """The V^T tile P V^T reads for key-major V (keys x 128 bytes): row d holds byte d of the keys,
+    each 16-key group in slot order (columns past the keys zero)."""
+    keys = v.shape[0]
+    order = [16 * g + KEY_OF_SLOT[s] for g in range(keys // KEYS) for s in range(KEYS)]
+    vt = np.zeros((128, 128), np.uint8)
+    vt[:, :keys] = v[order].T
+    return vt
+
+
+@pytest.mark.parametrize("keys", [128, 64, 16])
+def test_vt_tile_writes_the_swizzled_slot_order_tile(keys):
+    """Four warps (groups 0-3) of emit_vt_tile turn a key-major V tile, swizzled as TMA lands it,
+    into the swizzled V^T tile in slot order, and write nothing else."""
+    prog = program()
+    lane, group, v0, vt0 = prog.regs("u32", 4)
+    emit_vt_tile(prog, lane, group, v0, vt0, keys)
+    body = render_body(prog)
+    rng = np.random.default_rng(keys)
+    v = rng.integers(0, 256, (keys, 128), dtype=np.uint8)
+    v_base, vt_base = 0, 16384
+    mem = np.zeros(vt_base + 128 * 128 + 1024, np.uint8)
+    mem[v_base:v_base + keys * 128] = _swizzled(v).ravel()
+    for g in range(4):
+        Evaluator({str(lane): LANES, str(group): np.full(32, g, np.uint32), str(v0): np.full(32, v_base, np.uint32),
+                   str(vt0): np.full(32, vt_base, np.uint32)}, shared=mem).run(body)
+    vt = mem[vt_base:vt_base + 128 * 128].reshape(128, 128)
+    want = _swizzled(_tile_vt(v))
+    written = np.zeros((128, 128), bool)
+    for d in range(128):
+        for g in range(keys // KEYS):
+            written[d, 16 * (g ^ d % 8):16 * (g ^ d % 8) + 16] = True
+    assert np.array_equal(vt[written], want[written])
+    assert not vt[~written].any() and not mem[keys * 128:vt_base].any() and not mem[vt_base + 128 * 128:].any()
+
+
+def test_vt_tile_refuses_key_counts_it_cannot_transpose():
+    prog = program()
+    regs = prog.regs("u32", 4)
+    for keys in (0, 24, 144):
+        with pytest.raises(ValueError, match="multiple of 16"):
+            emit_vt_tile(prog, *regs, keys)
+
+
+def test_vt_tile_assembles_to_one_matrix_load_and_store_a_block():
+    """A 128-key tile's share: 8 LDSM .trans, 32 PRMT, 8 STSM, no byte-wide shared loads."""
+    from zyfa.verify.ptx.sass import instructions
+    prog = program()
+    lane, group, v0, vt0 = prog.regs("u32", 4)
+    prog.emit("mov.u32", lane, "%tid.x")
+    prog.emit("shr.u32", group, lane, 5)
+    prog.emit("and.b32", lane, lane, 31)
+    for r in (v0, vt0):
+        prog.emit("mov.u32", r, 0)
+    emit_vt_tile(prog, lane, group, v0, vt0, 128)
+    prog.emit("ret")
+    ptx = module("vt_tile_check", [], prog, shared=[".shared .align 1024 .b8 smem[8192];"])
+    names = [i.mnemonic for i in instructions(assemble(ptx, "sm_90a").sass())]
+    assert names.count("LDSM.16.MT88.4") == 8 and names.count("STSM.16.M88.4") == 8, names
+    assert names.count("PRMT") == 32, names
+    assert not any(n.startswith("LDS") and n != "LDSM.16.MT88.4" for n in names), names
