@@ -168,3 +168,22 @@ def test_vt_tile_assembles_to_one_matrix_load_and_store_a_block():
     assert names.count("LDSM.16.MT88.4") == 8 and names.count("STSM.16.M88.4") == 8, names
     assert names.count("PRMT") == 32, names
     assert not any(n.startswith("LDS") and n != "LDSM.16.MT88.4" for n in names), names
+
+
+@pytest.mark.parametrize("keys", [128, 16])
+def test_vt_tile_kernel_assembles(keys):
+    from zyfa.verify.ptx.vt_block import vt_tile_kernel
+    name, ptx = vt_tile_kernel(keys)
+    assert assemble(ptx, "sm_90a").cubin
+
+
+@hopper
+@pytest.mark.parametrize("keys", [128, 64, 16])
+def test_vt_tile_on_the_gpu_is_the_swizzled_slot_order_tile(keys):
+    """The tile transposer on the hardware: four warps, both tiles swizzled as the kernels keep
+    them; the result unswizzled is V^T with each 16-key group in slot order."""
+    from zyfa.verify.ptx.vt_block import vt_tile
+    g = torch.Generator("cuda").manual_seed(keys)
+    v = torch.randint(0, 256, (keys, 128), dtype=torch.uint8, device="cuda", generator=g)
+    vt = vt_tile(v)
+    assert np.array_equal(vt.cpu().numpy(), _tile_vt(v.cpu().numpy()))

@@ -1,8 +1,9 @@
 """A building block of the generated E4M3 decode kernel, alone: a warp copies a key-major V
 block (16 keys x 32 head-dim bytes) from global memory into shared memory, transposes it there
 (zyfa.asm.ptx.vt_transpose: ldmatrix .trans, byte permutes, stmatrix) and writes the 32 V^T rows
-of 16 bytes back. ``vt_block`` runs it; tests/ptx/test_vt_transpose.py checks it on a GPU
-against KEY_OF_SLOT (the CPU tests run the same PTX in zyfa.verify.ptx.evaluate)."""
+of 16 bytes back (``vt_block``); and a warpgroup does a whole tile as a kernel keeps it, swizzled
+in and out (``vt_tile``). tests/ptx/test_vt_transpose.py checks both on a GPU against
+KEY_OF_SLOT (the CPU tests run the same PTX in zyfa.verify.ptx.evaluate)."""
 from __future__ import annotations
 
 import ctypes
@@ -10,10 +11,11 @@ import functools
 
 import torch
 
+from ...asm.program import Reg
 from ...asm.ptx.assemble import assemble
 from ...asm.ptx.loader import Kernel
 from ...asm.ptx.target import module, program
-from ...asm.ptx.vt_transpose import BYTES, KEYS, emit_vt_transpose
+from ...asm.ptx.vt_transpose import BYTES, KEYS, ROW, emit_vt_tile, emit_vt_transpose
 
 V_STRIDE = 2 * BYTES          # shared bytes between V's key rows (16-byte aligned for ldmatrix)
 VT_ROW = KEYS                 # shared bytes a V^T row: one 16-key group
@@ -100,4 +102,96 @@ def vt_block(v: torch.Tensor, ctas: int = 1, warps: int = 1, rounds: int = 1) ->
     _vt_block("sm_90a", v.device.index or 0, warps)((ctas,), (32 * warps,), [
         ctypes.c_uint64(v.data_ptr()), ctypes.c_uint64(vt.data_ptr()), ctypes.c_uint32(v.stride(0)),
         ctypes.c_uint32(rounds)])
+    return vt
+
+
+TILE_THREADS = 128     # a warpgroup: warp w transposes head-dim bytes 32 w .. + 31
+
+
+def vt_tile_kernel(keys: int, arch: str = "sm_90a") -> tuple[str, str]:
+    """(name, PTX) of zyfa_vt_tile_k<keys>(v_ptr, vt_ptr, v_stride): one CTA of a warpgroup copies a
+    key-major V tile (``keys`` rows of 128 bytes, v_stride bytes apart) into shared memory with the
+    128-byte swizzle (as TMA lands it), zeroes the V^T tile, transposes with emit_vt_tile (warp w:
+    group w) and writes the V^T tile (128 rows of 128 bytes) back unswizzled."""
+    name = f"zyfa_vt_tile_k{keys}"
+    prog = program()
+    emit = prog.emit
+    v_ptr, vt_ptr, addr, off = prog.regs("u64", 4)
+    tid, lane, warp, stride, base, v_sh, vt_sh, at, row, piece = prog.regs("u32", 10)
+    emit("ld.param.u64", v_ptr, "v_ptr")
+    emit("ld.param.u64", vt_ptr, "vt_ptr")
+    emit("ld.param.u32", stride, "v_stride")
+    emit("mov.u32", tid, "%tid.x")
+    emit("and.b32", lane, tid, 31)
+    emit("shr.u32", warp, tid, 5)
+    emit("mov.u32", base, "zyfa_tiles")
+    emit("add.u32", base, base, 1023)
+    emit("and.b32", v_sh, base, 0xFFFFFC00)                    # 1024-byte aligned, as the swizzle needs
+    emit("add.u32", vt_sh, v_sh, ROW * ROW)
+    words = prog.regs("u32", 4)
+
+    def piece_of(i: int) -> None:
+        """the thread's i-th piece: (row, piece) = divmod(tid + 128 i, 8)"""
+        emit("add.u32", at, tid, TILE_THREADS * i)
+        emit("shr.u32", row, at, 3)
+        emit("and.b32", piece, at, 7)
+
+    def swizzled(tile: Reg) -> None:                            # at = tile + row * 128 + 16 (piece ^ row % 8)
+        emit("and.b32", at, row, 7)
+        emit("xor.b32", at, at, piece)
+        emit("shl.b32", at, at, 4)
+        emit("mad.lo.u32", at, row, ROW, at)
+        emit("add.u32", at, at, tile)
+
+    prog.comment("V's pieces into shared memory, swizzled; V^T's tile zeroed")
+    for i in range(keys * (ROW // 16) // TILE_THREADS):
+        piece_of(i)
+        emit("mul.lo.u32", at, row, stride)
+        emit("mad.lo.u32", at, piece, 16, at)
+        emit("mul.wide.u32", off, at, 1)
+        emit("add.u64", addr, v_ptr, off)
+        emit("ld.global.v4.b32", *words, addr)
+        swizzled(v_sh)
+        emit("st.shared.v4.b32", at, *words)
+    zero = prog.reg("u32")
+    emit("mov.u32", zero, 0)
+    for i in range(ROW * (ROW // 16) // TILE_THREADS):
+        emit("mad.lo.u32", at, tid, 16, vt_sh)
+        emit("add.u32", at, at, TILE_THREADS * 16 * i)
+        emit("st.shared.v4.b32", at, zero, zero, zero, zero)
+    emit("bar.sync", 0)
+    emit_vt_tile(prog, lane, warp, v_sh, vt_sh, keys)
+    emit("bar.sync", 0)
+    prog.comment("V^T's tile back, unswizzled")
+    for i in range(ROW * (ROW // 16) // TILE_THREADS):
+        piece_of(i)
+        swizzled(vt_sh)
+        emit("ld.shared.v4.b32", *words, at)
+        emit("add.u32", at, tid, TILE_THREADS * i)
+        emit("mul.wide.u32", off, at, 16)
+        emit("add.u64", addr, vt_ptr, off)
+        emit("st.global.v4.b32", addr, *words)
+    emit("ret")
+    shared = [f".shared .align 1024 .b8 zyfa_tiles[{2 * ROW * ROW + 1024}];"]
+    params = [(".u64", "v_ptr"), (".u64", "vt_ptr"), (".u32", "v_stride")]
+    return name, module(name, params, prog, arch, shared)
+
+
+@functools.cache
+def _vt_tile(arch: str, device: int, keys: int) -> Kernel:
+    name, ptx = vt_tile_kernel(keys, arch)
+    return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device))
+
+
+def vt_tile(v: torch.Tensor) -> torch.Tensor:
+    """V^T (128 x 128 uint8) of a key-major (keys, 128) uint8 tile (keys a multiple of 16 up to
+    128, rows 16-byte aligned) by the generated kernel: row d holds byte d of the keys, each 16-key
+    group in slot order, zeros past the keys."""
+    keys = v.shape[0] if v.dim() == 2 else 0
+    if v.dtype != torch.uint8 or v.dim() != 2 or v.shape[1] != ROW or keys % KEYS or not 0 < keys <= ROW \
+            or v.stride(1) != 1 or v.stride(0) % 16 or v.data_ptr() % 16:
+        raise ValueError(f"v must be a (16 k <= 128, 128) uint8 tile with 16-byte aligned rows, got {tuple(v.shape)}")
+    vt = torch.empty(ROW, ROW, dtype=torch.uint8, device=v.device)
+    _vt_tile("sm_90a", v.device.index or 0, keys)((1,), (TILE_THREADS,), [
+        ctypes.c_uint64(v.data_ptr()), ctypes.c_uint64(vt.data_ptr()), ctypes.c_uint32(v.stride(0))])
     return vt
