@@ -60,22 +60,30 @@ def test_vt_transpose_puts_each_key_in_its_slot(v_stride, vt_stride):
     assert not mem[BYTES * v_stride:vt_base].any()             # nothing written outside V^T's rows
 
 
-def test_vt_transpose_assembles_to_matrix_loads_and_stores():
-    """ptxas keeps the warp's transpose as one LDSM .trans, four PRMTs and one STSM: no byte-wide
-    shared loads (what Triton's decode kernel spends its issue slots on)."""
+def _assert_matrix_ops_only(emit_transpose, blocks: int) -> None:
+    """The SASS of a kernel that runs ``emit_transpose(prog, lane, group, v0, vt0)`` (lane and
+    group from the thread index, both tiles at 0): one LDSM .trans, four PRMTs and one STSM a
+    block, no byte-wide shared loads (what Triton's decode kernel spends its issue slots on)."""
     from zyfa.verify.ptx.sass import instructions
     prog = program()
-    lane, v0, vt0 = prog.regs("u32", 3)
+    lane, group, v0, vt0 = prog.regs("u32", 4)
     prog.emit("mov.u32", lane, "%tid.x")
+    prog.emit("shr.u32", group, lane, 5)
+    prog.emit("and.b32", lane, lane, 31)
     for r in (v0, vt0):
         prog.emit("mov.u32", r, 0)
-    emit_vt_transpose(prog, lane, v0, 128, vt0, 64)
+    emit_transpose(prog, lane, group, v0, vt0)
     prog.emit("ret")
     ptx = module("vt_transpose_check", [], prog, shared=[".shared .align 1024 .b8 smem[8192];"])
     names = [i.mnemonic for i in instructions(assemble(ptx, "sm_90a").sass())]
-    assert names.count("LDSM.16.MT88.4") == 1 and names.count("STSM.16.M88.4") == 1, names
-    assert names.count("PRMT") == 4, names
+    assert names.count("LDSM.16.MT88.4") == blocks and names.count("STSM.16.M88.4") == blocks, names
+    assert names.count("PRMT") == 4 * blocks, names
     assert not any(n.startswith("LDS") and n != "LDSM.16.MT88.4" for n in names), names
+
+
+def test_vt_transpose_assembles_to_matrix_loads_and_stores():
+    """ptxas keeps the warp's transpose as one LDSM .trans, four PRMTs and one STSM."""
+    _assert_matrix_ops_only(lambda prog, lane, group, v0, vt0: emit_vt_transpose(prog, lane, v0, 128, vt0, 64), 1)
 
 
 @hopper
@@ -152,22 +160,8 @@ def test_vt_tile_refuses_key_counts_it_cannot_transpose():
 
 
 def test_vt_tile_assembles_to_one_matrix_load_and_store_a_block():
-    """A 128-key tile's share: 8 LDSM .trans, 32 PRMT, 8 STSM, no byte-wide shared loads."""
-    from zyfa.verify.ptx.sass import instructions
-    prog = program()
-    lane, group, v0, vt0 = prog.regs("u32", 4)
-    prog.emit("mov.u32", lane, "%tid.x")
-    prog.emit("shr.u32", group, lane, 5)
-    prog.emit("and.b32", lane, lane, 31)
-    for r in (v0, vt0):
-        prog.emit("mov.u32", r, 0)
-    emit_vt_tile(prog, lane, group, v0, vt0, 128)
-    prog.emit("ret")
-    ptx = module("vt_tile_check", [], prog, shared=[".shared .align 1024 .b8 smem[8192];"])
-    names = [i.mnemonic for i in instructions(assemble(ptx, "sm_90a").sass())]
-    assert names.count("LDSM.16.MT88.4") == 8 and names.count("STSM.16.M88.4") == 8, names
-    assert names.count("PRMT") == 32, names
-    assert not any(n.startswith("LDS") and n != "LDSM.16.MT88.4" for n in names), names
+    """A 128-key tile's share: 8 blocks, each one LDSM .trans, four PRMTs and one STSM."""
+    _assert_matrix_ops_only(lambda prog, lane, group, v0, vt0: emit_vt_tile(prog, lane, group, v0, vt0, 128), 8)
 
 
 @pytest.mark.parametrize("keys", [128, 16])

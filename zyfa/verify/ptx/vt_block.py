@@ -24,6 +24,19 @@ VT_ROW = KEYS                 # shared bytes a V^T row: one 16-key group
 REGION = KEYS * V_STRIDE + BYTES * VT_ROW      # a warp's shared bytes: its V block, then its V^T rows
 
 
+def _emit_start(prog, v_ptr: Reg, vt_ptr: Reg) -> tuple[Reg, Reg, Reg, Reg]:
+    """Both kernels' pointers (into ``v_ptr``, ``vt_ptr``); returns (thread, lane, v_stride, warp)."""
+    emit = prog.emit
+    tid, lane, stride, warp = prog.regs("u32", 4)
+    emit("ld.param.u64", v_ptr, "v_ptr")
+    emit("ld.param.u64", vt_ptr, "vt_ptr")
+    emit("ld.param.u32", stride, "v_stride")
+    emit("mov.u32", tid, "%tid.x")
+    emit("and.b32", lane, tid, 31)
+    emit("shr.u32", warp, tid, 5)
+    return tid, lane, stride, warp
+
+
 def vt_block_kernel(arch: str = "sm_90a", warps: int = 1) -> tuple[str, str]:
     """(name, PTX) of zyfa_vt_block(v_ptr, vt_ptr, v_stride, rounds): 32 ``warps`` threads a CTA;
     every warp of every CTA reads the block v (16 keys, rows v_stride bytes apart, 32 bytes each)
@@ -33,16 +46,11 @@ def vt_block_kernel(arch: str = "sm_90a", warps: int = 1) -> tuple[str, str]:
     prog = program()
     emit = prog.emit
     v_ptr, vt_ptr, addr, off = prog.regs("u64", 4)
-    tid, lane, stride, key, half, src, v_sh, vt_sh, at, rounds, r = prog.regs("u32", 11)
-    emit("ld.param.u64", v_ptr, "v_ptr")
-    emit("ld.param.u64", vt_ptr, "vt_ptr")
-    emit("ld.param.u32", stride, "v_stride")
+    tid, lane, stride, warp = _emit_start(prog, v_ptr, vt_ptr)
+    key, half, src, v_sh, vt_sh, at, rounds, r = prog.regs("u32", 8)
     emit("ld.param.u32", rounds, "rounds")
-    emit("mov.u32", tid, "%tid.x")
-    emit("and.b32", lane, tid, 31)
-    emit("shr.u32", v_sh, tid, 5)
     emit("mov.u32", at, "zyfa_v")
-    emit("mad.lo.u32", v_sh, v_sh, REGION, at)
+    emit("mad.lo.u32", v_sh, warp, REGION, at)
     emit("add.u32", vt_sh, v_sh, KEYS * V_STRIDE)
     prog.comment("lane l copies bytes 16 (l % 2) .. + 15 of key l / 2")
     emit("shr.u32", key, lane, 1)
@@ -117,13 +125,8 @@ def vt_tile_kernel(keys: int, arch: str = "sm_90a") -> tuple[str, str]:
     prog = program()
     emit = prog.emit
     v_ptr, vt_ptr, addr, off = prog.regs("u64", 4)
-    tid, lane, warp, stride, base, v_sh, vt_sh, at, row, piece = prog.regs("u32", 10)
-    emit("ld.param.u64", v_ptr, "v_ptr")
-    emit("ld.param.u64", vt_ptr, "vt_ptr")
-    emit("ld.param.u32", stride, "v_stride")
-    emit("mov.u32", tid, "%tid.x")
-    emit("and.b32", lane, tid, 31)
-    emit("shr.u32", warp, tid, 5)
+    tid, lane, stride, warp = _emit_start(prog, v_ptr, vt_ptr)
+    base, v_sh, vt_sh, at, row, piece = prog.regs("u32", 6)
     emit("mov.u32", base, "zyfa_tiles")
     emit("add.u32", base, base, 1023)
     emit("and.b32", v_sh, base, 0xFFFFFC00)                    # 1024-byte aligned, as the swizzle needs
