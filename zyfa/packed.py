@@ -6,10 +6,12 @@ imported on first use, as the backends' run functions import them (loading a gen
 driver bindings is not the cost of importing zyfa)."""
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from .device import host_table, to_device
-from .spec.shapes import Packed, starts_of
+from .spec.shapes import Packed
 
 
 def _is_fp8(v) -> bool:
@@ -24,14 +26,15 @@ def contiguous_tables(q, v, batch, key_order: bool = False):
     and its tables (Packed)."""
     from .hopper_vt import packed_vt
     dev = q.device
+    cu_q = list(itertools.accumulate(batch.q_lens, initial=0))   # cu_seqlens_q, from the lengths read from it
     if _is_fp8(v):
         v, _, (v_start, k_start, k_len) = packed_vt(v, batch.k_starts, batch.k_lens, key_order,
                                                    pages=batch.v_pages)   # its rows
-        cu_q = to_device(batch.cu_seqlens_q, dev)
+        cu_q = host_table(cu_q, dev)
     else:
         v = v.unsqueeze(0)
-        n = len(batch.q_lens)        # cu_seqlens_q from the lengths read from it: one table, kept
-        table = host_table([*starts_of(batch.q_lens), sum(batch.q_lens), *batch.k_starts, *batch.k_lens], dev)
+        n = len(batch.q_lens)                                     # one table, kept
+        table = host_table([*cu_q, *batch.k_starts, *batch.k_lens], dev)
         cu_q, k_start, k_len = table[:n + 1], table[n + 1:2 * n + 1], table[2 * n + 1:]
         v_start = k_start
     return v, Packed(cu_q, k_start, v_start, k_len, max(batch.q_lens), max(batch.k_lens),

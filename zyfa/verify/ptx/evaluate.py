@@ -266,7 +266,7 @@ def _integer_op(op: str, x: list) -> np.ndarray | None:
     parts = op.split(".")
     kind = parts[-1]
     if kind not in ("u32", "s32", "b32") or parts[0] not in ("add", "sub", "mul", "mad", "min", "max", "shr", "shl",
-                                                              "and", "or", "xor", "setp", "div", "rem"):
+                                                              "and", "xor", "setp", "div", "rem"):
         return None
     signed = kind == "s32"
     v = [np.asarray(a, np.uint32).astype(np.int64) for a in x]
@@ -287,7 +287,7 @@ def _integer_op(op: str, x: list) -> np.ndarray | None:
         r = {"add": lambda: v[0] + v[1], "sub": lambda: v[0] - v[1], "mul": lambda: v[0] * v[1],
              "mad": lambda: v[0] * v[1] + v[2], "min": lambda: np.minimum(v[0], v[1]),
              "max": lambda: np.maximum(v[0], v[1]), "shr": lambda: v[0] >> v[1], "shl": lambda: v[0] << v[1],
-             "and": lambda: v[0] & v[1], "or": lambda: v[0] | v[1], "xor": lambda: v[0] ^ v[1],
+             "and": lambda: v[0] & v[1], "xor": lambda: v[0] ^ v[1],
              "div": lambda: v[0] // v[1], "rem": lambda: v[0] % v[1]}[name]()
     return (r % 2 ** 32).astype(np.uint32)
 
