@@ -15,7 +15,7 @@ from ...spec.descales import (coarse_descale, head_factor, is_per_key_block, is_
                               normalize_descales, per_channel_v_descale, row_factor)
 from ...hopper_vt import hopper_inputs, hopper_vt
 from ...tma import tma_ready
-from ...device import device_index, sm_count, to_device
+from ...device import device_index, host_table, sm_count, to_device
 from . import attention as attn
 from .assemble import assemble
 from .loader import Kernel, tensor_map
@@ -199,10 +199,10 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 PACKED_ROUTE_KEYS = {64: 4096, 128: 8192, 192: 4096, 256: 4096}
 
 
-@functools.lru_cache(maxsize=16)     # a model's layers call with the same shape
 def _uniform_batch(B: int, Sq: int, Sk: int, device: torch.device) -> Packed:
-    """A dense batch's tables as a packed batch of B sequences of Sq queries and Sk keys."""
-    words = to_device([i * Sq for i in range(B + 1)] + [i * Sk for i in range(B)] + [Sk] * B, device)   # one copy
+    """A dense batch's tables as a packed batch of B sequences of Sq queries and Sk keys (one
+    table, kept on the device a stream: a model's layers call with the same shape)."""
+    words = host_table([i * Sq for i in range(B + 1)] + [i * Sk for i in range(B)] + [Sk] * B, device)
     cu_q, k_start, k_len = words[:B + 1], words[B + 1:2 * B + 1], words[2 * B + 1:]
     return Packed(cu_q, k_start, k_start, k_len, Sq, Sk, lengths=((Sq,) * B, (Sk,) * B))
 
