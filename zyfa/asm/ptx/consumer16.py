@@ -14,7 +14,7 @@ from .epilogue import emit_epilogue, emit_epilogue_targets, emit_epilogue_values
 from .layout import HEAD_DIM, THREADS
 from .loads import emit_kv_wait, stage
 from .target import f32
-from .tile_loop import TileLoop, emit_next_t, emit_q_wait, emit_tile_work
+from .tile_loop import TileLoop, emit_handed_tile, emit_next_t, emit_q_wait, emit_tile_work
 from .window import emit_below_again, emit_first_start, emit_left_band_jump, emit_relative
 
 
@@ -93,7 +93,7 @@ class _Consumer16:
         done = prog.reg("pred")
         if self.handed:
             emit_q_wait(prog, c, self.it, tag)
-            emit("ld.shared.b32", self.t, self.tiles.word)
+            emit_handed_tile(prog, c, self.tiles, self.t)
         emit("setp.ge.u32", done, self.t, self.tiles.count)
         emit("bra.div", done_label, guard=done)
         emit_tile_work(prog, c, self.tiles, self.t)

@@ -69,10 +69,18 @@ def emit_tile_loop_head(prog: Program, c: Cta, tiles: TileLoop, t: Reg, label: s
     prog.label(label)
     if handed:
         emit_q_wait(prog, c, handed_it)
-        prog.emit("ld.shared.b32", t, tiles.word)
+        emit_handed_tile(prog, c, tiles, t)
     prog.emit("setp.ge.u32", done, t, tiles.count)
     prog.emit("bra.div", f"{label}_DONE", guard=done)
     emit_tile_work(prog, c, tiles, t)
+
+
+def emit_handed_tile(prog: Program, c: Cta, tiles: TileLoop, t: Reg) -> None:
+    """A consumer of a tile_counter launch, its Q tiles landed: t = the tile the producer handed
+    over, read by lane 0 alone (the lane that arrives on q_free for its warp, after which the
+    producer writes the next tile there) and passed on: no other lane's read to order."""
+    prog.emit("ld.shared.b32", t, tiles.word, guard=c.thread.lane0)
+    prog.emit("shfl.idx0", t, t)
 
 
 def emit_tile_work(prog: Program, c: Cta, tiles: TileLoop, t: Reg) -> None:
