@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...spec.key_order import GFX950_BLOCK
 from ...spec.shapes import HEAD_DIMS as SPEC_HEAD_DIMS
 from ..program import Program
 from .lean_p import LEAN_RULES
 
-QUERIES, BLOCK_N = 32, 64            # queries a wave (an MFMA's 32 columns); keys a block
+QUERIES = 32                         # queries a wave (an MFMA's 32 columns)
+BLOCK_N = GFX950_BLOCK               # keys a block: the spec's V^T byte order is laid out in these
 GROUP_WAVES, GROUPS = 4, 2
 WAVES = GROUP_WAVES * GROUPS         # 256 queries a workgroup share each K/V block in LDS
 # the spec's query/key dims, each in slices of 64 (192: MLA's); which pairs fit a wave's

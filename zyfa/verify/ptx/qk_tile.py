@@ -14,6 +14,7 @@ import functools
 import torch
 
 from ...asm.ptx.assemble import assemble
+from ...asm.ptx.fragments import acc_column, acc_row_half
 from ...asm.ptx.loader import Kernel, tensor_map
 from ...asm.ptx.smem import emit_descriptor, emit_wait
 from ...asm.ptx.target import module, program
@@ -24,8 +25,10 @@ TILE_BYTES = ROWS * HEAD_DIM
 
 
 def emit_accumulator_store(prog, acc, out_base, row_stride_bytes):
-    """Store a m64nN f32 accumulator fragment: thread t of warp w holds rows 16w + t/4 (+8)
-    and columns 8j + 2(t%4) + {0, 1} in registers 4j + {0, 1} (+8 rows: 4j + {2, 3})."""
+    """Store a m64nN f32 accumulator fragment where the kernels' map (asm.ptx.fragments) says
+    each register's element lies: thread t of warp w, rows 16w + t%32/4 (+ 8 * acc_row_half),
+    columns 2(t%4) + acc_column. qk_tile's GPU test against float64 checks that map on the
+    hardware."""
     tid, warp, lane, row, col, tmp = prog.regs("u32", 6)
     addr, off = prog.regs("u64", 2)
     prog.emit("mov.u32", tid, "%tid.x")
@@ -35,16 +38,15 @@ def emit_accumulator_store(prog, acc, out_base, row_stride_bytes):
     prog.emit("mad.lo.u32", row, warp, 16, row)
     prog.emit("and.b32", col, lane, 3)
     prog.emit("mul.lo.u32", col, col, 2)
-    for j in range(len(acc) // 4):
-        for half in (0, 1):
-            r = prog.reg("u32")
-            prog.emit("add.u32", r, row, 8 * half)
-            prog.emit("mul.lo.u32", tmp, r, row_stride_bytes // 4)
-            prog.emit("add.u32", tmp, tmp, col)
-            prog.emit("add.u32", tmp, tmp, 8 * j)
-            prog.emit("mul.wide.u32", off, tmp, 4)
-            prog.emit("add.u64", addr, out_base, off)
-            prog.emit("st.global.v2.f32", addr, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1])
+    for i in range(0, len(acc), 2):                   # registers i, i + 1: adjacent columns of one row
+        r = prog.reg("u32")
+        prog.emit("add.u32", r, row, 8 * acc_row_half(i))
+        prog.emit("mul.lo.u32", tmp, r, row_stride_bytes // 4)
+        prog.emit("add.u32", tmp, tmp, col)
+        prog.emit("add.u32", tmp, tmp, acc_column(i))
+        prog.emit("mul.wide.u32", off, tmp, 4)
+        prog.emit("add.u64", addr, out_base, off)
+        prog.emit("st.global.v2.f32", addr, acc[i], acc[i + 1])
 
 
 def qk_tile_kernel(arch: str = "sm_90a") -> tuple[str, str]:
