@@ -381,7 +381,7 @@ def test_generate_with_every_cache_matches_sdpa(kind, cache, caplog):
 @pytest.mark.slow
 def test_backends_run_zyfa(tiny_model, monkeypatch):
     """The backends really call zyfa (one call a layer, FP8 / int8 inputs for zyfa_fp8 / zyfa_int8, the model's
-    scaling passed on) on a plain causal prefill; a spy counts the calls."""
+    scaling passed on, here one that is not 1/sqrt(head_dim)) on a plain causal prefill; a spy counts the calls."""
     calls = []
     real = zyfa.flash_attn_func
 
@@ -393,7 +393,10 @@ def test_backends_run_zyfa(tiny_model, monkeypatch):
     monkeypatch.setattr(zyfa, "flash_attn_func", spy)
     ids = torch.randint(0, 256, (1, 48), generator=torch.Generator().manual_seed(8)).to(DEVICE)
     layers = tiny_model.config.num_hidden_layers
-    scaling = tiny_model.config.head_dim ** -0.5
+    scaling = 0.37 * tiny_model.config.head_dim ** -0.5      # not the default: the module's own is passed on
+    for m in tiny_model.modules():
+        if hasattr(m, "scaling") and hasattr(m, "head_dim"):
+            monkeypatch.setattr(m, "scaling", scaling)
     # zyfa_fp8 runs the fast mode, zyfa_int8 the per-block fold
     for impl, dtype, ref in (("zyfa", torch.bfloat16, None), ("zyfa_fp8", torch.float8_e4m3fn, "running"),
                              ("zyfa_int8", torch.int8, "block")):
