@@ -24,9 +24,11 @@ import dataclasses
 import torch
 
 from . import dispatch
+from .batch_lengths import key_lengths, lengths
 from .device import device_arch, host_table, to_device
 from .spec.shapes import page_rows
 from .triton_kernels.backend import DECODE_HEAD_DIMS
+from .validation import check_window, fp8_rules
 
 MAX_DECODE_QUERIES = 16      # zyfa.decode.MAX_QUERIES: queries a sequence the decode kernel takes
 
@@ -79,34 +81,6 @@ def _decode_problem(q, v, is_fp8, q_lens, decode):
     return dispatch.DecodeProblem(device=q.device, arch=device_arch(q.device), is_fp8=is_fp8,
                                   head_dims=(q.shape[-1], v.shape[-1]), seqlen_q=max(q_lens[i] for i in decode),
                                   paged=False)
-
-
-def run_mixed(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw, *,
-              mixed: MixedPlan):
-    """(out, lse) of a routed mixed batch: the prefill launch over every sequence (a decode
-    sequence seeing its first q_len keys there; with no prefill sequence, no launch), then the
-    decode kernel over the decode sequences' rows. The arguments are varlen._one_launch's."""
-    from .varlen import _one_launch, _per_sequence
-    dev = q.device
-    scale, causal, p_rule, ref_rule = kw["softmax_scale"], kw["causal"], kw["p_rule"], kw["ref_rule"]
-    descales = {n: kw[n] for n in ("q_descale", "k_descale", "v_descale") if n in kw}
-    is_fp8 = problem.is_fp8
-    if mixed.prefill:
-        pre_k = list(k_lens)
-        for i in mixed.decode:
-            pre_k[i] = min(k_lens[i], q_lens[i])
-        result = _one_launch(q, k, v, q_lens, pre_k, where, cu_seqlens_q, block_table, problem, backend, kw,
-                             mean_of=[q_lens[i] for i in mixed.prefill])
-        if result is None:
-            result = _per_sequence(q, k, v, q_lens, pre_k, where, scale, causal, (-1, -1), descales, backend, p_rule,
-                                   ref_rule, is_fp8, block_table)
-        out, lse = result
-    else:
-        from .spec.shapes import out_dtype
-        out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=out_dtype(q.dtype), device=dev)
-        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=dev)
-    run_decodes(mixed, out, lse, q, k, v, q_lens, k_lens, where, scale, causal, descales, block_table)
-    return out, lse
 
 
 def run_decodes(mixed: MixedPlan, out, lse, q, k, v, q_lens, k_lens, where, softmax_scale, causal, descales,
@@ -163,10 +137,8 @@ def explain_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k=None, seqused_k=None, cau
                    block_table=None, backend="auto", p_rule=None, ref_rule=None) -> str:
     """Which kernel each part of a flash_attn_varlen_func call runs: the decode sequences
     (1..16 queries) and the rest. The lengths are read (and checked) as the call reads them."""
-    from .validation import check_window, fp8_rules
-    from .varlen import _key_lengths, _lengths
-    q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
-    k_lens, _ = _key_lengths(k, cu_seqlens_k, block_table, seqused_k, len(q_lens))
+    q_lens = lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
+    k_lens, _ = key_lengths(k, cu_seqlens_k, block_table, seqused_k, len(q_lens))
     is_fp8 = v.dtype == torch.float8_e4m3fn
     p_rule, ref_rule = fp8_rules(is_fp8, p_rule, ref_rule, q.dtype)
     _, window = check_window(window_size, causal)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from .batch_lengths import lengths
 from .quantize_common import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
 from .spec.constants import AMAX_FLOOR, E4M3_MAX, INT8_MAX, KEY_BLOCK
 
@@ -234,7 +235,6 @@ def quantize_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, **options) -> FP8In
     come from its own tokens: q_descale, k_descale, v_descale (batch, kv_heads), the shape
     flash_attn_varlen_func takes; q, k, v packed in E4M3 (v contiguous). Pass
     ``**x.kwargs()`` with the cu_seqlens (and max_seqlen) to flash_attn_varlen_func."""
-    from .varlen import _lengths
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -244,8 +244,8 @@ def quantize_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, **options) -> FP8In
                          f"kv head), got {options['granularity']!r}")
     if options.get("hadamard"):
         raise ValueError("hadamard=True is not supported for a packed batch (its output rotation is per dense batch)")
-    q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
-    k_lens = _lengths("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total tokens of k (k.shape[0])")
+    q_lens = lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
+    k_lens = lengths("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total tokens of k (k.shape[0])")
     if len(q_lens) != len(k_lens):
         raise ValueError(f"cu_seqlens_q has {len(q_lens) + 1} entries, cu_seqlens_k {len(k_lens) + 1}: "
                          "q and k must have the same batch size")

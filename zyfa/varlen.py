@@ -5,7 +5,8 @@ over all sequences; a paged cache is read in place by a backend that reads its l
 (run_paged), else its pages (and 16-bit V's) are first gathered into a packed batch (one copy
 of the used pages), while FP8 V stays the pool for the backend to write V^T from in place.
 Backends without a packed entry run one ``zyfa.flash_attn_func`` call per sequence, the results
-concatenated. Either way the sequence lengths are read on the host (they are validated there).
+concatenated. Either way the sequence lengths are read on the host (they are validated there:
+zyfa.batch_lengths). A mixed batch's decode sequences go to the decode kernel (zyfa.mixed).
 """
 from __future__ import annotations
 
@@ -13,119 +14,17 @@ import torch
 
 from . import api, dispatch
 from .device import to_device
-from .mixed import plan, run_mixed
+from .batch_lengths import PAGE_SIZES, check_max, check_tensor_dim, int32_list, key_lengths, lengths
+from .mixed import MixedPlan, plan, run_decodes
 from .spec.descales import check_descale
 from .spec.shapes import out_dtype, starts_of
-from .validation import (check_index_tensor, check_out, check_pages_in_pool, check_window, fp8_rules,
-                         keys_past_diagonal, refuse_unsupported, softmax_scale_value, validate)
+from .validation import (check_out, check_window, fp8_rules, keys_past_diagonal, refuse_unsupported, softmax_scale_value, validate)
 
-PAGE_SIZES = range(16, 257, 16)
 # backend="auto": a packed batch whose sequences average at most this many queries runs in one
 # launch even where the chosen backend would take each sequence (dispatch.packed_backends): one
 # Triton launch measured faster on the H200 than a generated kernel a sequence below this,
 # slower above (docs/decisions.md).
 SHORT_MEAN_QUERIES = 2048
-
-
-def _check_tensor_dim(name: str, x, dims: int, layout: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != dims:
-        raise ValueError(f"{name} must be {dims}-D {layout}, got shape {tuple(x.shape)}")
-
-
-def _int32_list(name: str, x, dims: int) -> list:
-    """An int32 index tensor's values on the host."""
-    return check_index_tensor(name, x, dims).tolist()
-
-
-def _lengths(name: str, cu, total: int, total_name: str) -> list[int]:
-    """Sequence lengths from cu_seqlens (int32 (batch + 1,) prefix sums ending at total)."""
-    c = _int32_list(name, cu, 1)
-    if len(c) < 2:
-        raise ValueError(f"{name} must have batch + 1 >= 2 entries, got shape {tuple(cu.shape)}")
-    if c[0] != 0:
-        raise ValueError(f"{name} must start at 0, got {c[0]}")
-    bad = [i for i in range(1, len(c)) if c[i] < c[i - 1]]
-    if bad:
-        raise ValueError(f"{name} must be non-decreasing, got {c[bad[0] - 1]} then {c[bad[0]]} at index {bad[0]}")
-    if c[-1] != total:
-        raise ValueError(f"{name}'s last entry ({c[-1]}) must equal the {total_name} ({total})")
-    return [b - a for a, b in zip(c, c[1:])]
-
-
-def _check_max(name: str, given, lengths: list[int], what: str) -> None:
-    if given is None:                          # computed from the lengths
-        return
-    if not isinstance(given, int) or isinstance(given, bool):
-        raise TypeError(f"{name} must be an int, got {type(given).__name__}")
-    longest = max(lengths, default=0)
-    if given < longest:
-        raise ValueError(f"{name} ({given}) is smaller than the longest sequence's {what} ({longest})")
-
-
-def _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch):
-    """Keys per sequence, and each sequence's pages (paged cache: int32 rows of the block table
-    on the host, as validated) or start offset (packed)."""
-    if block_table is None:
-        if cu_seqlens_k is None:
-            raise ValueError("cu_seqlens_k is None: pass cu_seqlens_k for packed k/v, or block_table with seqused_k "
-                             "(or cu_seqlens_k) for a paged KV cache")
-        _check_tensor_dim("k", k, 3, "(total_k, kv_heads, head_dim)")
-        lens = _lengths("cu_seqlens_k", cu_seqlens_k, k.shape[0], "total tokens of k (k.shape[0])")
-        if len(lens) != batch:
-            raise ValueError(f"cu_seqlens_k has {len(lens) + 1} entries but cu_seqlens_q has {batch + 1}: "
-                             "q and k must have the same batch size")
-        starts = starts_of(lens)              # each sequence's first key, from the lengths read above
-        if seqused_k is not None:
-            used = _seqused(seqused_k, batch)
-            over = [i for i, (u, n) in enumerate(zip(used, lens)) if u > n]
-            if over:
-                i = over[0]
-                raise ValueError(f"seqused_k[{i}] ({used[i]}) exceeds sequence {i}'s keys in cu_seqlens_k ({lens[i]})")
-            lens = used
-        return lens, starts
-    # a paged cache's key counts: seqused_k (FlashAttention-3, vLLM) or cu_seqlens_k's prefix sums
-    # (FlashAttention-2); both given, they must agree
-    if seqused_k is None and cu_seqlens_k is None:
-        raise ValueError("block_table was given without seqused_k or cu_seqlens_k: a paged KV cache needs the keys "
-                         "each sequence uses, seqused_k (batch,) int32 or cu_seqlens_k (batch + 1,) int32")
-    used = _seqused(seqused_k, batch) if seqused_k is not None else None
-    if cu_seqlens_k is not None:
-        c = _int32_list("cu_seqlens_k", cu_seqlens_k, 1)
-        from_cu = _lengths("cu_seqlens_k", cu_seqlens_k, c[-1] if c else 0, "sum of the key counts")
-        if len(from_cu) != batch:
-            raise ValueError(f"cu_seqlens_k has {len(from_cu) + 1} entries but cu_seqlens_q has {batch + 1}: "
-                             "q and k must have the same batch size")
-        if used is not None and used != from_cu:
-            raise ValueError(f"seqused_k {used} and cu_seqlens_k's lengths {from_cu} disagree; a paged cache "
-                             "takes either, or both equal")
-        used = from_cu
-    _check_tensor_dim("k", k, 4, "(num_pages, page_size, kv_heads, head_dim) with block_table")
-    num_pages, page_size = k.shape[:2]
-    if page_size not in PAGE_SIZES:
-        raise ValueError(f"page_size (k.shape[1]) must be a multiple of 16 in 16..256, got {page_size}")
-    table = check_index_tensor("block_table", block_table, 2).cpu()
-    if table.shape[0] != batch:
-        raise ValueError(f"block_table has {table.shape[0]} rows but cu_seqlens_q has batch {batch}")
-    counts = [-(-u // page_size) for u in used]
-    for i, (u, n) in enumerate(zip(used, counts)):
-        if n > table.shape[1]:
-            raise ValueError(f"block_table has {table.shape[1]} pages a sequence but seqused_k[{i}] ({u}) "
-                             f"needs {n} pages of {page_size}")
-    check_pages_in_pool("block_table", table, counts, num_pages)
-    pages = [table[i, :n] for i, n in enumerate(counts)]
-    return used, pages
-
-
-def _seqused(seqused_k, batch) -> list[int]:
-    used = _int32_list("seqused_k", seqused_k, 1)
-    if len(used) != batch:
-        raise ValueError(f"seqused_k must have shape ({batch},) (the batch of cu_seqlens_q), got {tuple(seqused_k.shape)}")
-    neg = [i for i, u in enumerate(used) if u < 0]
-    if neg:
-        raise ValueError(f"seqused_k must be >= 0, got {used[neg[0]]} at index {neg[0]}")
-    return used
 
 
 def _descale_for(d, i):
@@ -185,17 +84,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
     """
     refuse_unsupported(dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes, qv=qv,
                        attention_chunk=attention_chunk, seqused_q=seqused_q)
-    _check_tensor_dim("q", q, 3, "(total_q, heads, head_dim)")
+    check_tensor_dim("q", q, 3, "(total_q, heads, head_dim)")
     if q.shape[0] == 0:
         raise ValueError(f"q is empty (total_q 0, shape {tuple(q.shape)}); at least one sequence needs queries")
-    q_lens = _lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
+    q_lens = lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0], "total tokens of q (q.shape[0])")
     batch = len(q_lens)
-    k_lens, where = _key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch)
-    _check_tensor_dim("v", v, k.dim(), "with the layout of k")
+    k_lens, where = key_lengths(k, cu_seqlens_k, block_table, seqused_k, batch)
+    check_tensor_dim("v", v, k.dim(), "with the layout of k")
     if k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"k and v must agree in all but head_dim: k {tuple(k.shape)}, v {tuple(v.shape)}")
-    _check_max("max_seqlen_q", max_seqlen_q, q_lens, "queries")
-    _check_max("max_seqlen_k", max_seqlen_k, k_lens, "keys")
+    check_max("max_seqlen_q", max_seqlen_q, q_lens, "queries")
+    check_max("max_seqlen_k", max_seqlen_k, k_lens, "keys")
     descales = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     _check_descales(descales, batch, k.shape[-2])
     # dtypes, devices, head dims, heads % kv_heads, strides, softmax_scale and the descales'
@@ -225,13 +124,40 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
     kw = dict(softmax_scale=scale, causal=causal, **descales, p_rule=p_rule, ref_rule=ref_rule, window_size=window)
     mixed = plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule)      # decodes: zyfa.mixed
     args = (q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw)
-    result = run_mixed(*args, mixed=mixed) if mixed.routed else _one_launch(*args)
+    result = _run_mixed(*args, mixed=mixed) if mixed.routed else _one_launch(*args)
     if result is None:
         result = _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descales, backend,
                                p_rule, ref_rule, is_fp8, block_table)
     if out is not None:
         result = (out.copy_(result[0]), result[1])
     return result if (return_lse or return_softmax_lse or return_attn_probs) else result[0]
+
+
+def _run_mixed(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw, *,
+              mixed: MixedPlan):
+    """(out, lse) of a routed mixed batch: the prefill launch over every sequence (a decode
+    sequence seeing its first q_len keys there; with no prefill sequence, no launch), then the
+    decode kernel over the decode sequences' rows (mixed.run_decodes). The arguments are
+    _one_launch's."""
+    dev = q.device
+    scale, causal, p_rule, ref_rule = kw["softmax_scale"], kw["causal"], kw["p_rule"], kw["ref_rule"]
+    descales = {n: kw[n] for n in ("q_descale", "k_descale", "v_descale") if n in kw}
+    is_fp8 = problem.is_fp8
+    if mixed.prefill:
+        pre_k = list(k_lens)
+        for i in mixed.decode:
+            pre_k[i] = min(k_lens[i], q_lens[i])
+        result = _one_launch(q, k, v, q_lens, pre_k, where, cu_seqlens_q, block_table, problem, backend, kw,
+                             mean_of=[q_lens[i] for i in mixed.prefill])
+        if result is None:
+            result = _per_sequence(q, k, v, q_lens, pre_k, where, scale, causal, (-1, -1), descales, backend, p_rule,
+                                   ref_rule, is_fp8, block_table)
+        out, lse = result
+    else:
+        out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=out_dtype(q.dtype), device=dev)
+        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=dev)
+    run_decodes(mixed, out, lse, q, k, v, q_lens, k_lens, where, scale, causal, descales, block_table)
+    return out, lse
 
 
 def _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descales, backend, p_rule, ref_rule,
@@ -308,7 +234,7 @@ def paged_kv_cache(k, v, cu_seqlens_k, page_size: int, seed: int | None = 0, spa
     which pool page each takes (None: in order), as a serving engine's allocator leaves them.
     Rows past a sequence's end are zero. E4M3 V keeps quantize_fp8's layout: each page's V
     transposed (its rows contiguous), which the kernels read."""
-    starts = _int32_list("cu_seqlens_k", cu_seqlens_k, 1)
+    starts = int32_list("cu_seqlens_k", cu_seqlens_k, 1)
     if page_size not in PAGE_SIZES:
         raise ValueError(f"page_size must be a multiple of 16 in 16..256, got {page_size}")
     lens = [b - a for a, b in zip(starts, starts[1:])]
