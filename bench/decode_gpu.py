@@ -98,7 +98,7 @@ def check(name, B, Sq, Hq, Hkv, D, lens, page, causal, kv):
             ds = {n: _paged_token_descale(d, table, page) for n, d in ds.items()}
     lens_t = torch.tensor(lens, dtype=torch.int32)
     # fp8_dots=False: these checks hold the widened BF16 dots to the BF16 baseline; the FP8 dots
-    # (the per-head default) are held to the FP8 spec by notes/scripts/decode_fp8_gpu.py
+    # (the per-head default) are held to the FP8 spec by tests/api/test_decode_fp8.py
     wide = {"fp8_dots": False} if kv.startswith("fp8") else {}
     out, lse = zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens_t, page_table=table, causal=causal,
                                             return_softmax_lse=True, **ds, **wide)

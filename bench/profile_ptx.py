@@ -15,7 +15,7 @@ Where in the kernel warps stall (samples per SASS instruction):
 ncu names FA3's kernel by its function's base name, device_kernel (a CUTLASS template): the
 regex needs the demangled name, which carries FlashAttnFwd. The first call of each is a warm-up
 (compilation, caches), the second is the one profiled; the case's head dims pick the kernel's
-schedule (2026-12-02's profiles: notes/PTX_NOTES.md).
+schedule.
 """
 from __future__ import annotations
 

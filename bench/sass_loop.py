@@ -2,7 +2,7 @@
 cycles (the stall counts ptxas wrote, summed: one warp's issue time, a lower bound) by
 section: to the first S MMA, S issued, S done to P V done, P V done to the back-edge; with
 --timeline every instruction with its cycle. For predicting what a schedule change does
-before timing it (notes/PTX_NOTES.md). --skip leaves out a path that the steady blocks branch
+before timing it. --skip leaves out a path that the steady blocks branch
 over (the causal band's mask: see the loop's forward branches in --timeline).
 
     python bench/sass_loop.py bf16 128 128                    # the dense 16-bit d128 kernel

@@ -238,25 +238,6 @@ def test_report_shows_the_bench_runs_not_the_other_records(tmp_path):
     assert "| c | 3 |" not in text
 
 
-@pytest.mark.slow
-def test_error_repeat_script_records_errors_and_repeatability(tmp_path):
-    """notes/ab/error_repeat.py on the CPU (reference backend, tiny): an error per input and length,
-    the last rows beyond 2x --last-rows, and a repeatability count."""
-    import subprocess
-    import sys
-    out = tmp_path / "er.json"
-    r = subprocess.run([sys.executable, "notes/ab/error_repeat.py", "--backend", "reference", "--dtype", "fp8",
-                        "--seqlens", "64,200", "--last-rows", "32", "--launches", "2", "--repeat-seqlen", "64",
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    doc = json.loads(out.read_text())
-    assert [(e["S"], e["input"], e["rows"]) for e in doc["errors"]] == [
-        (64, "gaussian", "0..64"), (64, "realistic", "0..64"), (200, "gaussian", "168..200"),
-        (200, "realistic", "168..200")]
-    assert all(0 < e["zyfa"] < 0.1 for e in doc["errors"])
-    assert doc["repeatability"] == {**doc["repeatability"], "launches": 2, "differing": 0}
-
-
 def test_e2e_table_shows_kernel_times_only_for_a_profiled_run():
     """report.e2e_markdown: the GPU-kernel column (bench/e2e_transformers.py on a GPU) only when
     the run recorded it; a failed backend keeps the table's width."""
@@ -347,25 +328,6 @@ def test_trace_decodes_sm_and_gaps_between_ctas():
     g = sm_gaps(spans, 12)
     assert (g["sms"], g["ctas_per_sm"], g["gap_mean"], g["gap_median"]) == (2, 1.5, 200, 200)
     assert g["gap_share"] == 200 / (1500 + 893) and g["busy_share"] == (800 + 500 + 893) / (1500 + 893)
-
-
-def test_sustained_reads_nvidia_smi_samples_into_window_means():
-    """notes/ab/sustained.py: nvidia-smi's csv lines become samples (others are skipped), and a
-    window's means take only the samples after its settling time."""
-    import sys
-    sys.path.insert(0, "notes/ab")
-    from sustained import parse_sample, window_means
-    lines = ["2026/12/04 20:27:30.000, 1500, 670.5, 59, 0x0000000000000004",
-             "2026/12/04 20:27:30.600, 1520, 671.5, 60, 0x0000000000000004",
-             "2026/12/04 20:27:31.200, 1540, 669.0, 60, 0x0000000000000000",
-             "[N/A], 1540, 669.0, 60, 0x0", "timestamp, clocks.sm", ""]
-    samples = [s for s in map(parse_sample, lines) if s is not None]
-    assert [s["mhz"] for s in samples] == [1500, 1520, 1540]
-    start = samples[0]["t"]
-    w = window_means(samples, start, start + 1.2, settle=0.5)
-    assert (w["samples"], w["mhz"], w["watts"]) == (2, 1530, (671.5 + 669.0) / 2)
-    assert w["reasons"] == ["0x0000000000000000", "0x0000000000000004"]
-    assert window_means(samples, start + 5, start + 6) == {}
 
 
 def test_frontier_cases_and_plot(tmp_path):
