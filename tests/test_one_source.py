@@ -10,6 +10,7 @@ from zyfa.spec.constants import KEY_BLOCK
 from zyfa.spec.key_order import HOPPER_GROUP, KEY_OF_SLOT
 from zyfa.spec.shapes import HEAD_DIMS
 from zyfa.triton_kernels.attention import wgmma_key_order
+from zyfa.triton_kernels.backend import DECODE_HEAD_DIMS
 from zyfa.verify.fuzz import cases as fuzz_cases
 
 
@@ -29,6 +30,10 @@ def test_backends_run_pairs_of_the_spec_s_table():
     # the fuzz oracle's copy, written from the documents rather than imported
     assert set(fuzz_cases.PTX_HEAD_DIMS) == set(layout.HEAD_DIMS)
     assert ptx_backend.HEAD_DIMS is layout.HEAD_DIMS
+    # subsets a backend declares: the Triton decode kernel's (powers of two), gfx950's value dims
+    # (32: the emulator's one-tile cases, outside the spec's pairs)
+    assert set(DECODE_HEAD_DIMS) <= spec
+    assert set(gfx950_variant.VALUE_DIMS) - {32} <= {dv for _, dv in HEAD_DIMS}
 
 
 def test_ptx_blocks_are_the_spec_s_key_blocks():
