@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from zyfa.asm.ptx.kernels import attention_16, attention_fp8, attention_int8qk  # noqa: E402
 from zyfa.bench.cases import model_cases, sweep_cases  # noqa: E402
-from zyfa.bench.methods import all_methods  # noqa: E402
+from zyfa.bench.run import all_methods  # noqa: E402
 from zyfa.bench.run import case_inputs  # noqa: E402
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from zyfa.bench.cases import Case, attention_flops, cases_for
-from zyfa.bench.methods import all_methods
+from zyfa.bench.run import all_methods
 from zyfa.bench.report import markdown
 from zyfa.bench.run import ROUNDS, capture_cases, run
 from zyfa.bench.store import run_key, save_entry

@@ -2,7 +2,7 @@
 import pytest
 
 from zyfa.bench.cases import Case, cases_for
-from zyfa.bench.methods import all_methods
+from zyfa.bench.run import all_methods
 from zyfa.bench.run import run
 
 from conftest import HAS_GPU

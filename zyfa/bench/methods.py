@@ -208,7 +208,8 @@ def _zyfa_bf16(backend):
     return build
 
 
-def all_methods(backend: str = "triton") -> list[Method]:
+def prefill_methods(backend: str = "triton") -> list[Method]:
+    """Every method of the prefill cases (run.all_methods adds the decode ones)."""
     zm = zyfa_missing(backend)
     out = [Method("zyfa", backend, "fp8", "head", _zyfa_fp8(r, backend), zm, p_rule=r,
                   unsupported=_zyfa_unsupported(backend, True, r)) for r in P_RULES]
@@ -251,5 +252,4 @@ def all_methods(backend: str = "triton") -> list[Method]:
                    unsupported=no_window),
             Method("sageattention", "sage", "int8", None, sage_build, sage_missing, unsupported=sage_unsupported,
                    with_quantize=True)]
-    from .decode_methods import decode_methods
-    return out + decode_methods()
+    return out

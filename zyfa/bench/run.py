@@ -19,8 +19,14 @@ import torch
 
 from .cases import Case, cases_for
 from .measure import Power, host_ms, median_ms, rel_err
-from .methods import Inputs, Method, all_methods
+from .decode_methods import decode_methods
+from .methods import Inputs, Method, prefill_methods
 from .store import gpu_name, load, results_file, run_key, save_entry
+
+
+def all_methods() -> list[Method]:
+    """Every method `zyfa bench` knows: the prefill cases' and the decode cases'."""
+    return prefill_methods() + decode_methods()
 
 
 def versions(power: Power | None) -> dict:
