@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import zyfa  # noqa: E402
 from zyfa.bench.cases import sweep_cases  # noqa: E402
 from zyfa.bench.measure import median_ms  # noqa: E402
-from zyfa.bench.methods import all_methods  # noqa: E402
+from zyfa.bench.run import all_methods  # noqa: E402
 from zyfa.bench.run import case_inputs  # noqa: E402
 
 CASES = {"bf16": ["d64/64 1K", "d64/64 2K", "d64/64 4K", "d128/128 1K", "d128/128 2K", "d256/256 1K",

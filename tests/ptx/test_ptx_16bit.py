@@ -197,12 +197,17 @@ def test_packed_persistent_kernels_hand_out_tiles_from_a_counter(kernel):
     end = [i for i in word_store if i > at["PRODUCE_TILE_DONE"]]
     assert len(end) == 1 and lines[end[0] + 1].startswith("mbarrier.arrive.shared")
     # the tile read by lane 0 alone (the lane that arrives on q_free: no other lane's read races the
-    # producer's next write), passed to the warp, then its end test
+    # producer's next write), passed to the warp, then its end test; no other read of the word
+    lanes = {m[1] for m in (re.fullmatch(r"and\.b32 (%\w+), %\w+, 31;", ln) for ln in lines) if m}
+    lane0 = {m[1] for m in (re.fullmatch(r"setp\.eq\.u32 (%\w+), (%\w+), 0;", ln) for ln in lines) if m and m[2] in lanes}
     word_load = [i for i, line in enumerate(lines[:at["PRODUCER"]])
-                 if re.fullmatch(r"@%p\w* ld\.shared\.b32 .*", line)
+                 if re.fullmatch(r"@%\w+ ld\.shared\.b32 %\w+, \[%\w+\];", line)
                  and lines[i + 1].startswith("shfl.sync.idx.b32") and lines[i + 2].startswith("setp.ge.u32")]
-    lane0 = {m.group(1) for m in (re.match(r"setp\.eq\.u32 (%p\w*), %\w+, 0;", ln) for ln in lines) if m}
-    assert all(lines[i].split()[0][1:] in lane0 for i in word_load)
+    words = {re.search(r"\[(%\w+)\]", lines[i])[1] for i in word_load}
+    reads = [i for i, line in enumerate(lines[:at["PRODUCER"]]) if "ld.shared" in line
+             and any(f"[{w}]" in line for w in words)]
+    assert word_load and reads == word_load
+    assert lane0 and all(lines[i].split()[0][1:] in lane0 for i in word_load)
     waits = [at[name] for name in at if name.startswith("WAIT_Q") and at[name] < at["PRODUCER"]]
     assert word_load and all(any(0 < i - w < 8 for w in waits) for i in word_load)    # each right after a Q wait
 
