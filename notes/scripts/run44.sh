@@ -1,7 +1,7 @@
 # run 44 (session k, for the next session): the packed kernels' tile hand-over read by lane 0
 # alone (racecheck flagged the all-lane read against the producer's next write in run 43):
 # racecheck over the packed variants only (FP8 d64-d256, BF16 d128 / d256); then the routed
-# mixed batch's tail A/B (notes/scripts/mixed_tail_ab.py). The whole suite on the final main is
+# mixed batch's tile-order A/B (notes/scripts/mixed_tail_ab.py). The whole suite on the final main is
 # its own call: `SUITE_LIMIT=550 bash notes/scripts/gpu_suite.sh all`.
 source notes/scripts/gpu_setup.sh
 mkdir -p $OUT
