@@ -200,9 +200,8 @@ def test_no_import_cycles():
     graph = {_module_name(p): _load_time_imports(p) for p in MODULES}
     assert "zyfa.spec.constants" in graph["zyfa.triton_kernels.quantize"]     # relative imports resolved
     found = _cycles(graph)
-    unknown = [", ".join(c) + "  (" + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c) + ")"
-               for c in found if c not in KNOWN_CYCLES]
-    assert not unknown, "import cycles:\n" + "\n".join(unknown)
+    unknown = [c for c in found if c not in KNOWN_CYCLES]
+    assert not unknown, "import cycles:\n" + _described(unknown, graph)
     stale = [c for c in KNOWN_CYCLES if c not in found]
     assert not stale, f"known cycles that are gone (remove them from KNOWN_CYCLES): {stale}"
 
@@ -212,8 +211,13 @@ def test_no_import_cycles_through_functions():
     modules' dependencies, every import counted but annotation-only ones, form no circle."""
     graph = {_module_name(p): _load_time_imports(p, inside_functions=True) for p in MODULES}
     found = _cycles(graph)
-    assert not found, "import cycles through functions:\n" + "\n".join(
-        ", ".join(c) + "  (" + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c) + ")" for c in found)
+    assert not found, "import cycles through functions:\n" + _described(found, graph)
+
+
+def _described(cycles, graph) -> str:
+    """A line a cycle: its modules, and which of them each imports."""
+    return "\n".join(", ".join(c) + "  (" + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c) + ")"
+                     for c in cycles)
 
 
 def test_test_file_names_are_unique():
