@@ -26,7 +26,7 @@ import torch
 from . import dispatch
 from .batch_lengths import key_lengths, lengths
 from .device import device_arch, host_table, to_device
-from .spec.shapes import page_rows
+from .spec.shapes import cu_seqlens, page_rows
 from .triton_kernels.backend import DECODE_HEAD_DIMS
 from .validation import check_window, fp8_rules
 
@@ -90,9 +90,7 @@ def run_decodes(mixed: MixedPlan, out, lse, q, k, v, q_lens, k_lens, where, soft
     from .triton_kernels.decode_launch import triton_decode
     dec = list(mixed.decode)
     dev = q.device
-    starts = [0]
-    for n in q_lens:
-        starts.append(starts[-1] + n)
+    starts = cu_seqlens(q_lens)
     sq = max(q_lens[i] for i in dec)
     together = all(q_lens[i] == sq for i in dec) and all(starts[b] == starts[a + 1] for a, b in zip(dec, dec[1:]))
     first, rows = starts[dec[0]], len(dec) * sq

@@ -6,12 +6,10 @@ imported on first use, as the backends' run functions import them (loading a gen
 driver bindings is not the cost of importing zyfa)."""
 from __future__ import annotations
 
-import itertools
-
 import torch
 
 from .device import host_table, to_device
-from .spec.shapes import Packed
+from .spec.shapes import Packed, cu_seqlens
 
 
 def _is_fp8(v) -> bool:
@@ -26,7 +24,7 @@ def contiguous_tables(q, v, batch, key_order: bool = False):
     and its tables (Packed)."""
     from .hopper_vt import packed_vt
     dev = q.device
-    cu_q = list(itertools.accumulate(batch.q_lens, initial=0))   # cu_seqlens_q, from the lengths read from it
+    cu_q = cu_seqlens(batch.q_lens)              # from the lengths read from the caller's
     if _is_fp8(v):
         v, _, (v_start, k_start, k_len) = packed_vt(v, batch.k_starts, batch.k_lens, key_order,
                                                    pages=batch.v_pages)   # its rows

@@ -5,12 +5,11 @@ quantize_fp8's per-head ones, which zyfa and FA3 both read. And a mixed batch (d
 prefill chunks) as separate calls, the anchor of zyfa's one varlen call there."""
 from __future__ import annotations
 
-import itertools
-
 import torch
 
 import zyfa
 
+from ..spec.shapes import cu_seqlens
 from .anchors import gpu_missing, out_and_lse, unimportable
 from .methods import Inputs, Method, zyfa_missing
 
@@ -101,7 +100,7 @@ def _zyfa_separate(dtype: str):
         a = inp.varlen_args(dtype == "fp8")
         q, k, v = a["q"], a["k"], a["v"]
         ql, kl = inp.case.query_lengths, inp.case.lengths
-        cq, ck = _cu(ql), _cu(kl)
+        cq, ck = cu_seqlens(ql), cu_seqlens(kl)
         dec = [i for i, n in enumerate(ql) if n <= MAX_QUERIES]
         pre = [i for i, n in enumerate(ql) if n > MAX_QUERIES]
         sq = ql[dec[0]]
@@ -117,7 +116,7 @@ def _zyfa_separate(dtype: str):
         ds_dec, ds_pre = ({n: a[n][rows] for n in names} for rows in (dec, pre))
         q_pre = torch.cat([q[cq[i]:cq[i] + ql[i]] for i in pre])
         k_pre, v_pre = (torch.cat([x[ck[i]:ck[i] + kl[i]] for i in pre]) for x in (k, v))
-        cu_q, cu_k = (torch.tensor(_cu([ls[i] for i in pre]), dtype=torch.int32) for ls in (ql, kl))
+        cu_q, cu_k = (torch.tensor(cu_seqlens([ls[i] for i in pre]), dtype=torch.int32) for ls in (ql, kl))
         longest_q, longest_k = max(ql[i] for i in pre), max(kl[i] for i in pre)
 
         def call():
@@ -141,11 +140,6 @@ def _zyfa_separate(dtype: str):
             return out[None], lse[None]
         return call, finish
     return build
-
-
-def _cu(lengths) -> list[int]:
-    """cu_seqlens as a host list."""
-    return list(itertools.accumulate(lengths, initial=0))
 
 
 def decode_methods() -> list[Method]:

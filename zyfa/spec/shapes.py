@@ -18,9 +18,14 @@ def out_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float16 if dtype == torch.float16 else torch.bfloat16
 
 
+def cu_seqlens(lengths) -> list[int]:
+    """A packed batch's cu_seqlens (host ints): each sequence's first position, then the total."""
+    return list(itertools.accumulate(lengths, initial=0))
+
+
 def starts_of(lengths) -> list[int]:
     """Each sequence's first position in a packed batch of the given lengths (host ints)."""
-    return list(itertools.accumulate(lengths[:-1], initial=0))
+    return cu_seqlens(lengths)[:-1]
 
 
 def page_rows(pages: list[torch.Tensor]) -> torch.Tensor:
