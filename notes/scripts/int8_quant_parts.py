@@ -1,0 +1,61 @@
+"""Lab script (run 45): where quantize_int8_qk's codes launch (_int8_qkv) spends its time, part by
+part: the same launch with the other parts' tile counts set to 0 (their programs exit at once),
+beside the sums launch and the whole call; and the k part at 64-key blocks of work per program
+(the same bits would need the block amax shared: here only its time, to see if the 128-key
+block's serial two sweeps are the cost). Shapes: DeepSeek-V2-Lite 16K (MHA 16, 192 / 128),
+Mistral-7B 16K (GQA 32/8, 128). do_bench medians, L2 cleared."""
+import torch
+import triton
+
+import zyfa
+from zyfa.activations import make
+from zyfa.spec.constants import KEY_BLOCK
+from zyfa.triton_kernels.quantize import BLOCK_S, channel_sums, dummy_pointer, rotation_parts, tile_rows
+from zyfa.triton_kernels.quantize_int8 import _int8_qkv
+
+
+def launch(q, k, v, parts, sums, v_amax, key_block=KEY_BLOCK):
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    dev = q.device
+    dummy = dummy_pointer(dev)
+    signs, scale, block = rotation_parts(D, 0, dev)
+    q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
+    k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
+    qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
+    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
+    rows = tile_rows(bd)
+    s_out = Sk + (-Sk) % 16
+    ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(s_out, BLOCK_S)
+    kd = torch.empty(B, Hkv, triton.cdiv(Sk, key_block), dtype=torch.float32, device=dev)
+    vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
+    vt = torch.empty(B, Hkv, Dv, s_out, dtype=torch.uint8, device=dev)
+    ntq, ntk, ntv = (n if p in parts else 0 for n, p in ((ntq, "q"), (ntk, "k"), (ntv, "v")))
+
+    def call():
+        _int8_qkv[(B * Hkv, max(ntq, ntk, ntv, 1), 3)](
+            q, k, v, q8, k8, vt, qd, kd, sums, signs, scale, v_amax, vd, dummy, Sq, Sk, s_out, D, Dv,
+            *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
+            GROUP=Hq // Hkv, SMOOTH=True, HAD=True, HBLOCK=block, HSTAGES=block.bit_length() - 1,
+            NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=True, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v,
+            FMA_DIV=True)
+    return call
+
+
+def ms(fn):
+    fn()
+    return triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
+
+
+for name, shape in (("DeepSeek-V2-Lite 16K", (1, 16384, 16, 16, 192, 128)), ("Mistral-7B 16K", (1, 16384, 32, 8, 128))):
+    q, k, v = (t.bfloat16() for t in make("realistic", *shape, seed=1, device="cuda"))
+    sums, v_amax = channel_sums(k, v, smooth=True)
+    t = {"whole call": ms(lambda: zyfa.quantize_int8_qk(q, k, v, fused=True)),
+         "sums launch": ms(lambda: channel_sums(k, v, smooth=True))}
+    for parts in ("qkv", "q", "k", "v"):
+        t[f"codes {parts}"] = ms(launch(q, k, v, parts, sums, v_amax))
+    t["codes k, 64-key programs"] = ms(launch(q, k, v, "k", sums, v_amax, key_block=64))
+    t["codes k, 32-key programs"] = ms(launch(q, k, v, "k", sums, v_amax, key_block=32))
+    copy_dst = [torch.empty_like(x) for x in (q, k, v)]
+    t["copy q,k,v"] = ms(lambda: [d.copy_(s) for d, s in zip(copy_dst, (q, k, v))])
+    print(name + ": " + ", ".join(f"{n} {x:.3f}" for n, x in t.items()), flush=True)
