@@ -1,9 +1,11 @@
 """Lab script (run 45): where quantize_int8_qk's codes launch (_int8_qkv) spends its time, part by
 part: the same launch with the other parts' tile counts set to 0 (their programs exit at once),
-beside the sums launch and the whole call; and the k part at 64-key blocks of work per program
+beside the sums launch and the whole call; and a variant with k's programs first in the grid (the same bits); the k part at 64-key blocks of work per program
 (the same bits would need the block amax shared: here only its time, to see if the 128-key
 block's serial two sweeps are the cost). Shapes: DeepSeek-V2-Lite 16K (MHA 16, 192 / 128),
 Mistral-7B 16K (GQA 32/8, 128). do_bench medians, L2 cleared."""
+import os
+
 import torch
 import triton
 
@@ -14,7 +16,36 @@ from zyfa.triton_kernels.quantize import BLOCK_S, channel_sums, dummy_pointer, r
 from zyfa.triton_kernels.quantize_int8 import _int8_qkv
 
 
-def launch(q, k, v, parts, sums, v_amax, key_block=KEY_BLOCK):
+def _k_first_source():
+    """_int8_qkv with k's programs first in the grid (axis 2 = 0: k, 1: q): the longest programs
+    (a 128-key block swept twice) start first, q's and v's short ones fill in around them."""
+    import inspect
+    src = inspect.getsource(_int8_qkv.fn).replace("@triton.jit\n", "").replace("def _int8_qkv(", "def _int8_qkv_k_first(")
+    src = src.replace("    if which == 0:\n        if tile < NTQ:", "    if which == 1:\n        if tile < NTQ:")
+    src = src.replace("    elif which == 1:\n        if tile < NTK:", "    elif which == 0:\n        if tile < NTK:")
+    assert src.count("which == 1") == 1 and src.count("which == 0") == 1
+    return src
+
+
+def _k_first_kernel():
+    """The variant as a module of its own (Triton reads a kernel's source from its file)."""
+    import importlib.util
+    import tempfile
+    path = os.path.join(tempfile.mkdtemp(), "int8_qkv_k_first.py")
+    with open(path, "w") as fh:
+        fh.write("import triton\nimport triton.language as tl\n"
+                 "from zyfa.triton_kernels.quantize_int8 import _int8_rows, quantize_tile, channel_mean\n\n\n"
+                 "@triton.jit\n" + _k_first_source())
+    spec = importlib.util.spec_from_file_location("int8_qkv_k_first", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod._int8_qkv_k_first
+
+
+_int8_qkv_k_first = _k_first_kernel()
+
+
+def launch(q, k, v, parts, sums, v_amax, key_block=KEY_BLOCK, kernel=_int8_qkv, outs=None):
     B, Sq, Hq, D = q.shape
     Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     dev = q.device
@@ -32,8 +63,11 @@ def launch(q, k, v, parts, sums, v_amax, key_block=KEY_BLOCK):
     vt = torch.empty(B, Hkv, Dv, s_out, dtype=torch.uint8, device=dev)
     ntq, ntk, ntv = (n if p in parts else 0 for n, p in ((ntq, "q"), (ntk, "k"), (ntv, "v")))
 
+    if outs is not None:
+        outs.extend([q8, k8, vt, qd, kd, vd])
+
     def call():
-        _int8_qkv[(B * Hkv, max(ntq, ntk, ntv, 1), 3)](
+        kernel[(B * Hkv, max(ntq, ntk, ntv, 1), 3)](
             q, k, v, q8, k8, vt, qd, kd, sums, signs, scale, v_amax, vd, dummy, Sq, Sk, s_out, D, Dv,
             *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
             GROUP=Hq // Hkv, SMOOTH=True, HAD=True, HBLOCK=block, HSTAGES=block.bit_length() - 1,
@@ -54,6 +88,11 @@ for name, shape in (("DeepSeek-V2-Lite 16K", (1, 16384, 16, 16, 192, 128)), ("Mi
          "sums launch": ms(lambda: channel_sums(k, v, smooth=True))}
     for parts in ("qkv", "q", "k", "v"):
         t[f"codes {parts}"] = ms(launch(q, k, v, parts, sums, v_amax))
+    a, b = [], []
+    t["codes qkv, k first"] = ms(launch(q, k, v, "qkv", sums, v_amax, kernel=_int8_qkv_k_first, outs=a))
+    launch(q, k, v, "qkv", sums, v_amax, outs=b)()
+    torch.cuda.synchronize()
+    print("k first bit-equal:", all(torch.equal(x, y) for x, y in zip(a, b)))
     t["codes k, 64-key programs"] = ms(launch(q, k, v, "k", sums, v_amax, key_block=64))
     t["codes k, 32-key programs"] = ms(launch(q, k, v, "k", sums, v_amax, key_block=32))
     copy_dst = [torch.empty_like(x) for x in (q, k, v)]
