@@ -12,7 +12,8 @@ import triton
 import zyfa
 from zyfa.activations import make
 from zyfa.spec.constants import KEY_BLOCK
-from zyfa.triton_kernels.quantize import BLOCK_S, channel_sums, dummy_pointer, rotation_parts, tile_rows
+from zyfa.triton_kernels import quantize_int8
+from zyfa.triton_kernels.quantize import channel_sums
 from zyfa.triton_kernels.quantize_int8 import _int8_qkv
 
 
@@ -45,34 +46,36 @@ def _k_first_kernel():
 _int8_qkv_k_first = _k_first_kernel()
 
 
-def launch(q, k, v, parts, sums, v_amax, key_block=KEY_BLOCK, kernel=_int8_qkv, outs=None):
-    B, Sq, Hq, D = q.shape
-    Sk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
-    dev = q.device
-    dummy = dummy_pointer(dev)
-    signs, scale, block = rotation_parts(D, 0, dev)
-    q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
-    k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
-    qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
-    rows = tile_rows(bd)
-    s_out = Sk + (-Sk) % 16
-    ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(s_out, BLOCK_S)
-    kd = torch.empty(B, Hkv, triton.cdiv(Sk, key_block), dtype=torch.float32, device=dev)
-    vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
-    vt = torch.empty(B, Hkv, Dv, s_out, dtype=torch.uint8, device=dev)
-    ntq, ntk, ntv = (n if p in parts else 0 for n, p in ((ntq, "q"), (ntk, "k"), (ntv, "v")))
+class _Captured:
+    """Stands in for the codes kernel during one call of the package's quantizer and keeps the
+    launch it was asked for (grid, arguments), so that the lab launches it again with changes."""
+    def __init__(self):
+        self.grid = self.args = self.kw = None
 
+    def __getitem__(self, grid):
+        def keep(*args, **kw):
+            self.grid, self.args, self.kw = grid, list(args), kw
+        return keep
+
+
+def launch(q, k, v, parts, key_block=KEY_BLOCK, kernel=_int8_qkv, outs=None):
+    """The package's codes launch for (q, k, v) with only ``parts`` of q, k, v given tiles."""
+    cap = _Captured()
+    quantize_int8._int8_qkv = cap
+    try:
+        quantize_int8.quantize_int8_qk_fused(q, k, v, key_block=key_block)     # the sums launch runs for real
+    finally:
+        quantize_int8._int8_qkv = _int8_qkv
+    args, names = cap.args, _int8_qkv.arg_names
+    for part, name in (("q", "NTQ"), ("k", "NTK"), ("v", "NTV")):
+        if part not in parts:
+            args[names.index(name)] = 0
+    grid = (cap.grid[0], max(1, *(args[names.index(n)] for n in ("NTQ", "NTK", "NTV"))), 3)
     if outs is not None:
-        outs.extend([q8, k8, vt, qd, kd, vd])
+        outs.extend(args[3:8] + [args[12]])            # q8, k8, vt, qd, kd, vd
 
     def call():
-        kernel[(B * Hkv, max(ntq, ntk, ntv, 1), 3)](
-            q, k, v, q8, k8, vt, qd, kd, sums, signs, scale, v_amax, vd, dummy, Sq, Sk, s_out, D, Dv,
-            *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
-            GROUP=Hq // Hkv, SMOOTH=True, HAD=True, HBLOCK=block, HSTAGES=block.bit_length() - 1,
-            NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=True, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v,
-            FMA_DIV=True)
+        kernel[grid](*args, **cap.kw)
     return call
 
 
@@ -83,18 +86,17 @@ def ms(fn):
 
 for name, shape in (("DeepSeek-V2-Lite 16K", (1, 16384, 16, 16, 192, 128)), ("Mistral-7B 16K", (1, 16384, 32, 8, 128))):
     q, k, v = (t.bfloat16() for t in make("realistic", *shape, seed=1, device="cuda"))
-    sums, v_amax = channel_sums(k, v, smooth=True)
     t = {"whole call": ms(lambda: zyfa.quantize_int8_qk(q, k, v, fused=True)),
          "sums launch": ms(lambda: channel_sums(k, v, smooth=True))}
     for parts in ("qkv", "q", "k", "v"):
-        t[f"codes {parts}"] = ms(launch(q, k, v, parts, sums, v_amax))
+        t[f"codes {parts}"] = ms(launch(q, k, v, parts))
     a, b = [], []
-    t["codes qkv, k first"] = ms(launch(q, k, v, "qkv", sums, v_amax, kernel=_int8_qkv_k_first, outs=a))
-    launch(q, k, v, "qkv", sums, v_amax, outs=b)()
+    t["codes qkv, k first"] = ms(launch(q, k, v, "qkv", kernel=_int8_qkv_k_first, outs=a))
+    launch(q, k, v, "qkv", outs=b)()
     torch.cuda.synchronize()
     print("k first bit-equal:", all(torch.equal(x, y) for x, y in zip(a, b)))
-    t["codes k, 64-key programs"] = ms(launch(q, k, v, "k", sums, v_amax, key_block=64))
-    t["codes k, 32-key programs"] = ms(launch(q, k, v, "k", sums, v_amax, key_block=32))
+    t["codes k, 64-key programs"] = ms(launch(q, k, v, "k", key_block=64))
+    t["codes k, 32-key programs"] = ms(launch(q, k, v, "k", key_block=32))
     copy_dst = [torch.empty_like(x) for x in (q, k, v)]
     t["copy q,k,v"] = ms(lambda: [d.copy_(s) for d, s in zip(copy_dst, (q, k, v))])
     print(name + ": " + ", ".join(f"{n} {x:.3f}" for n, x in t.items()), flush=True)
