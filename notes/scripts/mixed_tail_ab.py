@@ -7,7 +7,10 @@ not re-sorted as they are when the chunks run alone. Variant: the window widened
 that see fewer keys than a tile has rows (near-empty; none in a batch without such sequences).
 A CPU model of the launch (132 SMs drawing in order, a tile costing its key blocks plus one)
 gives makespans of 290 (as is), 280 (widened) against a mean of 279; the chunks alone 276.
-Timed in turns, 5 rounds: routed as is, routed widened, separate calls; outputs compared."""
+Timed in turns, 5 rounds: routed as is, routed widened, separate calls, as calls and as CUDA
+graphs of the calls (the GPU's work alone); the profiler's device time a call; outputs compared."""
+import functools
+
 import torch
 import triton
 
@@ -15,6 +18,7 @@ import zyfa
 from ab_common import mixed_parts      # notes/scripts, on the path as a script
 from zyfa.asm.ptx import kernels
 from zyfa.bench.cases import MIXED_KEYS, MIXED_QUERIES
+from zyfa.bench.measure import kernel_ms
 
 HQ, HKV, D = 32, 8, 128
 dev = "cuda"
@@ -36,29 +40,69 @@ def widened_order(q_lens, k_lens, rows, per_head, heads, tail):
     return MAIN_ORDER(q_lens, k_lens, rows, per_head, heads, tail + small)
 
 
+_pinned = {}        # a graph capture's order words (pinned), one cache an order, kept alive for the replays
+
+
+def use(order):
+    """The launches' tile order from ``order`` (eager: its device copy; captured: its pinned copy)."""
+    if kernels._order_words is not order:
+        kernels._order_words = order
+        kernels._order_on_device.cache_clear()
+    kernels._pinned_words = _pinned.setdefault(order, functools.lru_cache(maxsize=16)(
+        lambda *key: order(*key).pin_memory()))
+
+
 def routed(order):
     def call():
-        if kernels._order_words is not order:
-            kernels._order_words = order
-            kernels._order_on_device.cache_clear()
+        use(order)
         return zyfa.flash_attn_varlen_func(q, k, v, **base)
     return call
 
 
 def separate():
+    use(MAIN_ORDER)                 # the package's order for the chunks' own launch
     zyfa.flash_attn_with_kvcache(q_dec, k_dec, v_dec, cache_seqlens=lens, causal=True)
     return zyfa.flash_attn_varlen_func(q_pre, k_pre, v_pre, cpq, cpk, max(MIXED_QUERIES), max(MIXED_KEYS), causal=True)
 
 
 calls = {"routed, as is": routed(MAIN_ORDER), "routed, widened": routed(widened_order), "separate calls": separate}
 outs = {nm: fn() for nm, fn in calls.items()}
-times = {nm: [] for nm in calls}
-for _ in range(5):
-    for nm, fn in calls.items():
-        times[nm].append(triton.testing.do_bench(fn, warmup=5, rep=60, return_mode="median"))
+
+
+def graphed(fn):
+    """The call's launches replayed from a CUDA graph: the GPU's work alone, no host pacing (run
+    45's do_bench rounds over the calls spread 50% on a fresh machine). None if not capturable."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return g.replay
+    except Exception as e:          # noqa: BLE001 - a lab script reports and goes on
+        print(f"  not capturable: {type(e).__name__}: {str(e)[:120]}")
+        return None
+
+
+def device_ms(fn):
+    """The call's kernels' and copies' device time (torch.profiler), summed."""
+    return sum(kernel_ms(fn, calls=20).values())
+
+
+kinds = {"calls": calls, "graphs": {nm: graphed(fn) for nm, fn in calls.items()}}
 names = list(calls)
+times = {(kind, nm): [] for kind in kinds for nm in names}
+for _ in range(5):
+    for kind, fns in kinds.items():
+        for nm in names:
+            if fns[nm] is not None:
+                times[kind, nm].append(triton.testing.do_bench(fns[nm], warmup=5, rep=60, return_mode="median"))
 first = {nm: o[0] if isinstance(o, tuple) else o for nm, o in outs.items()}
 print("routed outputs equal across orders:", torch.equal(first[names[0]], first[names[1]]))
-kernels._order_words = MAIN_ORDER
+for (kind, nm), t in times.items():
+    if t:
+        print(f"{kind:6s} {nm:20s} fastest {min(t):.4f} ms  median {sorted(t)[len(t) // 2]:.4f} ms  rounds "
+              + " ".join(f"{x:.3f}" for x in t))
 for nm in names:
-    print(f"{nm:20s} fastest {min(times[nm]):.4f} ms  median {sorted(times[nm])[2]:.4f} ms")
+    print(f"device time {nm:20s} {device_ms(calls[nm]):.4f} ms (profiler, kernels and copies summed)")
+kernels._order_words = MAIN_ORDER
