@@ -1,11 +1,18 @@
-# run 46 (for the next session): the routed mixed batch's tile order timed as CUDA graphs (the
-# GPU's work alone; run 45's rounds over eager calls spread 50%), then issue 55's 16K bars with
-# 7 rounds and medians (notes/scripts/bars16k.py). The whole suite on the H200 is its own call:
-# `SUITE_LIMIT=540 bash notes/scripts/gpu_suite.sh all`.
+# run 46 (for the next session; carry .whl and build/lab, made by
+# `mkdir -p build/lab && git show 7033fa8:zyfa/triton_kernels/quantize_int8.py > build/lab/quantize_int8_before.py`):
+# the INT8 quantizer's tilings A/B (int8_quant_ab.py), the routed mixed batch's tile order timed as
+# CUDA graphs (mixed_tail_ab.py; run 45's eager rounds spread 50%), then issue 55's 16K bars with
+# ROUNDS rounds and medians (bars16k.py) in the time left of DEADLINE seconds. The whole suite on
+# the H200 is its own call: `SUITE_LIMIT=540 bash notes/scripts/gpu_suite.sh all`.
 source notes/scripts/gpu_setup.sh
 mkdir -p $OUT
+DEADLINE=${DEADLINE:-570}
 T0=$SECONDS
-(cd notes/scripts && timeout ${AB_LIMIT:-150} python3 mixed_tail_ab.py 2>&1 | tee $OUT/mixed_tail_ab.txt | tail -12)
+left() { echo $((DEADLINE - (SECONDS - T0))); }
+(cd notes/scripts && timeout 150 python3 int8_quant_ab.py ../../build/lab/quantize_int8_before.py > $OUT/int8_quant_ab.txt 2>&1; tail -26 $OUT/int8_quant_ab.txt)
+echo "int8 ab done ($((SECONDS - T0)) s)"
+(cd notes/scripts && timeout 150 python3 mixed_tail_ab.py > $OUT/mixed_tail_ab.txt 2>&1; tail -12 $OUT/mixed_tail_ab.txt)
 echo "mixed ab done ($((SECONDS - T0)) s)"
-timeout ${BARS_LIMIT:-400} python3 notes/scripts/bars16k.py $OUT/bench ${ROUNDS:-7} > $OUT/bars16k.txt 2>&1; tail -6 $OUT/bars16k.txt
+L=$(($(left) - 5)); [ $L -gt 90 ] || exit 0
+timeout $L python3 notes/scripts/bars16k.py $OUT/bench ${ROUNDS:-7} > $OUT/bars16k.txt 2>&1; tail -6 $OUT/bars16k.txt
 echo "bars done ($((SECONDS - T0)) s)"
