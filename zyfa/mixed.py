@@ -13,7 +13,7 @@ by the decode kernel as one cache row that every sequence shares, each sequence'
 table that the decode sequences use.
 
 Taken (``plan``) with backend auto or triton where the decode kernel can run the batch's decode
-part: head dims (64, 64) / (128, 128) / (256, 256), no sliding window, 16-bit inputs, or E4M3
+part (the decode backend's head dims), no sliding window, 16-bit inputs, or E4M3
 under the rules the decode kernel's FP8 dots compute (p_rule exact, ref_rule running) with V
 stored key-major; ``explain_varlen`` says which kernel each part runs and why.
 """
@@ -24,10 +24,10 @@ import dataclasses
 import torch
 
 from . import dispatch
+from .decode import BACKENDS as DECODE_BACKENDS
 from .batch_lengths import key_lengths, lengths
 from .device import device_arch, host_table, to_device
 from .spec.shapes import cu_seqlens, page_rows
-from .triton_kernels.backend import DECODE_HEAD_DIMS
 from .validation import check_window, fp8_rules
 
 MAX_DECODE_QUERIES = 16      # zyfa.decode.MAX_QUERIES: queries a sequence the decode kernel takes
@@ -49,7 +49,6 @@ def plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule) -> Mix
     where the decode kernel can take the call (else none, and ``why`` says what stops it)."""
     decode = tuple(i for i, n in enumerate(q_lens) if 1 <= n <= MAX_DECODE_QUERIES)
     prefill = tuple(i for i, n in enumerate(q_lens) if n > MAX_DECODE_QUERIES)
-    head_dims = (q.shape[-1], v.shape[-1])
     reason = None
     if not decode:
         reason = f"no sequence has 1..{MAX_DECODE_QUERIES} queries"
@@ -57,8 +56,6 @@ def plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule) -> Mix
         reason = f"backend {backend!r} (the decode kernel runs under auto or triton)"
     elif window != (-1, -1):
         reason = "a sliding window (the decode kernel has none)"
-    elif head_dims not in DECODE_HEAD_DIMS:
-        reason = f"head dims {head_dims} (the decode kernel takes {DECODE_HEAD_DIMS})"
     elif q.dtype == torch.int8:
         reason = "INT8 Q.K^T (the decode kernel takes E4M3 or 16-bit q)"
     elif is_fp8:
@@ -68,13 +65,18 @@ def plan(q, v, q_lens, k_lens, window, backend, is_fp8, p_rule, ref_rule) -> Mix
     elif v.stride(-1) != 1:
         reason = "V stored transposed (the decode kernel reads V key-major)"
     else:
-        ok, why = dispatch.by_name("triton").can_implement(_decode_problem(q, v, is_fp8, q_lens, decode))
+        ok, why = _decoder().can_implement(_decode_problem(q, v, is_fp8, q_lens, decode))
         if not ok:
             reason = f"the decode kernel cannot run here: {why}"
     if reason is not None:
         return MixedPlan((), tuple(i for i, n in enumerate(q_lens) if n), f"decode sequences not routed: {reason}")
     return MixedPlan(decode, prefill, f"{len(decode)} sequence(s) of 1..{MAX_DECODE_QUERIES} queries on the Triton "
                                       f"decode kernel, {len(prefill)} on the prefill launch")
+
+
+def _decoder() -> dispatch.Backend:
+    """The decode backend a mixed batch's decode sequences run on."""
+    return dispatch.by_name("triton", DECODE_BACKENDS)
 
 
 def _decode_problem(q, v, is_fp8, q_lens, decode):
@@ -87,7 +89,6 @@ def run_decodes(mixed: MixedPlan, out, lse, q, k, v, q_lens, k_lens, where, soft
                 block_table) -> None:
     """Overwrite the decode sequences' rows of the packed out (total_q, Hq, Dv) and lse (Hq,
     total_q) with the decode kernel's: one launch (and its merge) over all of them."""
-    from .triton_kernels.decode_launch import triton_decode
     dec = list(mixed.decode)
     dev = q.device
     starts = cu_seqlens(q_lens)
@@ -122,8 +123,8 @@ def run_decodes(mixed: MixedPlan, out, lse, q, k, v, q_lens, k_lens, where, soft
         sel = to_device(dec, dev, torch.long)
         ds.update({n: descales[n].index_select(0, sel.to(descales[n].device)) for n in per_sequence})
     o_view = out[first:first + rows].view(len(dec), sq, *out.shape[1:]) if together else None
-    o_dec, lse_dec = triton_decode(q_dec, cache_k, cache_v, seqlens, table, softmax_scale=softmax_scale, causal=causal,
-                                   cache_leftpad=leftpad, out=o_view, **ds)
+    o_dec, lse_dec = _decoder().run(q_dec, cache_k, cache_v, seqlens, table, softmax_scale=softmax_scale, causal=causal,
+                                    cache_leftpad=leftpad, out=o_view, **ds)
     if together:
         lse[:, first:first + rows] = lse_dec.permute(1, 0, 2).reshape(lse.shape[0], rows)
         return

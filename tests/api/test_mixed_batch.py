@@ -134,6 +134,9 @@ def test_not_routed_says_why():
                                                               causal=True, window_size=(8, 0))
     assert "not routed: backend 'reference'" in explain_varlen(q, k, v, _cu(Q_LENS), cu_seqlens_k=_cu(K_LENS),
                                                                 backend="reference")
+    mla = torch.cat([q, q[..., :q.shape[-1] // 2]], -1), torch.cat([k, k[..., :k.shape[-1] // 2]], -1)
+    text = explain_varlen(*mla, v, _cu(Q_LENS), cu_seqlens_k=_cu(K_LENS), causal=True)
+    assert "not routed: the decode kernel cannot run here: the decode kernel takes head dims" in text   # the backend's word
 
 
 def test_decodes_only_batch():
