@@ -3,12 +3,12 @@ warp counts, every variant's bytes equal to the package's (a code depends on its
 block's amax and its own row's rotation only, so tiles and warps are free). Run 45 found no part
 near the copy's rate, and the codes launch holds 168 registers a thread (V^T's 32 x 128 tiles;
 q's and k's paths alone 128-138 on sm_90a): three 4-warp programs an SM. Variants of the codes
-launch: the package (Dqk 192 as a 128- and a 64-column tile), the module before that change
-(BEFORE, a file: `git show 7033fa8:zyfa/triton_kernels/quantize_int8.py`), 8 warps, V^T in
-16-token tiles, q's and k's tiles of 1,024 elements, both; of the sums launch: 8 warps, tiles half as tall,
+launch: the package, Dqk 192 as a 128- and a 64-column tile (SPLIT, a file: `git show
+23b1946:zyfa/triton_kernels/quantize_int8.py`, kept off main until a GPU has run it), 8 warps,
+V^T in 16-token tiles, q's and k's tiles of 1,024 elements, both; of the sums launch: 8 warps, tiles half as tall,
 both (ptxas: 128 registers at 4 warps, 74 at 8, 78 with half-height tiles). DeepSeek-V2-Lite 16K and Mistral-7B 16K, do_bench medians (L2 cleared), 3 rounds in turns.
 
-    python notes/scripts/int8_quant_ab.py [BEFORE]
+    python notes/scripts/int8_quant_ab.py [SPLIT]
 """
 import importlib.util
 import sys
@@ -94,14 +94,14 @@ def ms_in_turns(runs, rounds=3):
     return {n: min(x) for n, x in t.items()}
 
 
-def load_before(path):
-    spec = importlib.util.spec_from_file_location("zyfa.triton_kernels.quantize_int8_before", path)  # its relative imports
+def load_split(path):
+    spec = importlib.util.spec_from_file_location("zyfa.triton_kernels.quantize_int8_split", path)  # its relative imports
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-before = load_before(sys.argv[1]) if len(sys.argv) > 1 else None
+split = load_split(sys.argv[1]) if len(sys.argv) > 1 else None
 OUT = (3, 4, 5, 6, 7, 12)                             # q8, k8, V^T, q's, k's and v's descales
 for name, shape in (("DeepSeek-V2-Lite 16K", (1, 16384, 16, 16, 192, 128)), ("Mistral-7B 16K", (1, 16384, 32, 8, 128))):
     q, k, v = (t.bfloat16() for t in make("realistic", *shape, seed=1, device="cuda"))
@@ -114,10 +114,10 @@ for name, shape in (("DeepSeek-V2-Lite 16K", (1, 16384, 16, 16, 192, 128)), ("Mi
     torch.cuda.synchronize()
     want = [b.clone() for b in outputs(cap, OUT)]
     checks = {n: same_bytes(f, outputs(cap, OUT), want) for n, f in runs.items()}
-    if before is not None:
-        bcap = capture(before, "_int8_qkv", lambda: before.quantize_int8_qk_fused(q, k, v))
-        runs["codes: before (padded)"] = codes_launch(bcap)
-        checks["codes: before (padded)"] = same_bytes(runs["codes: before (padded)"], outputs(bcap, OUT), want)
+    if split is not None:
+        bcap = capture(split, "_int8_qkv", lambda: split.quantize_int8_qk_fused(q, k, v))
+        runs["codes: 192 as 128 + 64"] = codes_launch(bcap)
+        checks["codes: 192 as 128 + 64"] = same_bytes(runs["codes: 192 as 128 + 64"], outputs(bcap, OUT), want)
     scap = capture(fused_quantize, "_sums_pass", lambda: fused_quantize.channel_sums(k, v, smooth=True))
     sums = {"sums: package": sums_launch(scap), "sums: 8 warps": sums_launch(scap, warps=8),
             "sums: half-height tiles": sums_launch(scap, rows_div=2),

@@ -1,5 +1,5 @@
 # run 46 (for the next session; carry .whl and build/lab, made by
-# `mkdir -p build/lab && git show 7033fa8:zyfa/triton_kernels/quantize_int8.py > build/lab/quantize_int8_before.py`):
+# `mkdir -p build/lab && git show 23b1946:zyfa/triton_kernels/quantize_int8.py > build/lab/quantize_int8_split.py`):
 # the INT8 quantizer's tilings A/B (int8_quant_ab.py), the routed mixed batch's tile order timed as
 # CUDA graphs (mixed_tail_ab.py; run 45's eager rounds spread 50%), then issue 55's 16K bars with
 # ROUNDS rounds and medians (bars16k.py) in the time left of DEADLINE seconds. The whole suite on
@@ -9,7 +9,7 @@ mkdir -p $OUT
 DEADLINE=${DEADLINE:-570}
 T0=$SECONDS
 left() { echo $((DEADLINE - (SECONDS - T0))); }
-(cd notes/scripts && timeout 150 python3 int8_quant_ab.py ../../build/lab/quantize_int8_before.py > $OUT/int8_quant_ab.txt 2>&1; tail -26 $OUT/int8_quant_ab.txt)
+(cd notes/scripts && timeout 150 python3 int8_quant_ab.py ../../build/lab/quantize_int8_split.py > $OUT/int8_quant_ab.txt 2>&1; tail -26 $OUT/int8_quant_ab.txt)
 echo "int8 ab done ($((SECONDS - T0)) s)"
 (cd notes/scripts && timeout 150 python3 mixed_tail_ab.py > $OUT/mixed_tail_ab.txt 2>&1; tail -12 $OUT/mixed_tail_ab.txt)
 echo "mixed ab done ($((SECONDS - T0)) s)"

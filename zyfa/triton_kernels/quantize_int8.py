@@ -22,83 +22,53 @@ _INT8: tl.constexpr = tl.constexpr(INT8_MAX)
 
 
 @triton.jit
-def _smoothed_rotated(x_ptr, b, h, s, hi, d, D, sb, ss, sh, sd, mean, signs, hscale, SMOOTH: tl.constexpr,
-                      HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr, BS: tl.constexpr,
-                      BD: tl.constexpr):
-    """Rows s (below hi) of columns d (below D) of head h of batch b, loaded as float32 (zeros
-    where masked), minus the channel means, rotated; and the mask."""
-    m = (s[:, None] < hi) & (d < D)[None, :]
-    x = tl.load(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, mask=m, other=0.0).to(tl.float32)
+def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
+                      HSTAGES: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
+    """A tile loaded as float32 (zeros where masked), minus the channel means, rotated."""
+    x = tl.load(ptrs, mask=m, other=0.0).to(tl.float32)
     if SMOOTH:
         x = x - mean[None, :]
     if HAD:
         x = butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
-    return x, m
+    return x
 
 
 @triton.jit
-def _finite_amax(x, m, AXIS: tl.constexpr):
-    """The largest finite |x| where m, per row (AXIS 1) or over the tile (AXIS 0)."""
-    a = tl.where(m & (tl.abs(x) < float("inf")), tl.abs(x), 0.0)
-    if AXIS == 1:
-        return tl.max(a, axis=1)
-    else:
-        return tl.max(tl.max(a, axis=1), axis=0)
-
-
-@triton.jit
-def _store_codes(x, m, descale, out_ptr, b, s, S, H, h, D, d, FMA_DIV: tl.constexpr):
-    """x's int8 codes at descale (a row's), 0 where x is not finite; per row, how many of its
-    values (where m) are not finite."""
-    fin = tl.abs(x) < float("inf")
-    y = tl.minimum(tl.maximum(quotient(x, descale[:, None], FMA_DIV), -_INT8), _INT8)
-    code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)  # round half to even
-    tl.store(out_ptr + ((b * S + s[:, None]) * H + h) * D + d[None, :], code.to(tl.int8), mask=m)
-    return tl.sum(m.to(tl.int32) * (1 - fin.to(tl.int32)), axis=1)
-
-
-@triton.jit
-def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, mean2, signs2, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H,
-               ds_at, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
+def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, sb, ss, sh, sd, H, ds_at,
+               SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
                PER_ROW: tl.constexpr, ONE_DS: tl.constexpr, NSUB: tl.constexpr, BS: tl.constexpr,
-               BD: tl.constexpr, BD2: tl.constexpr, FMA_DIV: tl.constexpr):
+               BD: tl.constexpr, FMA_DIV: tl.constexpr):
     """Rows lo..hi of head h of batch b: int8 codes, and per row the descale (NaN where the
     row has a non-finite value, whose code is 0). The scale is each row's (PER_ROW) or one for
     all the rows, found in a first sweep over them (NSUB tiles of BS rows); ONE_DS: that one
-    descale written once, at ds_ptr + ds_at, NaN if any row has a non-finite value. BD2 > 0:
-    the columns as two tiles, BD then BD2 wide (Dqk 192: 128 + 64, no padded lanes; mean2 and
-    signs2 the second's), else one of BD >= D."""
+    descale written once, at ds_ptr + ds_at, NaN if any row has a non-finite value."""
     d = tl.arange(0, BD)
-    d2 = BD + tl.arange(0, BD2 if BD2 > 0 else 1)
+    dmask = d < D
     amax = 0.0
     nbad = 0
     if not PER_ROW:
         for i in range(NSUB):
             s = lo + i * BS + tl.arange(0, BS)
-            x, m = _smoothed_rotated(x_ptr, b, h, s, hi, d, D, sb, ss, sh, sd, mean, signs, hscale, SMOOTH, HAD,
-                                     HBLOCK, HSTAGES, BS, BD)
-            amax = tl.maximum(amax, _finite_amax(x, m, 0))
-            if BD2 > 0:
-                x2, m2 = _smoothed_rotated(x_ptr, b, h, s, hi, d2, D, sb, ss, sh, sd, mean2, signs2, hscale, SMOOTH,
-                                           HAD, HBLOCK, HSTAGES, BS, BD2)
-                amax = tl.maximum(amax, _finite_amax(x2, m2, 0))
+            m = (s[:, None] < hi) & dmask[None, :]
+            x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
+                                  SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
+            fin = m & (tl.abs(x) < float("inf"))
+            amax = tl.maximum(amax, tl.max(tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1), axis=0))
     for i in range(NSUB):
         s = lo + i * BS + tl.arange(0, BS)
-        x, m = _smoothed_rotated(x_ptr, b, h, s, hi, d, D, sb, ss, sh, sd, mean, signs, hscale, SMOOTH, HAD,
-                                 HBLOCK, HSTAGES, BS, BD)
-        if BD2 > 0:
-            x2, m2 = _smoothed_rotated(x_ptr, b, h, s, hi, d2, D, sb, ss, sh, sd, mean2, signs2, hscale, SMOOTH,
-                                       HAD, HBLOCK, HSTAGES, BS, BD2)
+        m = (s[:, None] < hi) & dmask[None, :]
+        x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
+                              SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
+        fin = tl.abs(x) < float("inf")
         if PER_ROW:
-            row_amax = _finite_amax(x, m, 1)
-            if BD2 > 0:
-                row_amax = tl.maximum(row_amax, _finite_amax(x2, m2, 1))
+            row_amax = tl.max(tl.where(fin & m, tl.abs(x), 0.0), axis=1)
         else:
             row_amax = tl.zeros((BS,), tl.float32) + amax
         descale = tl.math.div_rn(tl.maximum(row_amax, _AMAX_FLOOR), _INT8)          # descale_of(amax, 127)
-        bad = _store_codes(x, m, descale, out_ptr, b, s, S, H, h, D, d, FMA_DIV)
-        if BD2 > 0:
-            bad += _store_codes(x2, m2, descale, out_ptr, b, s, S, H, h, D, d2, FMA_DIV)
+        y = tl.minimum(tl.maximum(quotient(x, descale[:, None], FMA_DIV), -_INT8), _INT8)
+        code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)  # round half to even
+        tl.store(out_ptr + ((b * S + s[:, None]) * H + h) * D + d[None, :], code.to(tl.int8), mask=m)
+        bad = tl.sum(m.to(tl.int32) * (1 - fin.to(tl.int32)), axis=1)
         if ONE_DS:
             nbad += tl.sum(bad, axis=0)
         else:
@@ -114,57 +84,41 @@ def _int8_qkv(q_ptr, k_ptr, v_ptr, q_out, k_out, v_out, qd_ptr, kd_ptr, sums_ptr
               vsb, vss, vsh, vsd, HKV, NTQ, NTK, NTV, KEY_BLOCK,
               GROUP: tl.constexpr, SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr,
               HSTAGES: tl.constexpr, NSUB_K: tl.constexpr, K_BLOCK_DS: tl.constexpr, BS: tl.constexpr,
-              BD: tl.constexpr, BD2: tl.constexpr, BD_SUMS: tl.constexpr, BS_V: tl.constexpr, BD_V: tl.constexpr,
-              FMA_DIV: tl.constexpr):
+              BD: tl.constexpr, BS_V: tl.constexpr, BD_V: tl.constexpr, FMA_DIV: tl.constexpr):
     """Grid (batch * kv heads, the most tiles of the three, 3): axis 2 = 0 a tile of BS queries
     of the group's heads, 1 a block of KEY_BLOCK keys (NSUB_K tiles of BS; smooth_k's mean
-    from _sums_pass's sums, rows of BD_SUMS), 2 a tile of BS_V tokens of V^T's codes (v's amax
-    from _sums_pass). K_BLOCK_DS: k's descales one a block (B, Hkv, NTK), else one a key
-    (B, Hkv, Sk). q's and k's columns: _int8_rows' BD, BD2."""
+    from _sums_pass's sums), 2 a tile of BS_V tokens of V^T's codes (v's amax from
+    _sums_pass). K_BLOCK_DS: k's descales one a block (B, Hkv, NTK), else one a key
+    (B, Hkv, Sk)."""
     pid = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     which = tl.program_id(2)
     b = pid // HKV
     hk = pid % HKV
     d = tl.arange(0, BD)
-    d2 = BD + tl.arange(0, BD2 if BD2 > 0 else 1)
     signs = d * 0.0
-    signs2 = d2 * 0.0
     hscale = 1.0
     if HAD:
         signs = tl.load(signs_ptr + d)
-        if BD2 > 0:
-            signs2 = tl.load(signs_ptr + d2)
         hscale = tl.load(scale_ptr)
     if which == 0:
         if tile < NTQ:
             for g in range(GROUP):
-                _int8_rows(q_ptr, q_out, qd_ptr, d * 0.0, signs, d2 * 0.0, signs2, hscale, b, hk * GROUP + g,
-                           tile * BS, tl.minimum(tile * BS + BS, Sq), Sq, D, qsb, qss, qsh, qsd, HKV * GROUP, 0,
-                           False, HAD, HBLOCK, HSTAGES, True, False, 1, BS, BD, BD2, FMA_DIV)
+                _int8_rows(q_ptr, q_out, qd_ptr, d * 0.0, signs, hscale, b, hk * GROUP + g, tile * BS,
+                           tl.minimum(tile * BS + BS, Sq), Sq, D, qsb, qss, qsh, qsd, HKV * GROUP, 0,
+                           False, HAD, HBLOCK, HSTAGES, True, False, 1, BS, BD, FMA_DIV)
     elif which == 1:
         if tile < NTK:
             mean = d * 0.0
-            mean2 = d2 * 0.0
             if SMOOTH:
-                mean = channel_mean(sums_ptr, pid, d, BD_SUMS)
-                if BD2 > 0:
-                    mean2 = channel_mean(sums_ptr, pid, d2, BD_SUMS)
-            _int8_rows(k_ptr, k_out, kd_ptr, mean, signs, mean2, signs2, hscale, b, hk, tile * KEY_BLOCK,
+                mean = channel_mean(sums_ptr, pid, d, BD)
+            _int8_rows(k_ptr, k_out, kd_ptr, mean, signs, hscale, b, hk, tile * KEY_BLOCK,
                        tl.minimum(tile * KEY_BLOCK + KEY_BLOCK, Sk), Sk, D, ksb, kss, ksh, ksd, HKV, pid * NTK + tile,
-                       SMOOTH, HAD, HBLOCK, HSTAGES, False, K_BLOCK_DS, NSUB_K, BS, BD, BD2, FMA_DIV)
+                       SMOOTH, HAD, HBLOCK, HSTAGES, False, K_BLOCK_DS, NSUB_K, BS, BD, FMA_DIV)
     else:
         if tile < NTV:
             quantize_tile(v_ptr, v_out, dummy, dummy, dummy, v_amax, vd_ptr, pid, tile, Sk, S_OUT_V, Dv,
                   vsb, vss, vsh, vsd, HKV, 2, 1, False, False, 1, 0, True, False, BS_V, BD_V, FMA_DIV)
-
-
-def column_tiles(d: int) -> tuple[int, int]:
-    """q's and k's column tiles (BD, BD2): one power of two >= d, or where d is the sum of two
-    powers of two (Dqk 192 = 128 + 64) those two, so no lane holds a padded column."""
-    first = 1 << (d.bit_length() - 1)
-    rest = d - first
-    return (first, rest) if rest and rest & (rest - 1) == 0 else (triton.next_power_of_2(d), 0)
 
 
 def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True, seed: int = 0,
@@ -180,9 +134,8 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
     q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
     k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
     qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    bd_sums, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
-    bd, bd2 = column_tiles(D)
-    rows = tile_rows(bd_sums)
+    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
+    rows = tile_rows(bd)
     s_out = Sk + (-Sk) % 16
     ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(s_out, BLOCK_S)
     block_ds = key_block == KEY_BLOCK          # the generated kernel's form, written by the kernel
@@ -193,8 +146,7 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
         q, k, v, q8, k8, vt, qd, kd, sums, signs, scale, v_amax, vd, dummy, Sq, Sk, s_out, D, Dv,
         *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
         GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
-        NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BD2=bd2, BD_SUMS=bd_sums,
-        BS_V=BLOCK_S, BD_V=bd_v,
+        NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v,
         FMA_DIV=not interpreter_active())
     v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
     return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))

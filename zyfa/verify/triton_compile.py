@@ -82,25 +82,20 @@ def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True
 
 
 def compile_int8_quantizer(target: str = "sm90", hadamard: bool = True, smooth: bool = True, group: int = 4,
-                           head_dim: int = 128, block_dv: int = 128, key_block: int = 128):
+                           block_d: int = 128, block_dv: int = 128, key_block: int = 128):
     """The INT8 Q.K^T mode's codes launch (``_int8_qkv``: q, k and V^T) compiled for a GPU
     target (the sums launch before it is compile_quantizer's mode 0)."""
-    import triton
-
-    from ..quantize_common import hadamard_parts
     from ..triton_kernels.quantize import BLOCK_S, tile_rows
-    from ..triton_kernels.quantize_int8 import _int8_qkv, column_tiles
-    block_d, (bd, bd2) = triton.next_power_of_2(head_dim), column_tiles(head_dim)
-    hblock = hadamard_parts(head_dim, 0)[1]
+    from ..triton_kernels.quantize_int8 import _int8_qkv
     sig = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr")}, **{n: "*i8" for n in ("q_out", "k_out")},
            "v_out": "*u8", **{n: "*fp32" for n in ("qd_ptr", "kd_ptr")}, "sums_ptr": "*fp64",
            **{n: "*fp32" for n in ("signs_ptr", "scale_ptr")}, "v_amax": "*i32", "vd_ptr": "*fp32", "dummy": "*fp32",
            **{n: "i32" for n in ("Sq", "Sk", "S_OUT_V", "D", "Dv", "qsb", "qss", "qsh", "qsd", "ksb", "kss", "ksh",
                                  "ksd", "vsb", "vss", "vsh", "vsd", "HKV", "NTQ", "NTK", "NTV", "KEY_BLOCK")}}
-    consts = dict(GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=hblock if hadamard else 1,
-                  HSTAGES=hblock.bit_length() - 1 if hadamard else 0, NSUB_K=-(-key_block // tile_rows(block_d)),
-                  K_BLOCK_DS=key_block == 128, BS=tile_rows(block_d), BD=bd, BD2=bd2, BD_SUMS=block_d, BS_V=BLOCK_S,
-                  BD_V=block_dv, FMA_DIV=True)
+    consts = dict(GROUP=group, SMOOTH=smooth, HAD=hadamard, HBLOCK=block_d if hadamard else 1,
+                  HSTAGES=block_d.bit_length() - 1 if hadamard else 0, NSUB_K=-(-key_block // tile_rows(block_d)),
+                  K_BLOCK_DS=key_block == 128, BS=tile_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv,
+                  FMA_DIV=True)
     sig.update({name: "constexpr" for name in consts})
     return triton.compile(ASTSource(_int8_qkv, sig, consts, {}), target=TARGETS[target],
                           options={"num_warps": 4})
