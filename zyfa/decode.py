@@ -11,12 +11,12 @@ import math
 import torch
 
 from . import dispatch
+from .batch_lengths import PAGE_SIZES
 from .device import device_arch, to_device
 from .spec import backend as _reference
 from .spec.kv_cache import check_cache_descale
 from .triton_kernels import backend as _triton
 from .validation import FP8_DTYPE, HALF_DTYPES, check_index_tensor, check_pages_in_pool
-from .batch_lengths import PAGE_SIZES
 
 MAX_QUERIES = 16        # queries a sequence the decode kernel packs into its tile (speculative decoding)
 

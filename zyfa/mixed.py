@@ -24,8 +24,8 @@ import dataclasses
 import torch
 
 from . import dispatch
-from .decode import BACKENDS as DECODE_BACKENDS
 from .batch_lengths import key_lengths, lengths
+from .decode import BACKENDS as DECODE_BACKENDS
 from .device import device_arch, host_table, to_device
 from .spec.shapes import cu_seqlens, page_rows
 from .validation import check_window, fp8_rules

@@ -18,7 +18,8 @@ from .batch_lengths import PAGE_SIZES, check_max, check_tensor_dim, int32_list, 
 from .mixed import MixedPlan, plan, run_decodes
 from .spec.descales import check_descale
 from .spec.shapes import out_dtype, starts_of
-from .validation import (check_out, check_window, fp8_rules, keys_past_diagonal, refuse_unsupported, softmax_scale_value, validate)
+from .validation import (check_out, check_window, fp8_rules, keys_past_diagonal, refuse_unsupported,
+                         softmax_scale_value, validate)
 
 # backend="auto": a packed batch whose sequences average at most this many queries runs in one
 # launch even where the chosen backend would take each sequence (dispatch.packed_backends): one
@@ -134,7 +135,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
 
 
 def _run_mixed(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw, *,
-              mixed: MixedPlan):
+               mixed: MixedPlan):
     """(out, lse) of a routed mixed batch: the prefill launch over every sequence (a decode
     sequence seeing its first q_len keys there; with no prefill sequence, no launch), then the
     decode kernel over the decode sequences' rows (mixed.run_decodes). The arguments are
