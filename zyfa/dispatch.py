@@ -72,6 +72,7 @@ class PackedBatch:
     k_starts: list | None = None          # contiguous keys: each sequence's first key
     v_pages: list | None = None           # FP8 v left a pool (k gathered): each sequence's pool pages
     block_table: torch.Tensor | None = None   # k and v are the caller's paged pools (run_paged)
+    written_elsewhere: tuple = ()         # sequences whose rows a later launch writes (Packed's)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,9 +3,10 @@ flash_attn_varlen_func call, as vLLM and SGLang issue them.
 
 The decode sequences run on the Triton decode kernel (zyfa.triton_kernels.decode: a GQA group's
 query heads in one tile, keys split over programs), the rest in the one prefill launch the call
-would make anyway. That launch writes the whole packed output, so that no prefill row is copied:
-in it each decode sequence keeps its queries but sees only its first keys (as many as it has
-queries: a tile of no real work), and the decode kernel then overwrites those rows in place
+would make anyway. That launch writes the packed output, so that no prefill row is copied: a
+kernel that lists its tiles (the generated Hopper kernel's packed launches) leaves the decode
+sequences' tiles out, others run each decode sequence on only its first keys (as many as it has
+queries: a tile of no real work), and the decode kernel then writes those rows in place
 (their output and LSE), through views where the decode sequences lie together with equal
 query counts, else through a gathered q and a scatter of their (few) rows. Packed keys are read
 by the decode kernel as one cache row that every sequence shares, each sequence's keys

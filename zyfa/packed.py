@@ -36,7 +36,7 @@ def contiguous_tables(q, v, batch, key_order: bool = False):
         cu_q, k_start, k_len = table[:n + 1], table[n + 1:2 * n + 1], table[2 * n + 1:]
         v_start = k_start
     return v, Packed(cu_q, k_start, v_start, k_len, max(batch.q_lens), max(batch.k_lens),
-                     lengths=(tuple(batch.q_lens), tuple(batch.k_lens)))
+                     lengths=(tuple(batch.q_lens), tuple(batch.k_lens)), written_elsewhere=batch.written_elsewhere)
 
 
 def ptx_packed(q, k, v, batch, *, softmax_scale, causal, q_descale, k_descale, v_descale, p_rule, ref_rule,

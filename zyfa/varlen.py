@@ -137,7 +137,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k=None, max_seqlen_
 def _run_mixed(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw, *,
                mixed: MixedPlan):
     """(out, lse) of a routed mixed batch: the prefill launch over every sequence (a decode
-    sequence seeing its first q_len keys there; with no prefill sequence, no launch), then the
+    sequence's tiles left out where the kernel lists its tiles, else seeing its first q_len
+    keys there; with no prefill sequence, no launch), then the
     decode kernel over the decode sequences' rows (mixed.run_decodes). The arguments are
     _one_launch's."""
     dev = q.device
@@ -149,7 +150,7 @@ def _run_mixed(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, proble
         for i in mixed.decode:
             pre_k[i] = min(k_lens[i], q_lens[i])
         result = _one_launch(q, k, v, q_lens, pre_k, where, cu_seqlens_q, block_table, problem, backend, kw,
-                             mean_of=[q_lens[i] for i in mixed.prefill])
+                             mean_of=[q_lens[i] for i in mixed.prefill], written_elsewhere=mixed.decode)
         if result is None:
             result = _per_sequence(q, k, v, q_lens, pre_k, where, scale, causal, (-1, -1), descales, backend, p_rule,
                                    ref_rule, is_fp8, block_table)
@@ -183,32 +184,36 @@ def _per_sequence(q, k, v, q_lens, k_lens, where, scale, causal, window, descale
     return torch.cat(outs, 0), torch.cat(lses, 1)
 
 
-def _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw, mean_of=None):
+def _one_launch(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, problem, backend, kw, mean_of=None,
+                written_elsewhere=()):
     """(out, lse) from one launch over the packed batch on the backend dispatch.packed_backends
     names, or None where there is none (a call a sequence then). A paged cache (``where``: each
     sequence's pages) goes to the backend that reads it in place where that one takes its layout,
     else its pages are gathered into a packed batch first (_gathered_pages); contiguous keys
     (``where``: each sequence's first key) go as they are. Backends read the caller's
     (validated) index tensors, or kept copies of the same values (device.host_table). ``mean_of``: the query counts that say whether the batch is short
-    (a mixed batch: its prefill sequences')."""
+    (a mixed batch: its prefill sequences'); ``written_elsewhere``: sequences whose rows a later
+    launch writes (PackedBatch's)."""
     mean_of = mean_of or q_lens
     short = sum(mean_of) <= SHORT_MEAN_QUERIES * len(mean_of)
     one, reader = dispatch.packed_backends(problem, backend, short)
     q_lens, k_lens = tuple(q_lens), tuple(k_lens)
     if block_table is not None:
         if reader is not None:
-            batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, block_table=block_table)
+            batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, block_table=block_table,
+                                         written_elsewhere=written_elsewhere)
             result = reader.run_paged(q, k, v, batch, **kw)
             if result is not None:
                 return result
         if one is None:
             return None
         k, v, starts, v_pages = _gathered_pages(k, v, where, problem.is_fp8)
-        batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, k_starts=starts, v_pages=v_pages)
+        batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, k_starts=starts, v_pages=v_pages,
+                                      written_elsewhere=written_elsewhere)
     elif one is None:
         return None
     else:
-        batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, k_starts=where)
+        batch = dispatch.PackedBatch(cu_seqlens_q, q_lens, k_lens, k_starts=where, written_elsewhere=written_elsewhere)
     return one.run_packed(q, k, v, batch, **kw)
 
 

@@ -1,4 +1,4 @@
-"""Lab script (run 45): issue 55's 16K bars with many rounds, medians beside the fastest.
+"""Lab script (run 45; run 47 adds INT8 with its quantizer): issue 55's 16K bars with many rounds, medians beside the fastest.
 FA3's own rounds spread up to 14% in run 43, so single fastest-round ratios decide little;
 here the fast, default and INT8 modes and FA3 FP8 take turns ROUNDS times a case, in one
 process. Usage: python notes/scripts/bars16k.py OUT_DIR [ROUNDS]"""
@@ -10,7 +10,8 @@ from zyfa.bench.run import all_methods, run
 from zyfa.bench.store import results_file
 
 out, rounds = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 7
-MODES = {"fast": "zyfa-ptx-fp8-exact-running", "default": "zyfa-ptx-fp8-exact", "int8": "zyfa-ptx-int8qk"}
+MODES = {"fast": "zyfa-ptx-fp8-exact-running", "default": "zyfa-ptx-fp8-exact", "int8": "zyfa-ptx-int8qk",
+         "int8+quantize": "zyfa-int8qk+quantize"}
 cases = [c for c in model_cases() if c.name.endswith("16K")]
 methods = [m for m in all_methods() if m.label in (*MODES.values(), "fa3-fp8")]
 doc = run(cases, methods, results_file(out), rounds=rounds)
@@ -27,4 +28,8 @@ for c in cases:
         if r:
             line.append(f"{mode} {min(fa3['ms_rounds']) / min(r['ms_rounds']):.3f} / "
                         f"{statistics.median(fa3['ms_rounds']) / statistics.median(r['ms_rounds']):.3f}")
+    i8, i8q = recs.get((c.name, MODES["int8"])), recs.get((c.name, MODES["int8+quantize"]))
+    if i8 and i8q:
+        line.append(f"int8+quantize / int8 {min(i8['ms_rounds']) / min(i8q['ms_rounds']):.3f} / "
+                    f"{statistics.median(i8['ms_rounds']) / statistics.median(i8q['ms_rounds']):.3f}")
     print(", ".join(line))

@@ -252,6 +252,31 @@ def test_tile_order_lists_each_nonempty_tile_once_sequence_by_sequence(kernel, l
     assert [keys[t] for t in seen[-tail:]] == sorted((keys[t] for t in seen[-tail:]), reverse=True)
 
 
+def test_tile_order_leaves_out_the_sequences_written_elsewhere():
+    """A mixed batch's decode sequences (Packed.written_elsewhere: the decode kernel writes
+    their rows after the launch) get no tile in the packed launch's order; every other
+    sequence's tiles are drawn once each, as without them."""
+    from zyfa.asm.ptx.kernels import _tile_order
+    from zyfa.spec.shapes import Packed
+    layout = attn.layout_for(128, "bf16", 128, True)
+    rows, heads, sms = layout.consumers * attn.BLOCK_M, 4, 2
+    q_lens, k_lens = (1, 3 * rows, 16, 2 * rows + 7, 1), (900, 3 * rows, 4000, 2 * rows + 7, 5)
+    none = torch.zeros(len(q_lens), dtype=torch.int32)
+    per_head, heads_batch = -(-max(q_lens) // rows), heads * len(q_lens)
+
+    def drawn(elsewhere):
+        packed = Packed(none, none, none, none, max(q_lens), max(k_lens), lengths=(q_lens, k_lens),
+                        written_elsewhere=elsewhere)
+        words, draws = _tile_order(layout, packed, heads, torch.device("cpu"), sms)
+        return [(divmod(int(t) % heads_batch, heads), per_head - 1 - int(t) // heads_batch) for t in words[1:1 + draws]]
+
+    every = drawn(())
+    left = drawn((0, 2, 4))
+    assert {seq for (seq, _), _ in every} == {0, 1, 2, 3, 4}
+    assert sorted(left) == sorted(t for t in every if t[0][0] in (1, 3))
+    assert len(left) == len(set(left)) == heads * (3 + 3)
+
+
 def layout_fits(dims, dtype) -> bool:
     """Two stages of K and V and every consumer's Q tiles fit the SM's 227 KB."""
     return attn.layout_for(dims[0], dtype, dims[1]).shared_bytes <= 227 * 1024

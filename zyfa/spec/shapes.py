@@ -56,6 +56,9 @@ class Packed:
     block_table: torch.Tensor | None = None
     page_size: int = 0
     lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # sequences whose rows a later launch writes (a mixed batch's decodes): a kernel that lists
+    # its tiles leaves theirs out, others may run them
+    written_elsewhere: tuple[int, ...] = ()
 
     @property
     def batch(self) -> int:

@@ -46,9 +46,16 @@ def tile_rows(block_d: int) -> int:
     """Rows of a 2048-element tile (16 values a thread of 4 warps), for the passes that keep
     several copies of a tile live: the INT8 launch's q and k (rotation, row amax, codes: at 32
     x 128 it took 167 registers a thread, 3 programs an SM; at 2048 elements 96-111 for head
-    dims 64-256, ptxas for sm_90a), the FP8 passes that rotate (faster on the H200; the plain
-    passes keep BLOCK_S rows, slower with 8: docs/decisions.md) and smooth_k's float64 sums."""
+    dims 64-256, ptxas for sm_90a) and the FP8 passes that rotate (faster on the H200; the plain
+    passes keep BLOCK_S rows, slower with 8: docs/decisions.md)."""
     return max(1, 2048 // block_d)
+
+
+def sum_rows(block_d: int) -> int:
+    """Rows of smooth_k's sums tiles: half of tile_rows, since each element is held twice more
+    (a float64 sum and an int32 count); at 2048 elements a program's registers allowed four
+    programs an SM, at 1024 six, and the launch ran faster (docs/decisions.md)."""
+    return max(1, tile_rows(block_d) // 2)
 
 
 @triton.jit
@@ -246,7 +253,7 @@ def channel_sums(k, v=None, smooth: bool = True):
     None), one zeroed buffer. The sums' chunks are as many tiles as leave ~SUM_PROGRAMS programs."""
     B, S, H, D = k.shape
     bd = triton.next_power_of_2(D)
-    rows = tile_rows(bd)
+    rows = sum_rows(bd)
     tiles = triton.cdiv(S, rows)
     per = max(1, min(tiles, triton.next_power_of_2(triton.cdiv(tiles * B * H, SUM_PROGRAMS))))
     nchunk = triton.cdiv(tiles, per) if smooth else 0

@@ -57,12 +57,12 @@ def compile_quantizer(target: str = "sm90", mode: int = 2, hadamard: bool = True
     """The fused quantizer (zyfa.triton_kernels.quantize) compiled for a GPU target: mode 0
     smooth_k's channel sums and v's amax (``_sums_pass``), 1 the finite amax and 2 rotate /
     scale / round / write (``_quant_qkv``, q, k and v in one launch)."""
-    from ..triton_kernels.quantize import BLOCK_S, _quant_qkv, _sums_pass, tile_rows
+    from ..triton_kernels.quantize import BLOCK_S, _quant_qkv, _sums_pass, sum_rows, tile_rows
     if mode == 0:
         sig = {"k_ptr": "*bf16", "v_ptr": "*bf16", "sums_ptr": "*fp64", "v_amax": "*i32", "dummy": "*fp32",
                **{name: "i32" for name in ("Sk", "D", "Dv", "ksb", "kss", "ksh", "ksd", "vsb", "vss", "vsh", "vsd",
                                            "HKV", "NCHUNK", "TILES", "NTV")}}
-        consts = dict(SMOOTH=True, V_AMAX=True, BS=tile_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv,
+        consts = dict(SMOOTH=True, V_AMAX=True, BS=sum_rows(block_d), BD=block_d, BS_V=BLOCK_S, BD_V=block_dv,
                       FMA_DIV=True)
         fn = _sums_pass
     else:

@@ -85,7 +85,7 @@ def _grid(layout, Sq: int, B: int, Hq: int, device: torch.device, order=None) ->
 
 def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device, sms: int | None = None):
     """Layout.tile_counter: (int32s on the device: the counter, zero, then the packed batch's
-    non-empty tiles in the order the CTAs draw them, each as its number in
+    non-empty tiles in the order the CTAs draw them (none of packed.written_elsewhere's), each as its number in
     tile_loop.TileLoop's numbering; the number of tiles). The kernel counts in it, so
     launches on different streams never share one; launches on one stream run one after
     another and share one copy a stream (_order_on_device), its counter zeroed before each.
@@ -97,6 +97,7 @@ def _tile_order(layout, packed: Packed | None, heads: int, device: torch.device,
     rows = layout.consumers * attn.BLOCK_M
     sms = sms or sm_count(device)
     q_lens, k_lens = packed.host_lengths()
+    q_lens = tuple(0 if i in packed.written_elsewhere else n for i, n in enumerate(q_lens))     # no tiles
     equal = not layout.is_fp8 and len(set(q_lens)) == 1 and len(set(k_lens)) == 1
     tail = (TAIL_PER_SM_EQUAL if equal else TAIL_PER_SM) * sms
     key = (q_lens, k_lens, rows, -(-packed.max_seqlen_q // rows), heads, tail)
