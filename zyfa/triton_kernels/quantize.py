@@ -61,29 +61,34 @@ def sum_rows(block_d: int) -> int:
 @triton.jit
 def butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
     """Sylvester butterflies (a + b, a - b) within blocks of BLOCK = 2^NSTAGE channels,
-    widest stride first: zyfa.quantize.rotate's order. Strides above 2: each stage gathers
-    every column's partner p (column ^ stride; warp shuffles, where reshapes and permutes went
-    through shared memory) and forms p + sign * y, sign +1 in the lower column of a pair
-    (a + b) and -1 in the upper (a - b): one FMA whose product is exact, so the same rounding
-    as the addition. Strides 2 and 1, whose pairs lie in one thread's registers (Triton's
-    gather shuffles them all the same): _pair_stage, no shuffle."""
-    d = tl.arange(0, BD)
-    NG: tl.constexpr = NSTAGE - 2 if NSTAGE > 2 else 0
+    widest stride first: zyfa.quantize.rotate's order. The tile is taken as (BS, BD / RUN,
+    RUN), runs of RUN = min(16, BLOCK) columns: a stride of RUN or more pairs whole
+    runs, gathered along axis 1 (warp shuffles of each run's partner run), forming p + sign * y
+    with sign +1 in the lower run of a pair (a + b) and -1 in the upper (a - b), one FMA whose
+    product is exact, so the same rounding as the addition; strides below RUN pair columns
+    of one run, which lie in one thread's registers (_pair_stage: reshapes, no shuffle). Every
+    pair sums as in the spec; only which thread holds a column differs (a 2-D tile gathered
+    every stride above 2 and took more shuffles, shared-memory layout changes and barriers)."""
+    NG: tl.constexpr = NSTAGE - 4 if NSTAGE > 4 else 0      # stages that pair whole runs of 16
+    RUN: tl.constexpr = BLOCK >> NG
+    G: tl.constexpr = BD // RUN
+    y = tl.reshape(y, (BS, G, RUN))
+    g = tl.arange(0, G)
     for i in tl.static_range(NG):
-        stride = BLOCK >> (i + 1)
-        p = tl.gather(y, tl.broadcast_to((d ^ stride)[None, :], (BS, BD)), axis=1)
-        y = p + tl.where((d & stride) == 0, 1.0, -1.0)[None, :] * y
+        runs = (BLOCK >> (i + 1)) // RUN
+        p = tl.gather(y, tl.broadcast_to((g ^ runs)[None, :, None], (BS, G, RUN)), axis=1)
+        y = p + tl.where((g & runs) == 0, 1.0, -1.0)[None, :, None] * y
     for i in tl.static_range(NSTAGE - NG):
-        y = _pair_stage(y, BLOCK >> (NG + i + 1), BS, BD)
-    return y
+        y = _pair_stage(y, RUN >> (i + 1), BS, G, RUN)
+    return tl.reshape(y, (BS, BD))
 
 
 @triton.jit
-def _pair_stage(y, STRIDE: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
-    """One butterfly stage of stride STRIDE by reshape, split and join."""
-    t = tl.permute(tl.reshape(y, (BS, BD // (2 * STRIDE), 2, STRIDE)), (0, 1, 3, 2))
+def _pair_stage(y, STRIDE: tl.constexpr, BS: tl.constexpr, G: tl.constexpr, RUN: tl.constexpr):
+    """One butterfly stage of stride STRIDE within each run, by reshape, split and join."""
+    t = tl.permute(tl.reshape(y, (BS, G, RUN // (2 * STRIDE), 2, STRIDE)), (0, 1, 2, 4, 3))
     a, b = tl.split(t)
-    return tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (BS, BD))
+    return tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 2, 4, 3)), (BS, G, RUN))
 
 
 @triton.jit
