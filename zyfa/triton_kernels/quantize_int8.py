@@ -52,7 +52,7 @@ def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: t
     if SMOOTH:
         x = x - mean[None, :]
     if HAD:
-        x = butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+        x = butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES, True) * hscale
     return x
 
 
