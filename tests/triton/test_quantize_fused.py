@@ -184,6 +184,16 @@ def test_int8_fused_equals_pytorch(shape, opts):
     assert_same_int8(quantize_int8_qk(q, k, v, fused=False, **opts), quantize_int8_qk_fused(q, k, v, **opts))
 
 
+@pytest.mark.parametrize("dims", [(16, 16), (24, 24), (256, 128)], ids=["d16", "d24", "d256-128"])
+def test_int8_fused_equals_pytorch_at_other_rotation_blocks(dims):
+    """The INT8 codes' butterflies by runs of 16 columns (quantize.butterflies, IN_RUNS): a
+    rotation block of 16 (one run), of 8 (runs shorter than 16) and of 256 (four stages of
+    whole runs) give quantize_int8_qk's bits."""
+    D, Dv = dims
+    q, k, v = _inputs((D, Dv, 2, 1, 29, 23), seed=7)
+    assert_same_int8(quantize_int8_qk(q, k, v, fused=False), quantize_int8_qk_fused(q, k, v))
+
+
 def test_int8_fused_rounding_ties_and_nonfinite():
     """float32 rows whose scaled values are ties (x.5: half to even) and +-127 (amax 127 gives
     descale 1 exactly), and a NaN in q and an Inf in k: q's token's and k's block's descales are NaN and
