@@ -72,3 +72,54 @@ def mixed_parts(q, k, v, cq, ck, q_lens, k_lens, cu):
     k_pre, v_pre = (torch.cat([x[ck[i]:ck[i + 1]] for i in pre]) for x in (k, v))
     cpq, cpk = cu([q_lens[i] for i in pre]), cu([k_lens[i] for i in pre])
     return dec, pre, (q_dec, k_dec, v_dec, lens), (q_pre, k_pre, v_pre, cpq, cpk)
+
+
+def calls_and_graphs_in_turns(calls: dict, rounds: int = 5) -> None:
+    """Each call timed as a call and replayed from a CUDA graph (the GPU's work alone, no host
+    pacing: run 45's rounds over calls spread 50% on a fresh machine), in turns, do_bench
+    medians a round; printed with the fastest and median round, then each call's kernels' and
+    copies' device time (torch.profiler, summed)."""
+    import torch
+    from zyfa.bench.measure import kernel_ms
+
+    def graphed(fn):
+        try:
+            fn()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            return g.replay
+        except Exception as e:          # noqa: BLE001 - a lab script reports and goes on
+            print(f"  not capturable: {type(e).__name__}: {str(e)[:120]}")
+            return None
+
+    kinds = {"calls": calls, "graphs": {nm: graphed(fn) for nm, fn in calls.items()}}
+    times = {(kind, nm): [] for kind in kinds for nm in calls}
+    for _ in range(rounds):
+        for kind, fns in kinds.items():
+            for nm, fn in fns.items():
+                if fn is not None:
+                    times[kind, nm].append(triton.testing.do_bench(fn, warmup=5, rep=60, return_mode="median"))
+    for (kind, nm), t in times.items():
+        if t:
+            print(f"{kind:6s} {nm:20s} fastest {min(t):.4f} ms  median {sorted(t)[len(t) // 2]:.4f} ms  rounds "
+                  + " ".join(f"{x:.3f}" for x in t))
+    for nm, fn in calls.items():
+        print(f"device time {nm:20s} {sum(kernel_ms(fn, calls=20).values()):.4f} ms (profiler, kernels and copies summed)")
+
+
+def bf16_mixed_batch(heads=32, kv_heads=8, d=128):
+    """The bench's mixed batch (16 one-query decodes of 8K keys, two 4K prefill chunks) in BF16
+    on the GPU, fixed seed: (q, k, v, the varlen call's keywords, separate calls' parts as
+    mixed_parts gives them)."""
+    import torch
+    from zyfa.bench.cases import MIXED_KEYS, MIXED_QUERIES
+    g = torch.Generator(device="cuda").manual_seed(0)
+    cu = lambda ls: torch.tensor([0] + [sum(ls[:i + 1]) for i in range(len(ls))], dtype=torch.int32)  # noqa: E731
+    cq, ck = cu(MIXED_QUERIES), cu(MIXED_KEYS)
+    q, k, v = (torch.randn(int(c[-1]), h, d, generator=g, device="cuda").bfloat16()
+               for c, h in ((cq, heads), (ck, kv_heads), (ck, kv_heads)))
+    base = dict(cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(MIXED_QUERIES), max_seqlen_k=max(MIXED_KEYS),
+                causal=True)
+    return q, k, v, base, mixed_parts(q, k, v, cq, ck, MIXED_QUERIES, MIXED_KEYS, cu)

@@ -12,23 +12,13 @@ graphs of the calls (the GPU's work alone); the profiler's device time a call; o
 import functools
 
 import torch
-import triton
 
 import zyfa
-from ab_common import mixed_parts      # notes/scripts, on the path as a script
+from ab_common import bf16_mixed_batch, calls_and_graphs_in_turns      # notes/scripts, on the path as a script
 from zyfa.asm.ptx import kernels
 from zyfa.bench.cases import MIXED_KEYS, MIXED_QUERIES
-from zyfa.bench.measure import kernel_ms
 
-HQ, HKV, D = 32, 8, 128
-dev = "cuda"
-g = torch.Generator(device=dev).manual_seed(0)
-cu = lambda ls: torch.tensor([0] + [sum(ls[:i + 1]) for i in range(len(ls))], dtype=torch.int32)  # noqa: E731
-cq, ck = cu(MIXED_QUERIES), cu(MIXED_KEYS)
-q, k, v = (torch.randn(int(c[-1]), h, D, generator=g, device=dev).bfloat16() for c, h in ((cq, HQ), (ck, HKV), (ck, HKV)))
-base = dict(cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(MIXED_QUERIES), max_seqlen_k=max(MIXED_KEYS), causal=True)
-dec, pre, (q_dec, k_dec, v_dec, lens), (q_pre, k_pre, v_pre, cpq, cpk) = mixed_parts(q, k, v, cq, ck, MIXED_QUERIES,
-                                                                                    MIXED_KEYS, cu)
+q, k, v, base, (dec, pre, (q_dec, k_dec, v_dec, lens), (q_pre, k_pre, v_pre, cpq, cpk)) = bf16_mixed_batch()
 MAIN_ORDER = kernels._order_words
 
 
@@ -67,42 +57,8 @@ def separate():
 
 calls = {"routed, as is": routed(MAIN_ORDER), "routed, widened": routed(widened_order), "separate calls": separate}
 outs = {nm: fn() for nm, fn in calls.items()}
-
-
-def graphed(fn):
-    """The call's launches replayed from a CUDA graph: the GPU's work alone, no host pacing (run
-    45's do_bench rounds over the calls spread 50% on a fresh machine). None if not capturable."""
-    try:
-        fn()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return g.replay
-    except Exception as e:          # noqa: BLE001 - a lab script reports and goes on
-        print(f"  not capturable: {type(e).__name__}: {str(e)[:120]}")
-        return None
-
-
-def device_ms(fn):
-    """The call's kernels' and copies' device time (torch.profiler), summed."""
-    return sum(kernel_ms(fn, calls=20).values())
-
-
-kinds = {"calls": calls, "graphs": {nm: graphed(fn) for nm, fn in calls.items()}}
 names = list(calls)
-times = {(kind, nm): [] for kind in kinds for nm in names}
-for _ in range(5):
-    for kind, fns in kinds.items():
-        for nm in names:
-            if fns[nm] is not None:
-                times[kind, nm].append(triton.testing.do_bench(fns[nm], warmup=5, rep=60, return_mode="median"))
 first = {nm: o[0] if isinstance(o, tuple) else o for nm, o in outs.items()}
 print("routed outputs equal across orders:", torch.equal(first[names[0]], first[names[1]]))
-for (kind, nm), t in times.items():
-    if t:
-        print(f"{kind:6s} {nm:20s} fastest {min(t):.4f} ms  median {sorted(t)[len(t) // 2]:.4f} ms  rounds "
-              + " ".join(f"{x:.3f}" for x in t))
-for nm in names:
-    print(f"device time {nm:20s} {device_ms(calls[nm]):.4f} ms (profiler, kernels and copies summed)")
+calls_and_graphs_in_turns(calls)
 kernels._order_words = MAIN_ORDER
