@@ -84,6 +84,17 @@ def _k_emit(x, one, out_ptr, b, h, r0, hi, c0, S, D, H, R: tl.constexpr, C: tl.c
 
 
 @triton.jit
+def _rotation_of(signs_ptr, scale_ptr, d, HAD: tl.constexpr):
+    """The rotation's row signs and scale (ones where HAD is off), as _int8_qkv loads them."""
+    signs = d * 0.0
+    hscale = 1.0
+    if HAD:
+        signs = tl.load(signs_ptr + d)
+        hscale = tl.load(scale_ptr)
+    return signs, hscale
+
+
+@triton.jit
 def _int8_k_one_sweep(k_ptr, k_out, kd_ptr, sums_ptr, signs_ptr, scale_ptr, Sk, D, ksb, kss, ksh, ksd, HKV, NTK,
                       SMOOTH: tl.constexpr, HAD: tl.constexpr, HBLOCK: tl.constexpr, HSTAGES: tl.constexpr,
                       NSPLIT: tl.constexpr, LOADS_FIRST: tl.constexpr, BD: tl.constexpr, FMA_DIV: tl.constexpr,
@@ -98,11 +109,7 @@ def _int8_k_one_sweep(k_ptr, k_out, kd_ptr, sums_ptr, signs_ptr, scale_ptr, Sk, 
     b = pid // HKV
     h = pid % HKV
     d = tl.arange(0, BD)
-    signs = d * 0.0
-    hscale = 1.0
-    if HAD:
-        signs = tl.load(signs_ptr + d)
-        hscale = tl.load(scale_ptr)
+    signs, hscale = _rotation_of(signs_ptr, scale_ptr, d, HAD)
     mean = d * 0.0
     if SMOOTH:
         if MEAN_F32:
@@ -247,11 +254,7 @@ def _int8_k_two_sweeps(k_ptr, k_out, kd_ptr, sums_ptr, signs_ptr, scale_ptr, Sk,
     b = pid // HKV
     hk = pid % HKV
     d = tl.arange(0, BD)
-    signs = d * 0.0
-    hscale = 1.0
-    if HAD:
-        signs = tl.load(signs_ptr + d)
-        hscale = tl.load(scale_ptr)
+    signs, hscale = _rotation_of(signs_ptr, scale_ptr, d, HAD)
     mean = d * 0.0
     if SMOOTH:
         mean = channel_mean(sums_ptr, pid, d, BD)
