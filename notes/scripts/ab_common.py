@@ -123,3 +123,16 @@ def bf16_mixed_batch(heads=32, kv_heads=8, d=128):
     base = dict(cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(MIXED_QUERIES), max_seqlen_k=max(MIXED_KEYS),
                 causal=True)
     return q, k, v, base, mixed_parts(q, k, v, cq, ck, MIXED_QUERIES, MIXED_KEYS, cu)
+
+
+def ms_rounds_in_turns(runs: dict, rounds: int = 5) -> dict:
+    """Each call's do_bench median (L2 cleared), once a round in turns: {name: [ms a round]}."""
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            times[name].append(triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median"))
+    return times
+
+
+def fastest_and_median(t: list) -> str:
+    return f"fastest {min(t):.3f} ms  median {sorted(t)[len(t) // 2]:.3f} ms"

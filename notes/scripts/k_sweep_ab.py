@@ -7,12 +7,13 @@ m, from ptxas counts, unmeasured): at DeepSeek the two sweeps ~0.25 ms with the 
 (2 sub-tiles, 8 warps) 0.17-0.26, + float32 means + the 192 split 0.15-0.23; at Mistral within
 0.02 ms of the two sweeps either way.
 
-    PYTHONPATH=.:notes/ab python3 notes/scripts/k_sweep_ab.py
+    PYTHONPATH=.:notes/ab:notes/scripts python3 notes/scripts/k_sweep_ab.py
 """
 import torch
 import triton
 
 import zyfa
+from ab_common import fastest_and_median, ms_rounds_in_turns      # notes/scripts
 from k_one_sweep import quantize_k          # notes/ab, on the path
 from zyfa.activations import make
 
@@ -34,10 +35,6 @@ for name, shape in (("DeepSeek-V2-Lite 16K", (1, 16384, 16, 16, 192, 128)), ("Mi
         runs[label] = (lambda kw=kw: quantize_k(k, **kw))
         k8, kd = runs[label]()
         equal[label] = torch.equal(k8, want.k) and torch.equal(kd.nan_to_num(-1.0), want.k_descale.nan_to_num(-1.0))
-    times = {label: [] for label in runs}
-    for _ in range(5):
-        for label, fn in runs.items():
-            times[label].append(triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median"))
     print(f"{name}:")
-    for label, t in times.items():
-        print(f"  {label:52s} fastest {min(t):.3f} ms  median {sorted(t)[2]:.3f} ms  bytes equal {equal[label]}")
+    for label, t in ms_rounds_in_turns(runs).items():
+        print(f"  {label:52s} {fastest_and_median(t)}  bytes equal {equal[label]}")

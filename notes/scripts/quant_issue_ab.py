@@ -18,6 +18,7 @@ import torch
 import triton
 
 import zyfa.triton_kernels.quantize as new_q
+from ab_common import fastest_and_median, ms_rounds_in_turns      # notes/scripts, on the path as a script
 from zyfa.activations import make
 from zyfa.triton_kernels import quantize_int8 as new_i8
 
@@ -64,10 +65,7 @@ for name, shape in (("DeepSeek-V2-Lite 16K", (1, 16384, 16, 16, 192, 128)), ("Mi
             "fp8 rotated: after": lambda: new_q.quantize_fp8_fused(q, k, v, hadamard=True)}
     eq = {"int8": same(runs["int8: before"](), runs["int8: after"]()),
           "fp8 rotated": same(runs["fp8 rotated: before"](), runs["fp8 rotated: after"]())}
-    t = {n: [] for n in runs}
-    for _ in range(5):
-        for n, f in runs.items():
-            t[n].append(triton.testing.do_bench(f, warmup=10, rep=100, return_mode="median"))
+    t = ms_rounds_in_turns(runs)
     print(f"{name}: bytes equal before / after: {eq}")
     for n, x in t.items():
-        print(f"  {n:22s} fastest {min(x):.3f} ms  median {sorted(x)[2]:.3f} ms")
+        print(f"  {n:22s} {fastest_and_median(x)}")
