@@ -138,9 +138,8 @@ def _run_mixed(q, k, v, q_lens, k_lens, where, cu_seqlens_q, block_table, proble
                mixed: MixedPlan):
     """(out, lse) of a routed mixed batch: the prefill launch over every sequence (a decode
     sequence's tiles left out where the kernel lists its tiles, else seeing its first q_len
-    keys there; with no prefill sequence, no launch), then the
-    decode kernel over the decode sequences' rows (mixed.run_decodes). The arguments are
-    _one_launch's."""
+    keys there; with no prefill sequence, no launch), then the decode kernel over the decode
+    sequences' rows (mixed.run_decodes). The arguments are _one_launch's."""
     dev = q.device
     scale, causal, p_rule, ref_rule = kw["softmax_scale"], kw["causal"], kw["p_rule"], kw["ref_rule"]
     descales = {n: kw[n] for n in ("q_descale", "k_descale", "v_descale") if n in kw}

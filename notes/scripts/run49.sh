@@ -1,7 +1,7 @@
 # run 49 (session m): the quantizers' instruction cuts on the GPU: their GPU tests (bits against
 # the PyTorch path, FMA_DIV on), quant_issue_ab.py (before / after in one process, bytes compared),
 # then the 16K bars with INT8 + quantize. Carry .whl and build/lab (quantize_before.py,
-# quantize_int8_before.py from 5d426a9).
+# quantize_int8_before.py: main's modules), with notes/ab/int8_quantizer_cuts.diff applied to the tree.
 source notes/scripts/gpu_setup.sh
 mkdir -p $OUT
 T0=$SECONDS

@@ -186,9 +186,9 @@ def test_int8_fused_equals_pytorch(shape, opts):
 
 @pytest.mark.parametrize("dims", [(16, 16), (24, 24), (256, 128)], ids=["d16", "d24", "d256-128"])
 def test_int8_fused_equals_pytorch_at_other_rotation_blocks(dims):
-    """The INT8 codes' butterflies by runs of 16 columns (quantize.butterflies, IN_RUNS): a
-    rotation block of 16 (one run), of 8 (runs shorter than 16) and of 256 (four stages of
-    whole runs) give quantize_int8_qk's bits."""
+    """Rotation blocks of 16, 8 and 256 columns (head dims 16, 24 and 256 against the
+    d64-d192 shapes above) give quantize_int8_qk's bits: the butterflies' gathered and
+    in-register stages split differently at each."""
     D, Dv = dims
     q, k, v = _inputs((D, Dv, 2, 1, 29, 23), seed=7)
     assert_same_int8(quantize_int8_qk(q, k, v, fused=False), quantize_int8_qk_fused(q, k, v))
