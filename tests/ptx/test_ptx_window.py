@@ -14,8 +14,10 @@ from zyfa.asm.ptx import attention as attn
 from zyfa.asm.ptx.assemble import assemble
 from zyfa.asm.ptx.cta import Tile
 from zyfa.asm.ptx.fragments import acc_column, acc_row_half
+from zyfa.asm.ptx.int8_qk import MASKED_SCORE
 from zyfa.asm.ptx.kernels import UNBOUNDED_SLACK, window_args
 from zyfa.asm.ptx.layout import BLOCK_M, BLOCK_N, params_for
+from zyfa.asm.ptx.scores import masked_move
 from zyfa.asm.ptx.target import program
 from zyfa.asm.ptx.window import Window, emit_band_test, emit_block_range, emit_row_window, emit_window_mask
 from zyfa.spec.key_order import KEY_OF_SLOT
@@ -55,7 +57,7 @@ def _program(block_n: int, cta_rows: int, slot_keys: bool):
     for si in s:
         prog.emit("mov.f32", si, "0f00000000")
     cta = types.SimpleNamespace(thread=types.SimpleNamespace(q=r["q"]), layout=types.SimpleNamespace(slot_keys=slot_keys))
-    emit_window_mask(prog, cta, rows, s, r["start_n"])
+    emit_window_mask(prog, cta, rows, s, r["start_n"], masked_move(False))
     return prog, r, dict(first=first, left_end=left_end, band=band, s=s)
 
 
@@ -206,11 +208,13 @@ def test_block_arithmetic_for_any_key_block(block_n):
     assert ("div.u32" in ops) == (block_n & (block_n - 1) != 0)
 
 
+@pytest.mark.parametrize("ints", [False, True])
 @pytest.mark.parametrize("slot_keys", [False, True])
-def test_causal_mask_names_each_registers_key(slot_keys):
+def test_causal_mask_names_each_registers_key(slot_keys, ints):
     """scores.emit_mask (the causal diagonal and seqlen_k's tail) masks exactly the registers
     whose key is past the row's limit, the keys as the accumulator holds them (K's rows in
-    slot order: column KEY_OF_SLOT[s] holds key s)."""
+    slot order: column KEY_OF_SLOT[s] holds key s), with -inf (``ints``: int8_qk's int32
+    scores, MASKED_SCORE)."""
     from zyfa.asm.ptx.scores import emit_mask
     prog = program()
     r = {n: prog.reg("u32") for n in ("q", "start_n", "lim0", "lim1")}
@@ -218,13 +222,13 @@ def test_causal_mask_names_each_registers_key(slot_keys):
     for si in s:
         prog.emit("mov.f32", si, "0f00000000")
     cta = types.SimpleNamespace(thread=types.SimpleNamespace(q=r["q"]), layout=types.SimpleNamespace(slot_keys=slot_keys))
-    emit_mask(prog, cta, types.SimpleNamespace(limits=[r["lim0"], r["lim1"]]), s, r["start_n"])
+    emit_mask(prog, cta, types.SimpleNamespace(limits=[r["lim0"], r["lim1"]]), s, r["start_n"], ints)
     q, lim0, lim1 = (x.ravel() for x in np.meshgrid(np.arange(4), np.arange(-1, 300, 7), np.arange(0, 300, 11)))
     u = lambda x: np.asarray(x, np.int64).astype(np.uint32)  # noqa: E731
     ev = EV.Evaluator({str(r["q"]): u(q), str(r["start_n"]): u(np.full_like(q, 128)), str(r["lim0"]): u(lim0),
                        str(r["lim1"]): u(lim1)})
     ev.run(EV.render_body(prog))
-    masked = np.stack([ev.regs[str(si)] == 0xFF800000 for si in s])
+    masked = np.stack([ev.regs[str(si)] == (int(MASKED_SCORE, 16) if ints else 0xFF800000) for si in s])
     columns = np.array([acc_column(i) for i in range(S_REGS)])[:, None] + 2 * q
     keys = 128 + _keys(columns, slot_keys)
     limit = np.where(np.array([acc_row_half(i) for i in range(S_REGS)])[:, None] == 1, lim1, lim0)

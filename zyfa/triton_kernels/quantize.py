@@ -58,22 +58,41 @@ def sum_rows(block_d: int) -> int:
 
 
 @triton.jit
-def butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr):
+def butterflies(y, BLOCK: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr, NSTAGE: tl.constexpr,
+                IN_RUNS: tl.constexpr):
     """Sylvester butterflies (a + b, a - b) within blocks of BLOCK = 2^NSTAGE channels,
-    widest stride first: zyfa.quantize.rotate's order. Strides above 2: each stage gathers
-    every column's partner p (column ^ stride; warp shuffles, where reshapes and permutes went
-    through shared memory) and forms p + sign * y, sign +1 in the lower column of a pair
-    (a + b) and -1 in the upper (a - b): one FMA whose product is exact, so the same rounding
-    as the addition. Strides 2 and 1, whose pairs lie in one thread's registers (Triton's
-    gather shuffles them all the same): _pair_stage, no shuffle."""
-    d = tl.arange(0, BD)
-    NG: tl.constexpr = NSTAGE - 2 if NSTAGE > 2 else 0
-    for i in tl.static_range(NG):
-        stride = BLOCK >> (i + 1)
-        p = tl.gather(y, tl.broadcast_to((d ^ stride)[None, :], (BS, BD)), axis=1)
-        y = p + tl.where((d & stride) == 0, 1.0, -1.0)[None, :] * y
-    for i in tl.static_range(NSTAGE - NG):
-        y = _pair_stage(y, BLOCK >> (NG + i + 1), BS, BD)
+    widest stride first: zyfa.quantize.rotate's order. A gathered stage takes every column's
+    partner p (warp shuffles, where reshapes and permutes went through shared memory) and
+    forms p + sign * y, sign +1 in the lower column of a pair (a + b) and -1 in the upper
+    (a - b): one FMA whose product is exact, so the same rounding as the addition. The
+    smallest strides, whose pairs lie in one thread's registers, go by reshapes (_pair_stage,
+    no shuffle): strides 2 and 1 of the (BS, BD) tile, or with IN_RUNS the tile taken as
+    (BS, BD / RUN, RUN), runs of RUN = min(16, BLOCK) columns, every stride below RUN, the
+    larger ones gathering whole runs. Either way every pair sums as in the spec; only which
+    thread holds a column differs. IN_RUNS took the INT8 codes launch's instructions down and
+    made the FP8 passes slower (docs/decisions.md)."""
+    if IN_RUNS:
+        NR: tl.constexpr = NSTAGE - 4 if NSTAGE > 4 else 0      # stages that pair whole runs of 16
+        RUN: tl.constexpr = BLOCK >> NR
+        G: tl.constexpr = BD // RUN
+        y3 = tl.reshape(y, (BS, G, RUN))
+        g = tl.arange(0, G)
+        for i in tl.static_range(NR):
+            runs = (BLOCK >> (i + 1)) // RUN
+            p = tl.gather(y3, tl.broadcast_to((g ^ runs)[None, :, None], (BS, G, RUN)), axis=1)
+            y3 = p + tl.where((g & runs) == 0, 1.0, -1.0)[None, :, None] * y3
+        for i in tl.static_range(NSTAGE - NR):
+            y3 = _pair_stage_in_runs(y3, RUN >> (i + 1), BS, G, RUN)
+        y = tl.reshape(y3, (BS, BD))
+    else:
+        d = tl.arange(0, BD)
+        NG: tl.constexpr = NSTAGE - 2 if NSTAGE > 2 else 0
+        for i in tl.static_range(NG):
+            stride = BLOCK >> (i + 1)
+            p = tl.gather(y, tl.broadcast_to((d ^ stride)[None, :], (BS, BD)), axis=1)
+            y = p + tl.where((d & stride) == 0, 1.0, -1.0)[None, :] * y
+        for i in tl.static_range(NSTAGE - NG):
+            y = _pair_stage(y, BLOCK >> (NG + i + 1), BS, BD)
     return y
 
 
@@ -83,6 +102,14 @@ def _pair_stage(y, STRIDE: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
     t = tl.permute(tl.reshape(y, (BS, BD // (2 * STRIDE), 2, STRIDE)), (0, 1, 3, 2))
     a, b = tl.split(t)
     return tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (BS, BD))
+
+
+@triton.jit
+def _pair_stage_in_runs(y, STRIDE: tl.constexpr, BS: tl.constexpr, G: tl.constexpr, RUN: tl.constexpr):
+    """_pair_stage within each run of a (BS, G, RUN) tile."""
+    t = tl.permute(tl.reshape(y, (BS, G, RUN // (2 * STRIDE), 2, STRIDE)), (0, 1, 2, 4, 3))
+    a, b = tl.split(t)
+    return tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 2, 4, 3)), (BS, G, RUN))
 
 
 @triton.jit
@@ -149,7 +176,7 @@ def quantize_tile(x_ptr, out_ptr, sums_ptr, signs_ptr, scale_ptr, amax_ptr, desc
         if SMOOTH:
             x = x - mean[None, :]
         if HAD:
-            x = butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+            x = butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES, False) * hscale
         if MODE == _MODE_AMAX:
             fin = m & (tl.abs(x) < float("inf"))
             amax = tl.maximum(amax, tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1))

@@ -19,6 +19,29 @@ _MAG: tl.constexpr = tl.constexpr(MAGIC)
 _MAG_BITS: tl.constexpr = tl.constexpr(MAGIC_BITS)
 _AMAX_FLOOR: tl.constexpr = tl.constexpr(AMAX_FLOOR)
 _INT8: tl.constexpr = tl.constexpr(INT8_MAX)
+_NEG_RCP_INT8: tl.constexpr = tl.constexpr(-(torch.tensor(1.0) / INT8_MAX).item())    # -RN(1 / 127) in float32
+
+
+@triton.jit
+def _descale(amax, FMA_DIV: tl.constexpr):
+    """RN(max(amax, floor) / 127), zyfa.quantize's descale_of(amax, 127). FMA_DIV: Markstein's
+    quotient against the constant -RN(1 / 127) (quotient's steps without its reciprocal): three
+    float operations where the IEEE division takes a dozen; equal to the division for every
+    amax at or above the floor (checked over all float32 significands; powers of two scale it
+    exactly there). Off under Triton's interpreter, whose fma rounds the product first."""
+    a = tl.maximum(amax, _AMAX_FLOOR)
+    if FMA_DIV:
+        q = a * _NEG_RCP_INT8
+        return tl.fma(tl.fma(q, _INT8, a), _NEG_RCP_INT8, q) * -1.0
+    else:
+        return tl.math.div_rn(a, _INT8)
+
+
+@triton.jit
+def _largest(x, axis: tl.constexpr):
+    """The largest of non-negative floats along ``axis``, as the largest of their bits (the
+    same order): a warp's integer max reduction where the float one takes shuffles."""
+    return tl.max(x.to(tl.int32, bitcast=True), axis=axis).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -29,7 +52,7 @@ def _smoothed_rotated(ptrs, m, mean, signs, hscale, SMOOTH: tl.constexpr, HAD: t
     if SMOOTH:
         x = x - mean[None, :]
     if HAD:
-        x = butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES) * hscale
+        x = butterflies(x * signs[None, :], HBLOCK, BS, BD, HSTAGES, True) * hscale
     return x
 
 
@@ -52,29 +75,32 @@ def _int8_rows(x_ptr, out_ptr, ds_ptr, mean, signs, hscale, b, h, lo, hi, S, D, 
             m = (s[:, None] < hi) & dmask[None, :]
             x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
                                   SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
-            fin = m & (tl.abs(x) < float("inf"))
-            amax = tl.maximum(amax, tl.max(tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1), axis=0))
+            fin = tl.abs(x) < float("inf")
+            if ONE_DS:
+                nbad = tl.maximum(nbad, tl.max(tl.max(tl.where(fin, 0, m.to(tl.int32)), axis=1), axis=0))
+            amax = tl.maximum(amax, _largest(_largest(tl.where(fin & m, tl.abs(x), 0.0), 1), 0))
+        one = _descale(amax, FMA_DIV)
     for i in range(NSUB):
         s = lo + i * BS + tl.arange(0, BS)
         m = (s[:, None] < hi) & dmask[None, :]
         x = _smoothed_rotated(x_ptr + b * sb + s[:, None] * ss + h * sh + d[None, :] * sd, m, mean, signs, hscale,
                               SMOOTH, HAD, HBLOCK, HSTAGES, BS, BD)
         fin = tl.abs(x) < float("inf")
+        x = tl.where(fin, x, 0.0)                       # a non-finite value's code is 0 (RN(0 / d) = 0)
+        if not ONE_DS:
+            bad = tl.max(tl.where(fin, 0, m.to(tl.int32)), axis=1)
         if PER_ROW:
-            row_amax = tl.max(tl.where(fin & m, tl.abs(x), 0.0), axis=1)
+            # unsmoothed, the masked lanes hold rotated zeros; smoothed, minus the means
+            descale = _descale(_largest(tl.where(m, tl.abs(x), 0.0) if SMOOTH else tl.abs(x), 1), FMA_DIV)
         else:
-            row_amax = tl.zeros((BS,), tl.float32) + amax
-        descale = tl.math.div_rn(tl.maximum(row_amax, _AMAX_FLOOR), _INT8)          # descale_of(amax, 127)
-        y = tl.minimum(tl.maximum(quotient(x, descale[:, None], FMA_DIV), -_INT8), _INT8)
-        code = tl.where(fin, (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS, 0)  # round half to even
+            descale = tl.zeros((BS,), tl.float32) + one
+        # |x| <= the amax the descale came from, so |y| <= 127.00001 (all float32 amax): no clamp
+        y = quotient(x, descale[:, None], FMA_DIV)
+        code = (y + _MAG).to(tl.int32, bitcast=True) - _MAG_BITS             # round half to even
         tl.store(out_ptr + ((b * S + s[:, None]) * H + h) * D + d[None, :], code.to(tl.int8), mask=m)
-        bad = tl.sum(m.to(tl.int32) * (1 - fin.to(tl.int32)), axis=1)
-        if ONE_DS:
-            nbad += tl.sum(bad, axis=0)
-        else:
+        if not ONE_DS:
             tl.store(ds_ptr + (b * H + h) * S + s, tl.where(bad == 0, descale, float("nan")), mask=s < hi)
     if ONE_DS:
-        one = tl.math.div_rn(tl.maximum(amax, _AMAX_FLOOR), _INT8)
         tl.store(ds_ptr + ds_at, tl.where(nbad == 0, one, float("nan")))
 
 

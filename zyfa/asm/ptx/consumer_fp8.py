@@ -20,7 +20,7 @@ from .block import (
 from .consumer import emit_block_loop_head, emit_consumer_start, emit_release, free_bar
 from .cta import Cta, Rows
 from .epilogue import emit_epilogue
-from .int8_qk import emit_block_factors, emit_int8_scores
+from .int8_qk import emit_block_factors, emit_positive_rows
 from .layout import OUT_REGS, THREADS
 from .lean_p import thread_row_sums
 from .loads import emit_kv_wait, stage
@@ -49,14 +49,14 @@ def _emit_block_factors(prog: Program, c: Cta, rows: Rows, j: Reg) -> list[Reg] 
 
 
 def _emit_int8_scores(prog: Program, c: Cta, s: list[Reg], facs: list[Reg] | None, tag: str) -> None:
-    """int8_qk, once S is done: the int32 scores as floats, rows with negative factors flipped."""
+    """int8_qk, once S is done: rows with negative factors flipped (the scores stay int32)."""
     if c.layout.int8_qk:
-        emit_int8_scores(prog, s, facs, tag)
+        emit_positive_rows(prog, s, facs, tag)
 
 
 def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot: Reg, s: list[Reg],
                        tag: str) -> list[Reg] | None:
-    """S(j) = Q K_j^T in a GEMM phase of its own, waited for (int8_qk: as floats); returns the
+    """S(j) = Q K_j^T in a GEMM phase of its own, waited for (int8_qk: int32 still); returns the
     block's int8 row factors (else None)."""
     emit_kv_wait(prog, c, slot, tag)
     emit_scores(prog, c, q_descs, slot, s, tag, wait=False)

@@ -8,6 +8,7 @@ from ...spec.constants import NEG_FLOOR
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import acc_key, acc_row_half, key_lanes
+from .int8_qk import MASKED_SCORE, emit_int_row_max
 from .layout import BLOCK_M, THREADS
 from .loads import stage
 from .smem import emit_descriptor, emit_wait
@@ -81,9 +82,17 @@ def emit_scores(prog: Program, c: Cta, q_descs: list[list[Reg]], j: Reg, s: list
     emit("wgmma.commit")
 
 
-def emit_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: Reg) -> None:
-    """t = -inf where key > the row's limit (causal diagonal, or past seqlen_k)."""
+def masked_move(ints: bool) -> tuple[str, str]:
+    """The move that masks a score (instruction, value): -inf, or MASKED_SCORE in int32 scores
+    (int8_qk's, before their conversion)."""
+    return ("mov.b32", MASKED_SCORE) if ints else ("mov.f32", f32(float("-inf")))
+
+
+def emit_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: Reg, ints: bool = False) -> None:
+    """t = -inf (``ints``: MASKED_SCORE) where key > the row's limit (causal diagonal, or past
+    seqlen_k)."""
     q, slot = c.thread.q, c.layout.slot_keys
+    move, value = masked_move(ints)
     reach = prog.regs("u32", 2)
     for half in (0, 1):
         prog.emit("sub.s32", reach[half], rows.limits[half], start_n)
@@ -92,7 +101,7 @@ def emit_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: Reg) -> 
     for i, ti in enumerate(t):
         past = prog.reg("pred")
         prog.emit("setp.lt.s32", past, reach[acc_row_half(i)], acc_key(i, slot))
-        prog.emit("mov.f32", ti, f32(float("-inf")), guard=past)
+        prog.emit(move, ti, value, guard=past)
 
 
 def emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
@@ -103,29 +112,35 @@ def emit_quad_reduce(prog: Program, x: Reg, op: str) -> None:
         prog.emit(op, x, x, other)
 
 
-def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg, tag: str) -> None:
-    """Mask the scores ``s`` of the block at ``start_n`` if it lies in the masked band."""
+def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg, tag: str,
+                   ints: bool = False) -> None:
+    """Mask the scores ``s`` (``ints``: int32) of the block at ``start_n`` if it lies in the
+    masked band."""
     if rows.left_end is not None:                          # a window's left band too
-        return emit_window_band_mask(prog, c, rows, s, start_n, tag)
+        return emit_window_band_mask(prog, c, rows, s, start_n, tag, masked_move(ints))
     unmasked = prog.reg("pred")
     prog.emit("setp.lt.u32", unmasked, start_n, rows.band_start)
     prog.emit("bra", f"SCORES_READY{tag}", guard=unmasked)
-    emit_mask(prog, c, rows, s, start_n)
+    emit_mask(prog, c, rows, s, start_n, ints)
     prog.label(f"SCORES_READY{tag}")
 
 
 def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, masked: bool = True,
-                 floor: bool = True) -> None:
+                 floor: bool = True, ints: bool = False) -> None:
     """m = max(S) c over the thread's row ``half`` and its quad (c > 0: rounding is monotone,
     so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR (``floor`` False:
     not floored, for a caller that takes max(A, m) with A >= NEG_FLOOR next). Unmasked
-    blocks (``masked`` False) have no -inf score (E4M3 has no infinity), so no guard there."""
+    blocks (``masked`` False) have no -inf score (E4M3 has no infinity), so no guard there.
+    ``ints``: S is int32 still (int8_qk), its max taken on the integers."""
     emit = prog.emit
     regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
-    emit("max.nan.f32", m, regs[0], regs[1])
-    for si in regs[2:]:
-        emit("max.nan.f32", m, m, si)
-    emit_quad_reduce(prog, m, "max.nan.f32")
+    if ints:
+        emit_int_row_max(prog, regs, m)
+    else:
+        emit("max.nan.f32", m, regs[0], regs[1])
+        for si in regs[2:]:
+            emit("max.nan.f32", m, m, si)
+        emit_quad_reduce(prog, m, "max.nan.f32")
     if masked:
         all_masked = prog.reg("pred")
         emit("setp.eq.f32", all_masked, m, f32(float("-inf")))

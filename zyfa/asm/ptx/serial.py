@@ -18,7 +18,7 @@ from .scores import emit_positive_factor, emit_q_descriptors, emit_scores
 from .softmax import emit_row_sum_parts
 from .cta import emit_prologue
 from .epilogue import emit_epilogue
-from .int8_qk import emit_block_factors, emit_int8_scores
+from .int8_qk import emit_block_factors, emit_positive_rows
 from .layout import Layout
 from .loads import emit_kv_load, emit_prefetch, emit_q_load, emit_setup
 from .smem import emit_descriptor, emit_wait
@@ -62,7 +62,7 @@ def emit_serial(prog: Program, rule: str, causal: bool, layout: Layout, running:
         facs = emit_block_factors(prog, rows, j) if layout.int8_qk else None
         emit("wgmma.wait", 0)
         if layout.int8_qk:
-            emit_int8_scores(prog, s, facs, tag)
+            emit_positive_rows(prog, s, facs, tag)
         emit_block(prog, c, rows, rule, j, start_n, s, d_ones, total, A, l, tag, masked, deferred=True, facs=facs,
                    running=running)
         emit("bar.sync", 0)                       # every warp is done with this stage

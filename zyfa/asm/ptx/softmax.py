@@ -17,6 +17,7 @@ from ...spec.rules import HALF_RULES
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import acc_row_half, p_sources
+from .int8_qk import emit_float_scores, int_row_max
 from .lean_p import (
     HMMA_RULES,
     emit_p_code,
@@ -52,11 +53,16 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     the ones tile at descriptor ``d_ones``, waited for unless ``wait_rowsum`` is False).
     ``masked`` False: the caller knows the block lies below the band (no test, no mask).
     ``facs``: the two rows' factors (>= 0 or NaN; int8_qk), else the head's rows.fac.
-    ``running``: the reference is the running max A_new = max(A, m) (no threshold), P's too."""
+    ``running``: the reference is the running max A_new = max(A, m) (no threshold), P's too.
+    int8_qk: ``s`` holds int32 scores, made float after the row max where int_row_max, else
+    first."""
     emit = prog.emit
     facs = facs or [rows.fac, rows.fac]
+    ints = int_row_max(c.layout) and not running
+    if c.layout.int8_qk and not ints:
+        emit_float_scores(prog, s)
     if masked:
-        emit_band_mask(prog, c, rows, s, start_n, tag)
+        emit_band_mask(prog, c, rows, s, start_n, tag, ints)
 
     if running:
         A_new, alpha, neg_m = _emit_running_reference(prog, s, facs, A, masked)
@@ -68,7 +74,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     A_new, alpha = (None, None) if deferred else (prog.regs("f32", 2), prog.regs("f32", 2))
     moved, thr = prog.regs("pred", 2), prog.regs("f32", 2)
     for half in (0, 1):
-        emit_row_max(prog, s, facs[half], half, m[half], masked)
+        emit_row_max(prog, s, facs[half], half, m[half], masked, ints=ints)
         emit("neg.f32", neg_m[half], m[half])
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
         emit("setp.gt.f32", moved[half], m[half], thr[half])
@@ -81,6 +87,8 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         emit("ex2.f32", beta[half], diff[half])
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
+    if ints:
+        emit_float_scores(prog, s)
     return _emit_p_and_sums(prog, c, rows, rule, start_n, s, d_ones, tag, wait_rowsum, masked, facs,
                             neg_m, alpha, beta, A_new, m, moved)
 

@@ -29,6 +29,7 @@ OPS = {
     "sub.f32": "sub.rn.f32 {0}, {1}, {2};",
     "mul.f32": "mul.rn.f32 {0}, {1}, {2};",
     "neg.f32": "neg.f32 {0}, {1};",                 # a free operand modifier where an FFMA reads it
+    "neg.s32": "neg.s32 {0}, {1};",                 # int8_qk: a row of int32 scores flipped
     "fma.f32": "fma.rn.f32 {0}, {1}, {2}, {3};",
     "max.f32": "max.f32 {0}, {1}, {2};",
     "prmt.b32": "prmt.b32 {0}, {1}, {2}, {3};",

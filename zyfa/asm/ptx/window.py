@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from ..program import Program, Reg
 from .fragments import acc_key, acc_row_half, key_lanes
 from .layout import BLOCK_M, Layout
-from .target import f32
 
 if TYPE_CHECKING:
     from .cta import Cta, Rows, Tile
@@ -111,8 +110,10 @@ def emit_row_window(prog: Program, t: Tile, rows: list[Reg], limits: list[Reg], 
     return first, left_end
 
 
-def emit_window_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: Reg) -> None:
-    """t = -inf where key > the row's limit or key < its first key."""
+def emit_window_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: Reg,
+                     fill: tuple[str, str]) -> None:
+    """t = the masked value (``fill``: its move and value, scores.masked_move) where key > the
+    row's limit or key < its first key."""
     q, slot = c.thread.q, c.layout.slot_keys
     reach, before = prog.regs("u32", 2), prog.regs("u32", 2)
     for half in (0, 1):
@@ -126,17 +127,18 @@ def emit_window_mask(prog: Program, c: Cta, rows: Rows, t: list[Reg], start_n: R
         key = acc_key(i, slot)
         prog.emit("setp.lt.s32", out, reach[acc_row_half(i)], key)
         prog.emit("setp.gt.or.s32", out, before[acc_row_half(i)], key, out)
-        prog.emit("mov.f32", ti, f32(float("-inf")), guard=out)
+        prog.emit(fill[0], ti, fill[1], guard=out)
 
 
-def emit_window_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg, tag: str) -> None:
+def emit_window_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg, tag: str,
+                          fill: tuple[str, str]) -> None:
     """scores.emit_band_mask with a window: mask the block at ``start_n`` unless it lies in
     [left_end, band_start)."""
     unmasked = prog.reg("pred")
     prog.emit("setp.lt.u32", unmasked, start_n, rows.band_start)
     prog.emit("setp.ge.and.u32", unmasked, start_n, rows.left_end, unmasked)
     prog.emit("bra", f"SCORES_READY{tag}", guard=unmasked)
-    emit_window_mask(prog, c, rows, s, start_n)
+    emit_window_mask(prog, c, rows, s, start_n, fill)
     prog.label(f"SCORES_READY{tag}")
 
 
