@@ -6,9 +6,8 @@ head, 128-key block) loads the block once as NSPLIT sub-tiles of 128 / NSPLIT ro
 (NSPLIT = 1: the whole 128 x BD block as one tensor), smooths, rotates (butterflies IN_RUNS),
 takes the finite amax (_largest) and the non-finite count, then writes the codes and the
 block's descale exactly as _int8_rows does for k (same bits: non-finite -> code 0, NaN descale).
-It uses the INT8 quantizer's instruction cuts (butterflies IN_RUNS, _largest, _descale), which
-are not on main until a whole GPU suite has run them: apply notes/ab/int8_quantizer_cuts.diff
-first (`git apply notes/ab/int8_quantizer_cuts.diff`).
+It uses the INT8 quantizer's instruction cuts (butterflies IN_RUNS, _largest, _descale), on
+main since session n (4820ced).
 
     # bits against zyfa.quantize.quantize_int8_qk(..., fused=False) in Triton's interpreter
     TRITON_INTERPRET=1 PYTHONPATH=. python3 notes/ab/k_one_sweep.py check
