@@ -38,7 +38,7 @@ def _emit_fp8_tile_start(prog: Program, c: Cta, tiles: TileLoop, ones: Reg) -> t
     q_sync, q_tile, q_descs = emit_consumer_start(prog, c)
     d_ones = emit_descriptor(prog, ones) if ones is not None else None
     rows, t, it, base = emit_tile_entry(prog, c, tiles)
-    if not c.layout.int8_qk:                # int8_qk: the rows' factors a block (_emit_int8_scores)
+    if not c.layout.int8_qk:                # int8_qk: the rows' factors a block (_emit_positive_rows)
         emit_positive_factor(prog, c, rows, q_tile, sync=lambda: prog.emit("bar.sync.n", q_sync, THREADS))
     return q_descs, d_ones, rows, t, it, base
 
@@ -48,7 +48,7 @@ def _emit_block_factors(prog: Program, c: Cta, rows: Rows, j: Reg) -> list[Reg] 
     return emit_block_factors(prog, rows, j) if c.layout.int8_qk else None
 
 
-def _emit_int8_scores(prog: Program, c: Cta, s: list[Reg], facs: list[Reg] | None, tag: str) -> None:
+def _emit_positive_rows(prog: Program, c: Cta, s: list[Reg], facs: list[Reg] | None, tag: str) -> None:
     """int8_qk, once S is done: rows with negative factors flipped (the scores stay int32)."""
     if c.layout.int8_qk:
         emit_positive_rows(prog, s, facs, tag)
@@ -62,7 +62,7 @@ def _emit_scores_alone(prog: Program, c: Cta, q_descs, rows: Rows, j: Reg, slot:
     emit_scores(prog, c, q_descs, slot, s, tag, wait=False)
     facs = _emit_block_factors(prog, c, rows, j)
     prog.emit("wgmma.wait", 0)
-    _emit_int8_scores(prog, c, s, facs, tag)
+    _emit_positive_rows(prog, c, s, facs, tag)
     return facs
 
 
@@ -209,7 +209,7 @@ def emit_consumer_pipelined(prog: Program, c: Cta, tiles: TileLoop, rule: str, o
         o = carried.issue_pv(prev_slot)
         facs = _emit_block_factors(prog, c, rows, j)
         emit("wgmma.wait", 1 + (len(total) > OUT_REGS))         # S(j); P(j - 1) V^T may still run
-        _emit_int8_scores(prog, c, s, facs, tag)
+        _emit_positive_rows(prog, c, s, facs, tag)
         sm = emit_softmax(prog, c, rows, rule, start_n, s, d_ones, A, tag, wait_rowsum=False, masked=masked,
                           deferred=not running, facs=facs, running=running)
         emit("wgmma.wait", 0)                              # P(j - 1) V^T and block j's row sums
