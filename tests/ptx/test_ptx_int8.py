@@ -45,6 +45,17 @@ def test_int8_kernel_assembles_within_budget(dims, causal):
         assert conversion not in ops[first:last], f"{conversion} in the main loop"
 
 
+def test_masked_int32_score_converts_to_minus_inf_below_every_score():
+    """MASKED_SCORE (int8_qk: the mask's value in int32 scores, before their magic-number
+    conversion) becomes -inf's bits under the conversion's integer add and lies below every
+    score of int8 codes at head dim 256, so the integer row max never picks it over a key."""
+    from zyfa.asm.ptx.int8_qk import MASKED_SCORE
+    from zyfa.spec.constants import MAGIC_BITS
+    bits = int(MASKED_SCORE, 16)
+    assert (bits + MAGIC_BITS) % 2**32 == 0xFF800000
+    assert bits - 2**32 < -256 * 127 * 127
+
+
 def test_int8_layout_refuses_what_it_does_not_implement():
     with pytest.raises(ValueError, match="INT8"):
         attn.layout_for(192, dv=192, int8_qk=True)
