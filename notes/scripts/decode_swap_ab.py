@@ -1,0 +1,128 @@
+"""Run 55 part (session o): the swapped-dots E4M3 decode prototype (notes/ab/decode_swap) beside
+the package's decode kernel, FA3 FP8 and a device copy, one process.
+
+    OUT=/tmp/out python notes/scripts/decode_swap_ab.py
+
+Prediction (written before the run): the prototype's loop is 325 instructions a thread a 64 keys
+(BLOCK_N 128, CPU ptxas) against the package's 531, both E4M3 wgmmas native; if the package's
+kernel is issue-bound (notes/decode.md) the prototype reads 5-12% faster at 32 x 8K and 8 x 32K
+(~2.8-2.95 TB/s, 1.05-1.12x FA3 FP8). Risk: V is loaded into registers (LDG, not cp.async) and
+stored transposed byte by byte (144 STS.U8 a 128-key tile), so its latency is exposed unless
+enough programs an SM hide it: it may also be slower. Checks: P bits as the spec (one split,
+the spec's block_n = the tile's): output within 2e-2 of decode_fp8_spec (tensor-core sums), LSE
+within 1e-5; against the package's output within 2e-2.
+"""
+import json
+import os
+import sys
+
+import torch
+import triton
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ab", "decode_swap"))
+import zyfa  # noqa: E402
+from swap_decode import swap_decode  # noqa: E402
+from zyfa.spec.kv_cache import decode_fp8_spec  # noqa: E402
+
+DEV = "cuda"
+HQ, HKV, D = 32, 8, 128
+
+
+def _fa3():
+    for name in ("fa3_fwd_interface", "flash_attn_interface"):
+        try:
+            return getattr(__import__(name), "flash_attn_with_kvcache")
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def _e4m3_head(x):
+    d = x.float().abs().amax((1, 3)).clamp_min(1e-6) / 448
+    return (x.float() / d[:, None, :, None]).to(torch.float8_e4m3fn), d.contiguous()
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def inputs(B, Sk, seed=0):
+    gen = torch.Generator(device=DEV).manual_seed(seed + B)
+    q = torch.randn(B, 1, HQ, D, generator=gen, device=DEV).bfloat16()
+    k8, kd = _e4m3_head(torch.randn(B, Sk, HKV, D, generator=gen, device=DEV))
+    v8, vd = _e4m3_head(torch.randn(B, Sk, HKV, D, generator=gen, device=DEV))
+    q8, qd = _e4m3_head(q.view(B, 1, HKV, -1))
+    return dict(q=q8.view(B, 1, HQ, D), k_cache=k8, v_cache=v8, q_descale=qd, k_descale=kd, v_descale=vd), q
+
+
+def checks():
+    out = []
+    for bn in (64, 128):
+        B, lens = 4, [1, 17, 1000, 4099]
+        a, qb = inputs(B, 4224, seed=bn)
+        sl = torch.tensor(lens, dtype=torch.int32, device=DEV)
+        for qname, kw in (("e4m3 q", dict(q=a["q"], q_descale=a["q_descale"])), ("bf16 q", dict(q=qb))):
+            o, lse = swap_decode(kw["q"], a["k_cache"], a["v_cache"], sl, a["k_descale"], a["v_descale"],
+                                 q_descale=kw.get("q_descale"), causal=True, block_n=bn)
+            ro, rl = decode_fp8_spec(kw["q"], a["k_cache"], a["v_cache"], lens, q_descale=kw.get("q_descale"),
+                                     k_descale=a["k_descale"], v_descale=a["v_descale"], causal=True, block_n=bn)
+            zo, zl = zyfa.flash_attn_with_kvcache(kw["q"], a["k_cache"], a["v_cache"], cache_seqlens=sl, causal=True,
+                                                  q_descale=kw.get("q_descale"), k_descale=a["k_descale"],
+                                                  v_descale=a["v_descale"], return_softmax_lse=True)
+            row = dict(block_n=bn, q=qname, err_spec=_rel(o, ro), lse_spec=(lse.double() - rl).abs().max().item(),
+                       err_pkg=_rel(o, zo), pkg_err_spec=_rel(zo, ro))
+            row["ok"] = row["err_spec"] < 2e-2 and row["lse_spec"] < 1e-5
+            out.append(row)
+            print("check", row, flush=True)
+    return out
+
+
+def timings(fa3):
+    rows = []
+    for B, Sk in ((32, 8192), (128, 2048), (8, 32768)):
+        a, _ = inputs(B, Sk)
+        sl = torch.full((B,), Sk, dtype=torch.int32, device=DEV)
+        nbytes = B * Sk * HKV * 2 * D
+
+        def add(name, fn):
+            try:
+                fn()
+                ms = triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
+                rows.append(dict(B=B, Sk=Sk, method=name, ms=ms, gbps=nbytes / ms / 1e6))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(B=B, Sk=Sk, method=name, error=str(e)[:300]))
+            print(rows[-1], flush=True)
+
+        add("zyfa", lambda: zyfa.flash_attn_with_kvcache(cache_seqlens=sl, causal=True, **a))
+        if fa3 is not None:
+            add("fa3", lambda: fa3(cache_seqlens=sl, causal=True, **a))
+        splits = {32: (1, 2), 128: (1,), 8: (4, 6, 8)}[B]
+        for bn, st in ((128, 3), (128, 2), (64, 3), (64, 4), (128, 4)):
+            for s in splits:
+                add(f"swap n{bn} s{st} x{s}", lambda bn=bn, st=st, s=s: swap_decode(
+                    a["q"], a["k_cache"], a["v_cache"], sl, a["k_descale"], a["v_descale"], q_descale=a["q_descale"],
+                    causal=True, splits=s, block_n=bn, num_stages=st))
+        k = a["k_cache"]
+        dk = torch.empty_like(k)
+        add("copy (K+V bytes read+written)", lambda: (dk.copy_(k), dk.copy_(a["v_cache"])))
+        rows[-1]["gbps"] *= 2
+    return rows
+
+
+def main():
+    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
+    res["checks"] = checks()
+    res["timings"] = timings(_fa3())
+    os.makedirs(os.environ.get("OUT", "out"), exist_ok=True)
+    json.dump(res, open(os.path.join(os.environ.get("OUT", "out"), "decode_swap_ab.json"), "w"), indent=1)
+    print("\n| B x Sk | method | us | GB/s |")
+    for r in res["timings"]:
+        if "ms" in r:
+            print(f"| {r['B']} x {r['Sk']} | {r['method']} | {r['ms'] * 1e3:.1f} | {r['gbps']:.0f} |")
+        else:
+            print(f"| {r['B']} x {r['Sk']} | {r['method']} | error {r['error'][:80]} |")
+    sys.exit(0 if all(c["ok"] for c in res["checks"]) else 1)
+
+
+if __name__ == "__main__":
+    main()
