@@ -57,7 +57,7 @@ def inputs(B, Sk, seed=0):
 
 def checks():
     out = []
-    for bn in (64, 128):
+    for bn in (128,):
         B, lens = 4, [1, 17, 1000, 4099]
         a, qb = inputs(B, 4224, seed=bn)
         sl = torch.tensor(lens, dtype=torch.int32, device=DEV)
@@ -96,12 +96,18 @@ def timings(fa3):
         add("zyfa", lambda: zyfa.flash_attn_with_kvcache(cache_seqlens=sl, causal=True, **a))
         if fa3 is not None:
             add("fa3", lambda: fa3(cache_seqlens=sl, causal=True, **a))
-        splits = {32: (1, 2), 128: (1,), 8: (4, 6, 8)}[B]
-        for bn, st in ((128, 3), (128, 2), (64, 3), (64, 4), (128, 4)):
+        splits = {32: (1,), 128: (1,), 8: (4, 8)}[B]
+        for bn, st in ((128, 3),):
             for s in splits:
                 add(f"swap n{bn} s{st} x{s}", lambda bn=bn, st=st, s=s: swap_decode(
                     a["q"], a["k_cache"], a["v_cache"], sl, a["k_descale"], a["v_descale"], q_descale=a["q_descale"],
                     causal=True, splits=s, block_n=bn, num_stages=st))
+        from zyfa.triton_kernels.decode_launch import DecodeTile, triton_decode
+        for bn, st in ((128, 3), (128, 2), (64, 3)):
+            t = DecodeTile(bn, 4, st, keys_in_m=True)
+            add(f"package keys_in_m n{bn} s{st}", lambda t=t: triton_decode(
+                a["q"], a["k_cache"], a["v_cache"], sl, causal=True, q_descale=a["q_descale"],
+                k_descale=a["k_descale"], v_descale=a["v_descale"], tile=t))
         k = a["k_cache"]
         dk = torch.empty_like(k)
         add("copy (K+V bytes read+written)", lambda: (dk.copy_(k), dk.copy_(a["v_cache"])))

@@ -77,6 +77,8 @@ def call(x, long, grid=False):
 
 
 CASES = {"Mistral-7B 16K": (1, 16384, 32, 8), "Qwen3-8B 16K": (1, 16384, 32, 8), "d128 32 heads 32K": (1, 32768, 32, 32)}
+if os.environ.get("INT8_CASES"):                    # a short call: the named cases only (comma-separated)
+    CASES = {k: v for k, v in CASES.items() if k in os.environ["INT8_CASES"].split(",")}
 print(torch.cuda.get_device_name(), torch.__version__, flush=True)
 rows = []
 for name, (B, S, Hq, Hkv) in CASES.items():
