@@ -1,17 +1,19 @@
 """Every default GPU kernel once, on small shapes, for compute-sanitizer (memcheck, racecheck,
 synccheck): the generated Hopper FP8 kernel (serial d64 / d128, specialized MLA / d256 / d128
 from 16K keys, every P rule, causal and not; K read in slot order where the keys are a multiple
-of 16, else V^T rewritten) and 16-bit kernel (d64, d128, MLA, d256; BF16 and
-FP16), their packed (varlen) variants (also short dense batches, which run on them), the Triton
-attention kernels (FP8 exact, BF16; d64 / d128 / MLA / d256) and the fused quantizer. Each
-output is checked against float64 (the quantizer against the PyTorch quantizer's bits) so a run
-that "passes" the sanitizer also computed the right thing.
+of 16, else V^T rewritten), its INT8 Q.K^T variant (d64, d128 and from 16K keys, MLA, d256) and
+16-bit kernel (d64, d128, MLA, d256; BF16 and FP16), their packed (varlen) variants (also short
+dense batches, which run on them), the Triton attention kernels (FP8 exact, INT8, BF16; d64 /
+d128 / MLA / d256) and the fused quantizer. Each output is checked against float64 (the
+quantizer against the PyTorch quantizer's bits) so a run that "passes" the sanitizer also
+computed the right thing.
 
     /usr/local/cuda/bin/compute-sanitizer --tool memcheck python3 bench/sanitize.py
     ... python3 bench/sanitize.py --dtypes bf16,fp16        # only the 16-bit kernels (no quantizer)
     ... python3 bench/sanitize.py --backends ptx             # only the generated kernels
     python3 bench/sanitize.py --backends ptx --dtypes fp8 --ref-rules running --repeats 1000   # the fast mode,
                                                              # 1,000 launches a case, bit for bit
+    python3 bench/sanitize.py --backends ptx --dtypes int8 --repeats 1000       # the INT8 Q.K^T kernels
 """
 from __future__ import annotations
 
@@ -47,6 +49,13 @@ CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, caus
     ("ptx", "fp16", (2, 150, 150, 2, 2, 64, 64), False),          # kernel (kernels.PACKED_ROUTE_KEYS)
     ("ptx", "bf16", (16, 512, 512, 8, 2, 128, 128), True),       # 512 tiles: each CTA runs several,
     ("ptx", "fp16", (16, 512, 512, 8, 8, 64, 64), False),         # a tile's last P V with the next's S
+    ("ptx", "int8", (1, 200, 300, 2, 1, 128, 128), True),        # INT8 Q.K^T (quantize_int8_qk's inputs)
+    ("ptx", "int8", (1, 130, 130, 2, 2, 128, 128), False),
+    ("ptx", "int8", (1, 200, 300, 2, 1, 192, 128), True),
+    ("ptx", "int8", (1, 150, 150, 2, 1, 64, 64), True),
+    ("ptx", "int8", (1, 150, 150, 2, 1, 256, 256), True),
+    ("ptx", "int8", (1, 200, 16384, 2, 1, 128, 128), True),      # the long-key layout
+    ("triton", "int8", (1, 200, 300, 2, 1, 128, 128), True),
     ("triton", "fp8", (1, 200, 300, 2, 1, 128, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 192, 128), True),
     ("triton", "fp8", (1, 150, 150, 2, 1, 64, 64), False),
@@ -58,11 +67,11 @@ CASES = [("ptx", "fp8", shape, causal, rule) for rule in P_RULES for shape, caus
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dtypes", default="fp8,bf16,fp16", help="the input types whose kernels run")
+    ap.add_argument("--dtypes", default="fp8,int8,bf16,fp16", help="the input types whose kernels run")
     ap.add_argument("--backends", default="ptx,triton", help="the backends whose kernels run")
     ap.add_argument("--ref-rules", default="block,running", help="the FP8 reference rules whose kernels run "
                     "(running: the fast mode)")
-    ap.add_argument("--repeats", type=int, default=1, help="launches of each FP8 case; every output bit for "
+    ap.add_argument("--repeats", type=int, default=1, help="launches of each FP8 / INT8 case; every output bit for "
                     "bit the first's")
     ap.add_argument("--slot-keys", action="store_true", help="only the E4M3 shapes whose keys are a multiple of "
                     "16 (K's rows in slot order): a sanitizer's shorter pass over the slot-order kernels")
@@ -77,8 +86,8 @@ def main() -> int:
         if dtype == "fp8" and ref_rule not in ref_rules or a.slot_keys and (dtype != "fp8" or Sk % 16):
             continue
         q, k, v = make("realistic", B, Sq, Hq, Hkv, D, Dv, seqlen_k=Sk, seed=1, device="cuda")
-        if dtype == "fp8":
-            x = zyfa.quantize_fp8(q, k, v)
+        if dtype in ("fp8", "int8"):
+            x = zyfa.quantize_fp8(q, k, v) if dtype == "fp8" else zyfa.quantize_int8_qk(q, k, v)
             out = zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend=backend, p_rule=p_rule, ref_rule=ref_rule)
             differ = sum(not torch.equal(out, zyfa.flash_attn_func(**x.kwargs(), causal=causal, backend=backend,
                                                                     p_rule=p_rule, ref_rule=ref_rule))
@@ -98,7 +107,8 @@ def main() -> int:
         err = rel_err(out, ref)
         ok = err <= bound and bool(torch.isfinite(out).all())
         failed += not ok
-        print(f"{backend:7s} {dtype:5s} {p_rule + ' ' + ref_rule if dtype == 'fp8' else '':22s} B{B} Sq{Sq} Sk{Sk} H{Hq}/{Hkv} "
+        rules = p_rule + " " + ref_rule if dtype in ("fp8", "int8") else ""
+        print(f"{backend:7s} {dtype:5s} {rules:22s} B{B} Sq{Sq} Sk{Sk} H{Hq}/{Hkv} "
               f"d{D}/{Dv} causal={causal}: err {err:.2e} (bound {bound:.2e}) {'ok' if ok else 'WRONG'}", flush=True)
     for opts in ({}, {"smooth_k": True, "hadamard": True}) if "fp8" in dtypes and "triton" in backends else ():
         q, k, v = make("realistic", 1, 150, 4, 2, 128, seqlen_k=150, seed=2, device="cuda")

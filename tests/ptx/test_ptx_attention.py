@@ -96,6 +96,20 @@ def test_sanitizer_runs_each_head_dims_kernel_in_both_key_orders():
     assert all(o == {True, False} for o in orders.values()), orders
 
 
+
+def test_sanitizer_runs_each_int8_kernel():
+    """bench/sanitize.py runs the generated INT8 Q.K^T kernel at every head dim and in the long-key
+    layout, so its sanitizer and 1,000-launch passes cover every INT8 kernel a call can take."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parents[2] / "bench" / "sanitize.py"
+    spec = importlib.util.spec_from_file_location("sanitize_cases", path)
+    sanitize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sanitize)
+    int8 = [shape for backend, dtype, shape, *_ in sanitize.CASES if (backend, dtype) == ("ptx", "int8")]
+    assert {(D, Dv) for *_, D, Dv in int8} == set(attn.HEAD_DIMS)
+    assert any(attn.long_keys(D, Dv, Sk) for _, _, Sk, _, _, D, Dv in int8)
+
 def test_hopper_vt_places_keys_in_their_slots():
     B, Sk, Hkv, Dv = 2, 37, 3, 128                       # Sk not a multiple of 16: zero padded
     v = torch.randint(0, 126, (B, Sk, Hkv, Dv), dtype=torch.uint8).view(torch.float8_e4m3fn)
