@@ -139,3 +139,33 @@ if __name__ == "__main__":
     import re
     k, code = compile_sm90()
     print(collections.Counter(re.findall(r"\*/\s+(?:@!?P\d )?([A-Z][A-Z0-9._]*)", code)).most_common(25))
+
+
+def gluon_decode(q, k_cache, v_cache, cache_seqlens, q_descale, k_descale, v_descale, splits=1, block_n=64,
+                 stages=3, softmax_scale=None):
+    """One query a sequence, dense E4M3 cache, E4M3 q with descales (batch, kv_heads): (out, lse) as
+    triton_decode returns them, the splits merged by the package's merge_kernel."""
+    import math
+    import torch
+    from zyfa.spec.constants import LOG2E
+    from zyfa.triton_kernels.decode import merge_kernel
+    B, Sq, Hq, D = q.shape
+    Hkv, Dv = k_cache.shape[2], v_cache.shape[-1]
+    group = Hq // Hkv
+    assert Sq == 1 and group <= 16 and D == Dv == 128 and q.dtype == torch.float8_e4m3fn
+    dev = q.device
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    o_part = torch.empty(B * Hkv, splits, group, Dv, dtype=torch.float32, device=dev)
+    lse_part = torch.empty(B * Hkv, splits, group, dtype=torch.float32, device=dev)
+    gluon_decode_kernel[(splits, B * Hkv)](
+        q, k_cache, v_cache, q_descale.float().contiguous(), k_descale.float().contiguous(),
+        v_descale.float().contiguous(), o_part, lse_part, cache_seqlens, q.stride(0), q.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+        v_cache.stride(2), splits, Hkv, scale * LOG2E, GROUP=group, D=D, DV=Dv, BN=block_n, NQ=16, STAGES=stages,
+        num_warps=4)
+    out = torch.empty(B, 1, Hq, Dv, dtype=torch.bfloat16, device=dev)
+    lse = torch.empty(B, Hq, 1, dtype=torch.float32, device=dev)
+    merge_kernel[(B * Hkv * group,)](o_part, lse_part, out, lse, splits, Hq, Hkv, out.stride(0), out.stride(1),
+                                    out.stride(2), SQ=1, GROUP=group, DV=Dv,
+                                    SPLITS=max(2, 1 << (splits - 1).bit_length()), num_warps=1)
+    return out, lse
