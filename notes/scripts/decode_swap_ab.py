@@ -24,23 +24,10 @@ import zyfa  # noqa: E402
 from swap_decode import swap_decode  # noqa: E402
 from gluon_decode import gluon_decode  # noqa: E402
 from zyfa.spec.kv_cache import decode_fp8_spec  # noqa: E402
+from decode_fp8_gpu import _e4m3_head, _fa3  # noqa: E402  (notes/scripts, this script's folder)
 
 DEV = "cuda"
 HQ, HKV, D = 32, 8, 128
-
-
-def _fa3():
-    for name in ("fa3_fwd_interface", "flash_attn_interface"):
-        try:
-            return getattr(__import__(name), "flash_attn_with_kvcache")
-        except (ImportError, AttributeError):
-            continue
-    return None
-
-
-def _e4m3_head(x):
-    d = x.float().abs().amax((1, 3)).clamp_min(1e-6) / 448
-    return (x.float() / d[:, None, :, None]).to(torch.float8_e4m3fn), d.contiguous()
 
 
 def _rel(a, b):

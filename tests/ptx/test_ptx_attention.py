@@ -76,17 +76,23 @@ def test_slot_order_k_goes_where_it_measured_faster():
     assert _slot_rows(k, None, True) is None
 
 
-def test_sanitizer_runs_each_head_dims_kernel_in_both_key_orders():
-    """bench/sanitize.py (compute-sanitizer's and the 1,000-launch cases): for each E4M3 head dim,
-    a dense shape that reads K in slot order and one that rewrites V^T, so both kernels of each
-    head dim are checked."""
+def _sanitize_cases():
+    """bench/sanitize.py loaded as a module (it is a script outside the package): its cases."""
     import importlib.util
     import pathlib
-    from zyfa.asm.ptx.kernels import _slot_rows
     path = pathlib.Path(__file__).parents[2] / "bench" / "sanitize.py"
     spec = importlib.util.spec_from_file_location("sanitize_cases", path)
     sanitize = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sanitize)
+    return sanitize
+
+
+def test_sanitizer_runs_each_head_dims_kernel_in_both_key_orders():
+    """bench/sanitize.py (compute-sanitizer's and the 1,000-launch cases): for each E4M3 head dim,
+    a dense shape that reads K in slot order and one that rewrites V^T, so both kernels of each
+    head dim are checked."""
+    from zyfa.asm.ptx.kernels import _slot_rows
+    sanitize = _sanitize_cases()
     orders = {}
     for (B, Sq, Sk, Hq, Hkv, D, Dv), _ in sanitize.PTX_SHAPES:
         long = attn.long_keys(D, Dv, Sk, False)
@@ -100,12 +106,7 @@ def test_sanitizer_runs_each_head_dims_kernel_in_both_key_orders():
 def test_sanitizer_runs_each_int8_kernel():
     """bench/sanitize.py runs the generated INT8 Q.K^T kernel at every head dim and in the long-key
     layout, so its sanitizer and 1,000-launch passes cover every INT8 kernel a call can take."""
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).parents[2] / "bench" / "sanitize.py"
-    spec = importlib.util.spec_from_file_location("sanitize_cases", path)
-    sanitize = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sanitize)
+    sanitize = _sanitize_cases()
     int8 = [shape for backend, dtype, shape, *_ in sanitize.CASES if (backend, dtype) == ("ptx", "int8")]
     assert {(D, Dv) for *_, D, Dv in int8} == set(attn.HEAD_DIMS)
     assert any(attn.long_keys(D, Dv, Sk) for _, _, Sk, _, _, D, Dv in int8)
