@@ -42,6 +42,24 @@ def test_triton_equals_the_spec(dims, causal):
         assert differ <= 0.1 and rel_err(out, spec) <= 2 ** -8, (differ, rel_err(out, spec), rel_err(spec16, spec))
 
 
+@pytest.mark.parametrize("shape", [(64, True, 40, 70), (128, False, 33, 50)], ids=["d64-causal", "d128-full"])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 30.0])
+def test_triton_takes_the_specs_grid(shape, scale):
+    """The grid fold (spec.int8_grid) in Triton: factors from ~1e-8 to ~1 (softmax_scale times
+    ``scale``), the spec's P codes, shown by the LSE as in test_triton_equals_the_spec."""
+    D, causal, Sq, Sk = shape
+    x = zyfa.quantize_int8_qk(*_bf16("realistic", Sq, 2, 1, D, Sk=Sk, seed=5))
+    softmax_scale = scale / D ** 0.5
+    out, lse = zyfa.flash_attn_func(**x.kwargs(), causal=causal, softmax_scale=softmax_scale, p_rule="lean_cubic",
+                                    return_lse=True, backend="triton")
+    block_n, fused = (32, False) if not HAS_GPU else (128, True)
+    spec, spec_lse = fp8_attention_spec(**x.kwargs(), causal=causal, softmax_scale=softmax_scale,
+                                        p_rule="lean_cubic", block_n=block_n, fused_fma=fused, return_lse=True)
+    ulp = torch.finfo(torch.float32).eps * spec_lse.abs().max().item()
+    assert (lse.double() - spec_lse).abs().max() <= 4 * ulp, (lse.double() - spec_lse).abs().max() / ulp
+    assert rel_err(out, spec) <= 2 ** -8
+
+
 @pytest.mark.parametrize("kind, bound", [("realistic", 0.5), ("gaussian", 0.85)])
 @pytest.mark.slow
 def test_cuts_the_end_to_end_error(kind, bound):

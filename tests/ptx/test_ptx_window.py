@@ -141,7 +141,7 @@ VARIANTS = [dict(dqk=d, **extra) for d in (64, 128, 192, 256)
 def test_windowed_fp8_kernels_assemble(kw, rule):
     """Each windowed FP8 / INT8 specialization: its own name and window parameters, the default
     kernel's wgmmas (the loops' two copies, no third), within the register budget with no
-    spill inside its block loops (between the first and the last wgmma). (MLA's fast mode takes
+    spill inside its block loops (_no_spill_in_loop). (MLA's fast mode takes
     wide key blocks without a window: its wgmmas are counted against a lean rule's 128-key kernel.)"""
     name, ptx = attn.attention_kernel(rule, True, window=True, **kw)
     default_name, default_ptx = attn.attention_kernel(rule, True, **kw)
@@ -169,10 +169,29 @@ def test_windowed_16bit_kernels_assemble(dqk, dv, dtype, packed):
 
 
 def _no_spill_in_loop(sass: str) -> None:
-    lines = sass.splitlines()
-    gmma = [i for i, line in enumerate(lines) if "GMMA" in line]
-    spills = [i for i, line in enumerate(lines) if re.search(r"\b(STL|LDL)\b", line)]
-    assert not [i for i in spills if gmma[0] < i < gmma[-1]], "a spill inside the block loop"
+    """No local-memory access between the first and the last wgmma, or, where a backward
+    branch's target lies between them, between the first such target and the last wgmma: the
+    wgmmas before it are the peeled first block step, run once a tile."""
+    at = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*)")
+    code = [(int(m.group(1), 16), m.group(2)) for m in map(at.search, sass.splitlines()) if m]
+    gmma = [a for a, text in code if "GMMA" in text]
+    heads = [t for a, text in code if (b := re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text))
+             and (t := int(b.group(1), 16)) < a and gmma[0] < t < gmma[-1]]
+    start = min(heads, default=gmma[0])
+    spills = [a for a, text in code if re.search(r"\b(STL|LDL)\b", text)]
+    assert not [a for a in spills if start < a < gmma[-1]], "a spill inside the block loop"
+
+
+def test_no_spill_in_loop_tells_the_loop_from_the_peeled_step():
+    """The helper above on a made-up listing: a store in the peeled first step passes, one
+    after the loop head fails."""
+    def listing(spill_at):
+        body = {0x10: "HGMMA.64x128x16.F32 R24, gdesc[UR4], R24 ;", 0x50: "HGMMA.64x128x16.F32 R24, gdesc[UR4], R24 ;",
+                0x60: "@!P0 BRA 0x30 ;", spill_at: "STL.64 [R1+0x8], R168 ;"}
+        return "\n".join(f"/*{a:04x}*/ {body.get(a, 'NOP ;')}" for a in range(0, 0x80, 0x10))
+    _no_spill_in_loop(listing(0x20))
+    with pytest.raises(AssertionError):
+        _no_spill_in_loop(listing(0x40))
 
 
 def test_window_parameters_come_last_and_only_with_a_window():

@@ -19,6 +19,8 @@ does not change it):
         (dq * (softmax_scale * log2 e)) * dk    per-token descales: per (row, key)
   t   = (q8 . k8) * c                                        float32
   m_j = rowmax of t over block j (masked entries are -inf)
+        INT8 Q.K^T: c with two low bits cleared, m_j the exact products' max rounded up onto a
+        grid (spec.int8_grid; the kernels' y, P codes and all)
   A   = accumulator reference, updated lazily: A <- m_j where m_j > A + threshold
   r_j = the block's P reference (ref_rule):
           block      r_j = m_j
@@ -43,7 +45,8 @@ import torch
 
 from .constants import KEY_BLOCK, LOG2E, NEG_FLOOR, P_OFFSET_LOG2, RESCALE_THRESHOLD
 from .descales import is_per_token, normalize_descales, row_factor
-from .e4m3 import e4m3_decode, fma32
+from .e4m3 import e4m3_decode, e4m3_encode_nonneg, fma32
+from .int8_grid import grid_factor, grid_max, grid_offset, y_shifted
 from .rules import DEFAULT_P_RULE, DEFAULT_REF_RULE, check_rules, p_bits, sums_unrounded
 
 
@@ -175,6 +178,7 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     kv = _expand_kv(_qk_values(k8.contiguous()), Hq)                      # (B, Hq, Sk, D)
     vv, bad_keys = confined_values(_expand_kv(e4m3_decode(v8.contiguous().view(torch.uint8)), Hq))
     group = Hq // Hkv
+    int8 = q8.dtype == torch.int8                        # the INT8 Q.K^T mode: c and m on a grid
     # c, the factor from raw dot products to the log2 domain, in float32 as the kernels form it
     col_fac = ks.repeat_interleave(group, dim=1).float()                   # (B, Hq, Sk)
     if is_per_token(q_descale) or is_per_token(k_descale):
@@ -198,12 +202,16 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
     for j in seen_blocks(Sq, Sk, causal, window_size, block_n):
         k0, k1 = j * block_n, min((j + 1) * block_n, Sk)
         acc = torch.einsum("bhid,bhjd->bhij", qv, kv[:, :, k0:k1]).float()
-        fac = factor(k0, k1)
+        fac = grid_factor(factor(k0, k1)) if int8 else factor(k0, k1)
         t = acc * fac
         keys = torch.arange(k0, k1, device=q8.device)
         valid = (keys[None, :] >= first[:, None]) & (keys[None, :] <= last[:, None])
         t = t.masked_fill(~valid, float("-inf"))
-        m = torch.clamp(t.amax(-1), min=NEG_FLOOR)        # all-masked rows keep the floor
+        if int8:                                          # the exact max on M |c|'s grid (int8_grid)
+            offset = grid_offset(fac)
+            X, m = grid_max((acc.double() * fac.double()).masked_fill(~valid, float("-inf")).amax(-1), offset)
+        else:
+            m = torch.clamp(t.amax(-1), min=NEG_FLOOR)    # all-masked rows keep the floor
         if ref_rule == "running":
             A_new = torch.maximum(A, m)
             r = A_new
@@ -213,7 +221,12 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
         alpha = torch.exp2((A - A_new).double())
         beta = torch.exp2((r - A_new).double())
         y = fma32(acc, fac, -r[..., None], fused_fma).masked_fill(~valid, float("-inf"))
-        p = e4m3_decode(p_bits(y, p_rule, fused_fma)).masked_fill(~valid, 0.0)
+        if int8 and ref_rule == "block" and p_rule == "exact":   # y + 8 as the kernel's FFMA gives it
+            y8 = y_shifted(acc, fac, X, offset, fused_fma).masked_fill(~valid, float("-inf"))
+            p = e4m3_decode(e4m3_encode_nonneg(torch.exp2(y8.double())))
+        else:
+            p = e4m3_decode(p_bits(y, p_rule, fused_fma))
+        p = p.masked_fill(~valid, 0.0)
         total = total * alpha[..., None] + torch.einsum("bhij,bhjd->bhid", p, vv[:, :, k0:k1]) * beta[..., None]
         p_sum = torch.exp2(y.double() + P_OFFSET_LOG2).masked_fill(~valid, 0.0) if unrounded else p
         l = l * alpha + p_sum.sum(-1) * beta

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from ..spec import constants as C
 from ..spec.rules import REF_RULES
+from .int8_grid import grid_factor, grid_max, shifted_addend
 from .p_rules import P_EXACT, p_fp8
 
 REF_RULE_IDS = {name: i for i, name in enumerate(REF_RULES)}    # the kernel's REF_RULE constexpr
@@ -108,6 +109,23 @@ def _scores(q, q_tail, k_desc, k_tail_desc, tb, key0, kvh, D: tl.constexpr, D_TA
 
 
 @triton.jit
+def _fold_block(total, l_sum, A, A_new, pv, l_blk, beta, D_TAIL: tl.constexpr):
+    """The block's P.V and row sums folded into the float32 total with their factor beta.
+    d128: rescale the total only when some row's reference moved (with block references, only
+    when a block max passes A by the threshold), otherwise one FMA per element; MLA: always
+    (alpha is exactly 1 where A stays), the CTA-wide test cost 7% there."""
+    if D_TAIL > 0:
+        moved = True
+    else:
+        moved = tl.max(A_new - A, 0) > 0
+    if moved:
+        alpha = tl.exp2(A - A_new)
+        total = total * alpha[:, None]
+        l_sum = l_sum * alpha
+    return total + pv * beta[:, None], l_sum + l_blk * beta
+
+
+@triton.jit
 def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_desc, kd_ptrs,
                  tb, v_tb, kvh, k_off, v_off, start_n, offs_m, offs_n, Sq, Sk, win_left, win_right,
                  IS_FP8: tl.constexpr, PER_TOKEN_QK: tl.constexpr, P_RULE: tl.constexpr,
@@ -147,10 +165,18 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         ms = tl.reduce(s_max, 1, _max_nan)
         m = _max_nan(tl.where(ms == float("-inf"), float("-inf"), ms * row_fac), _NEG_FLOOR)
     else:
-        t = s * c
+        if QK_INT8:                     # the exact products' max (float64) onto M |c|'s grid
+            c = grid_factor(c)
+            t = s.to(tl.float64) * c.to(tl.float64)
+        else:
+            t = s * c
         if MASKED:
             t = tl.where(valid, t, float("-inf"))
-        m = _max_nan(tl.reduce(t, 1, _max_nan), _NEG_FLOOR)
+        m = tl.reduce(t, 1, _max_nan)
+        if QK_INT8:                     # the grid step, then the floor (int8_grid.grid_max)
+            offset, X, m = grid_max(m, c)
+        else:
+            m = _max_nan(m, _NEG_FLOOR)
 
     if IS_FP8:
         # V is stored transposed (Dv x Sk): FP8 wgmma wants both operands K-major
@@ -167,7 +193,9 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         beta = tl.exp2(r - A_new)
         # y = t - r in one rounding (t - r rounds twice); exp2 takes y + 8, which the exact
         # rule gets from the same FFMA (+3% on the H200: one FADD a score fewer)
-        if P_RULE == P_EXACT:
+        if P_RULE == P_EXACT and QK_INT8 and REF_RULE == REF_BLOCK:
+            y = tl.fma(s, c, shifted_addend(offset, X)[:, None])
+        elif P_RULE == P_EXACT:
             y = tl.fma(s, c, -(r - _P_OFFSET)[:, None])
         else:
             y = tl.fma(s, c, -r[:, None])
@@ -181,19 +209,7 @@ def _online_step(total, l_sum, A, q, q_tail, row_fac, k_desc, k_tail_desc, v_des
         if WGMMA_KEY_ORDER:
             p = wgmma_key_order(p)
         pv = tl.dot(p, v)                       # fresh accumulator: two-level accumulation
-        # d128: rescale the total only when some row's reference moved (with block references,
-        # only when a block max passes A by the threshold), otherwise one FMA per element;
-        # MLA: always (alpha is exactly 1 where A stays), the CTA-wide test cost 7% there
-        if D_TAIL > 0:
-            moved = True
-        else:
-            moved = tl.max(A_new - A, 0) > 0
-        if moved:
-            alpha = tl.exp2(A - A_new)
-            total = total * alpha[:, None]
-            l_sum = l_sum * alpha
-        total = total + pv * beta[:, None]
-        l_sum = l_sum + l_blk * beta
+        total, l_sum = _fold_block(total, l_sum, A, A_new, pv, l_blk, beta, D_TAIL)
     else:
         v = v_desc.load([v_tb, v_off + start_n, kvh, 0]).reshape(BLOCK_N, DV)
         A_new = _max_nan(A, m)

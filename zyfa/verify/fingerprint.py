@@ -65,6 +65,9 @@ def fingerprints(triton: bool = True) -> dict:
                 if rule == DEFAULT_P_RULE:      # the INT8 Q.K^T variant
                     name, ptx = ptx_kernel(rule, causal, dqk=dqk, int8_qk=True)
                     out[f"ptx_int8qk|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
+                    if dqk == 128:
+                        name, ptx = ptx_kernel(rule, causal, dqk=dqk, int8_qk=True, long=True)
+                        out[f"ptx_int8qk_long|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))
                 if rule == DEFAULT_P_RULE:      # K's rows in slot order (a dense call's usual kernel)
                     name, ptx = ptx_kernel(rule, causal, dqk=dqk, slot_keys=True)
                     out[f"ptx_slotk|{rule}|{causal}|{dqk}"] = _h(assemble(ptx).sass().replace(name, "KERNEL"))

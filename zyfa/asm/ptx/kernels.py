@@ -32,10 +32,11 @@ def _attention(rule: str, causal: bool, dqk: int, arch: str, device: int, packed
 
 
 @functools.cache
-def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int, window: bool = False) -> Kernel:
-    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True, window=window)
+def _attention_int8qk(rule: str, causal: bool, dqk: int, arch: str, device: int, window: bool = False,
+                      long: bool = False) -> Kernel:
+    name, ptx = attn.attention_kernel(rule, causal, dqk, arch, int8_qk=True, long=long, window=window)
     return Kernel(assemble(ptx, arch).cubin, name, torch.device("cuda", device),
-                  attn.layout_for(dqk, dv=attn.fp8_dv(dqk), int8_qk=True).shared_bytes)
+                  attn.layout_for(dqk, dv=attn.fp8_dv(dqk), int8_qk=True, long=long).shared_bytes)
 
 
 @functools.cache
@@ -354,10 +355,11 @@ def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (out, lse, fac, vd)]
     sizes = [ctypes.c_uint32(n) for n in (Sq, Sk, Hq, Hkv, B)]
-    layout = attn.layout_for(D, dv=Dv, int8_qk=True)
+    long = attn.long_keys(D, Dv, Sk)
+    layout = attn.layout_for(D, dv=Dv, int8_qk=True, long=long)
     maps = _one_byte_maps(q8, k8, vt, layout.block_n)
     window = window_args(window_size, causal, Sq, Sk)
-    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev), bool(window))
+    kernel = _attention_int8qk(p_rule, bool(causal), D, "sm_90a", device_index(dev), bool(window), long)
     kernel(_grid(layout, Sq, B, Hq, dev), (layout.threads,),
            maps + ptrs + sizes + [ctypes.c_uint64(kfac.data_ptr())] + window)
     return out, lse

@@ -259,7 +259,7 @@ LONG_KEYS = 16384
 
 
 def long_keys(dqk: int, dv: int, seqlen_k: int, packed: bool = False) -> bool:
-    """Whether an FP8 call takes layout_for's ``long`` layout: d128, dense, seqlen_k >= LONG_KEYS."""
+    """Whether an FP8 or INT8 Q.K^T call takes layout_for's ``long`` layout: d128, dense, seqlen_k >= LONG_KEYS."""
     return (dqk, dv) == (HEAD_DIM, HEAD_DIM) and not packed and seqlen_k >= LONG_KEYS
 
 
@@ -296,13 +296,13 @@ def layout_for(dqk: int, dtype: str = "e4m3", dv: int = HEAD_DIM, packed: bool =
     tiles twice the bytes: 64 KB a stage at d128, which fits three); at d64 three consumers
     (192-row tiles, FlashAttention-3's shape there): a 64-row block's GEMM phase, half of
     d128's, is shorter than a consumer's softmax, so two left the tensor cores idle.
-    ``int8_qk`` (int8 Q and K, E4M3 V^T): the E4M3 kernel's schedule for the head dims,
-    dense batches."""
+    ``int8_qk`` (int8 Q and K, E4M3 V^T): the E4M3 kernel's schedule for the head dims and
+    ``long``, dense batches."""
     if int8_qk:
         if dtype != "e4m3" or (dqk, dv) not in HEAD_DIMS or packed:
             raise ValueError(f"the INT8 Q.K^T kernel takes head dims {HEAD_DIMS}, dense, got ({dqk}, {dv})"
                              f"{' packed' if packed else ''}")
-        return dataclasses.replace(layout_for(dqk, dv=dv), int8_qk=True)
+        return dataclasses.replace(layout_for(dqk, dv=dv, long=long), int8_qk=True)
     if dtype != "e4m3":
         block_n = 64 if dqk > 192 else BLOCK_N
         consumers = 3 if dqk == 64 and not packed else 2

@@ -4,7 +4,7 @@ the sliding window's), the quad reduction and the row maxima; and the sign fix t
 scores' factor positive."""
 from __future__ import annotations
 
-from ...spec.constants import NEG_FLOOR
+from ...spec.constants import MAGIC, NEG_FLOOR
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import acc_key, acc_row_half, key_lanes
@@ -125,14 +125,18 @@ def emit_band_mask(prog: Program, c: Cta, rows: Rows, s: list[Reg], start_n: Reg
     prog.label(f"SCORES_READY{tag}")
 
 
-def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, masked: bool = True,
-                 floor: bool = True, ints: bool = False) -> None:
+def emit_row_max(prog: Program, s: list[Reg], fac: Reg | None, half: int, m: Reg, masked: bool = True,
+                 floor: bool = True, ints: bool = False, biased: bool = False) -> Reg | None:
     """m = max(S) c over the thread's row ``half`` and its quad (c > 0: rounding is monotone,
     so max(S c) = max(S) c), -inf for a fully masked row, at least NEG_FLOOR (``floor`` False:
     not floored, for a caller that takes max(A, m) with A >= NEG_FLOOR next). Unmasked
     blocks (``masked`` False) have no -inf score (E4M3 has no infinity), so no guard there.
-    ``ints``: S is int32 still (int8_qk), its max taken on the integers."""
+    ``fac`` None: m = max(S), unscaled (int8_qk: int8_qk.emit_grid_max scales it).
+    ``ints``: S is int32 still (int8_qk), its max taken on the integers; ``biased``: the
+    registers hold R = M + S (int8_qk), M taken off the max (exact; -inf stays). Returns the
+    predicate of a fully masked row (None where ``masked`` is False)."""
     emit = prog.emit
+    all_masked = None
     regs = [si for i, si in enumerate(s) if acc_row_half(i) == half]
     if ints:
         emit_int_row_max(prog, regs, m)
@@ -141,14 +145,19 @@ def emit_row_max(prog: Program, s: list[Reg], fac: Reg, half: int, m: Reg, maske
         for si in regs[2:]:
             emit("max.nan.f32", m, m, si)
         emit_quad_reduce(prog, m, "max.nan.f32")
+        if biased:
+            emit("sub.f32", m, m, f32(MAGIC))
     if masked:
         all_masked = prog.reg("pred")
         emit("setp.eq.f32", all_masked, m, f32(float("-inf")))
+    if fac is None:
+        return all_masked
     emit("mul.f32", m, m, fac)
     if masked:
         emit("mov.f32", m, f32(float("-inf")), guard=all_masked)   # -inf * 0 would be NaN
     if floor:
         emit("max.nan.f32", m, m, f32(NEG_FLOOR))
+    return all_masked
 
 
 def emit_positive_factor(prog: Program, c: Cta, rows: Rows, q_tile: Reg | None = None, sync=None) -> None:

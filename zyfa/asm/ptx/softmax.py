@@ -17,7 +17,7 @@ from ...spec.rules import HALF_RULES
 from ..program import Program, Reg
 from .cta import Cta, Rows
 from .fragments import acc_row_half, p_sources
-from .int8_qk import emit_float_scores, int_row_max
+from .int8_qk import emit_biased_scores, emit_grid_addend, emit_grid_max, int_row_max
 from .lean_p import (
     HMMA_RULES,
     emit_p_code,
@@ -54,13 +54,14 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     ``masked`` False: the caller knows the block lies below the band (no test, no mask).
     ``facs``: the two rows' factors (>= 0 or NaN; int8_qk), else the head's rows.fac.
     ``running``: the reference is the running max A_new = max(A, m) (no threshold), P's too.
-    int8_qk: ``s`` holds int32 scores, made float after the row max where int_row_max, else
-    first."""
+    int8_qk (block references only): ``s`` holds int32 scores, biased (R = M + S) after the
+    row max where int_row_max, else first; the max goes onto M c's grid (emit_grid_max)."""
     emit = prog.emit
     facs = facs or [rows.fac, rows.fac]
+    int8 = c.layout.int8_qk
     ints = int_row_max(c.layout) and not running
-    if c.layout.int8_qk and not ints:
-        emit_float_scores(prog, s)
+    if int8 and not ints:
+        emit_biased_scores(prog, s)
     if masked:
         emit_band_mask(prog, c, rows, s, start_n, tag, ints)
 
@@ -74,8 +75,12 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
     A_new, alpha = (None, None) if deferred else (prog.regs("f32", 2), prog.regs("f32", 2))
     moved, thr = prog.regs("pred", 2), prog.regs("f32", 2)
     for half in (0, 1):
-        emit_row_max(prog, s, facs[half], half, m[half], masked, ints=ints)
-        emit("neg.f32", neg_m[half], m[half])
+        all_masked = emit_row_max(prog, s, None if int8 else facs[half], half, m[half], masked,
+                                  floor=not int8, ints=ints, biased=int8 and not ints)
+        if int8:                       # neg_m unused: _emit_p_and_sums builds the addend from m
+            emit_grid_max(prog, facs[half], m[half], all_masked)
+        else:
+            emit("neg.f32", neg_m[half], m[half])
         emit("add.f32", thr[half], A[half], f32(RESCALE_THRESHOLD))
         emit("setp.gt.f32", moved[half], m[half], thr[half])
         if deferred:                   # beta where the reference stays; emit_reference_moves fixes the rest
@@ -88,7 +93,7 @@ def emit_softmax(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: 
         emit("sub.f32", diff[half], A[half], A_new[half])
         emit("ex2.f32", alpha[half], diff[half])
     if ints:
-        emit_float_scores(prog, s)
+        emit_biased_scores(prog, s)
     return _emit_p_and_sums(prog, c, rows, rule, start_n, s, d_ones, tag, wait_rowsum, masked, facs,
                             neg_m, alpha, beta, A_new, m, moved)
 
@@ -113,8 +118,9 @@ def _emit_running_reference(prog: Program, s: list[Reg], facs: list[Reg], A: lis
 def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg, s: list[Reg], d_ones: Reg | None,
                      tag: str, wait_rowsum: bool, masked: bool, facs: list[Reg], neg_m: list[Reg],
                      alpha, beta, A_new, m, moved, running: bool = False) -> Softmax:
-    """y = S c - r (r = -neg_m), the P codes packed into the A operand and the row sums of
-    the rounded P; the Softmax record with the reference's registers."""
+    """y = S c - r (r = -neg_m; int8_qk: R c - X, the addend built here from m), the P codes
+    packed into the A operand and the row sums of the rounded P; the Softmax record with the
+    reference's registers."""
     emit = prog.emit
     unrounded = thread_row_sums(rule, running)
     hmma = rule in HMMA_RULES and not unrounded
@@ -126,7 +132,9 @@ def _emit_p_and_sums(prog: Program, c: Cta, rows: Rows, rule: str, start_n: Reg,
         l_alu = prog.regs("f32", 2)
         for half in (0, 1):
             emit("mov.f32", l_alu[half], f32(0.0))
-    if rule == "exact":                # P = 2^(y + 8): the offset folded into the FFMA's addend
+    if c.layout.int8_qk:               # beside R = M + S: y = fma(R, c, -X) = fma(S, c, -m)
+        neg_m = [emit_grid_addend(prog, facs[half], m[half], rule == "exact") for half in (0, 1)]
+    elif rule == "exact":              # P = 2^(y + 8): the offset folded into the FFMA's addend
         neg_m8 = prog.regs("f32", 2)
         for half in (0, 1):
             emit("add.f32", neg_m8[half], neg_m[half], f32(float(P_OFFSET_LOG2)))

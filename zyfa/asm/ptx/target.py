@@ -31,6 +31,8 @@ OPS = {
     "neg.f32": "neg.f32 {0}, {1};",                 # a free operand modifier where an FFMA reads it
     "neg.s32": "neg.s32 {0}, {1};",                 # int8_qk: a row of int32 scores flipped
     "fma.f32": "fma.rn.f32 {0}, {1}, {2}, {3};",
+    "fma.rp.f32": "fma.rp.f32 {0}, {1}, {2}, {3};",  # int8_qk: the block max rounded up onto a grid
+    "sub.rm.f32": "sub.rm.f32 {0}, {1}, {2};",       # int8_qk: the exact rule's addend rounded down
     "max.f32": "max.f32 {0}, {1}, {2};",
     "prmt.b32": "prmt.b32 {0}, {1}, {2}, {3};",
     # integer and address arithmetic
