@@ -1,4 +1,4 @@
-"""Run 55 part (session o): the swapped-dots E4M3 decode prototype (notes/ab/decode_swap) beside
+"""Run 55 part (session o), and run 58 (session p: the Gluon kernel alone): the swapped-dots E4M3 decode prototype (notes/ab/decode_swap) beside
 the package's decode kernel, FA3 FP8 and a device copy, one process.
 
     OUT=/tmp/out python notes/scripts/decode_swap_ab.py
@@ -11,6 +11,15 @@ stored transposed byte by byte (144 STS.U8 a 128-key tile), so its latency is ex
 enough programs an SM hide it: it may also be slower. Checks: P bits as the spec (one split,
 the spec's block_n = the tile's): output within 2e-2 of decode_fp8_spec (tensor-core sums), LSE
 within 1e-5; against the package's output within 2e-2.
+
+Run 58 prediction (session p, written before the Gluon kernel's first GPU run): the kernel has never
+run, so first whether its output matches decode_fp8_spec (one split, 64- and 128-key tiles;
+risk: the V^T descriptor's transpose bit or P^T's layout wrong, which shows as an error ~1, not
+1e-3). If it matches: V on cp.async stages removes what sank run 55's Triton kernel, and its
+loop (359 instructions a 64-key tile; 280 a 64 keys at 128) is below the package's 531, so
+2.6-2.9 TB/s at 32 x 8K and 8 x 32K (1.05-1.15x FA3 FP8), 128 x 2K lower (2 waves of short
+programs); 128-key tiles ahead of 64 by 3-8%. Risk: the cross-warp max through shared memory
+serialises each tile as in run 55; then ~2.0-2.4 TB/s.
 """
 import json
 import os
@@ -97,17 +106,7 @@ def timings(fa3):
         if fa3 is not None:
             add("fa3", lambda: fa3(cache_seqlens=sl, causal=True, **a))
         splits = {32: (1,), 128: (1,), 8: (4, 8)}[B]
-        for bn, st in ((128, 3),):
-            for s in splits:
-                add(f"swap n{bn} s{st} x{s}", lambda bn=bn, st=st, s=s: swap_decode(
-                    a["q"], a["k_cache"], a["v_cache"], sl, a["k_descale"], a["v_descale"], q_descale=a["q_descale"],
-                    causal=True, splits=s, block_n=bn, num_stages=st))
-        from zyfa.triton_kernels.decode_launch import DecodeTile, triton_decode
-        for bn, st in ((128, 3), (128, 2), (64, 3)):
-            t = DecodeTile(bn, 4, st, keys_in_m=True)
-            add(f"package keys_in_m n{bn} s{st}", lambda t=t: triton_decode(
-                a["q"], a["k_cache"], a["v_cache"], sl, causal=True, q_descale=a["q_descale"],
-                k_descale=a["k_descale"], v_descale=a["v_descale"], tile=t))
+        # (run 55 measured the Triton keys-in-M kernels; run 58 times the Gluon kernel alone beside them)
         for gbn, gst in ((64, 3), (64, 4), (128, 2), (128, 3)):
             for s in splits if B == 8 else (1,):
                 add(f"gluon n{gbn} s{gst} x{s}", lambda gbn=gbn, gst=gst, s=s: gluon_decode(
