@@ -1,0 +1,20 @@
+# run 59 (session q): the Gluon E4M3 decode kernel as the package's Hopper decode backend, with
+# notes/ab/gluon_decode/gluon_decode.diff applied to the working tree first (git apply, locally).
+# Its GPU tests and the decode / mixed tests beside it, 1,000 launches bit for bit (paged ==
+# dense), memcheck, racecheck, then `zyfa bench --cases decode` (FA3 in the same process).
+# After it passes: the whole GPU suite (gpu_suite.sh all), then land.
+source notes/scripts/gpu_setup.sh
+mkdir -p $OUT
+T0=$SECONDS
+SAN=/usr/local/cuda/bin/compute-sanitizer
+timeout 200 python3 -m pytest -q -n 16 -p no:cacheprovider --tb=short -rf tests/api/test_decode_gluon.py \
+  tests/api/test_decode.py tests/api/test_decode_fp8.py tests/api/test_mixed_batch.py > $OUT/tests_decode.txt 2>&1
+echo "tests rc $? ($((SECONDS - T0)) s)"; tail -4 $OUT/tests_decode.txt
+timeout 90 python3 notes/scripts/decode_repeat.py --repeats 1000 > $OUT/repeat.txt 2>&1
+echo "repeat rc $? ($((SECONDS - T0)) s)"; tail -2 $OUT/repeat.txt
+timeout 100 $SAN --tool memcheck python3 notes/scripts/decode_gluon_race.py > $OUT/memcheck.txt 2>&1
+echo "memcheck rc $? ($((SECONDS - T0)) s)"; grep -E "ERROR SUMMARY|WRONG|passed|FAILED" $OUT/memcheck.txt
+timeout 100 $SAN --tool racecheck python3 notes/scripts/decode_gluon_race.py > $OUT/racecheck.txt 2>&1
+echo "racecheck rc $? ($((SECONDS - T0)) s)"; grep -E "RACECHECK SUMMARY|WRONG|passed|FAILED" $OUT/racecheck.txt
+timeout $((580 - SECONDS + T0)) python3 -m zyfa bench --cases decode --rounds 5 --out $OUT/bench > $OUT/bench_decode.txt 2>&1
+echo "bench rc $? ($((SECONDS - T0)) s)"; tr '\r' '\n' < $OUT/bench_decode.txt | grep -E "GB/s|TFLOP" | cut -c1-110
