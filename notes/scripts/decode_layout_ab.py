@@ -31,6 +31,33 @@ def cache(B, Sk, head_major, gen):
     return x8, xd
 
 
+def row_width(fa3):
+    """Run 59's question (the H100): does a head's key row of 128 bytes, rather than 256, cost the
+    bandwidth? BF16 caches at head dim 128 (256-byte rows) and 64 (128-byte rows), the same bytes
+    a call (twice the tokens at d64), zyfa's Triton decode and FA3. Prediction if the row width is
+    the H100's E4M3 limit: d64 reads at the E4M3 kernels' ~2.55 TB/s, d128 at ~2.85-3.0."""
+    rows = []
+    for d, Sk in ((128, 8192), (64, 16384)):
+        B = 32
+        gen = torch.Generator(device=DEV).manual_seed(d)
+        q = torch.randn(B, 1, HQ, d, generator=gen, device=DEV).bfloat16()
+        k, v = (torch.randn(B, Sk, HKV, d, generator=gen, device=DEV).bfloat16() for _ in range(2))
+        sl = torch.full((B,), Sk, dtype=torch.int32, device=DEV)
+        nbytes = 2 * k.numel() * 2
+        fns = {"zyfa bf16": lambda: zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=sl, causal=True)}
+        if fa3 is not None:
+            fns["fa3 bf16"] = lambda: fa3(q, k, v, cache_seqlens=sl, causal=True)
+        for name, fn in fns.items():
+            try:
+                ms = triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")
+                rows.append(dict(B=B, Sk=Sk, head_major=False, method=f"{name} d{d} ({2 * d}-byte rows)", ms=ms,
+                                 gbps=nbytes / ms / 1e6))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(B=B, Sk=Sk, head_major=False, method=f"{name} d{d}", error=str(e)[:300]))
+            print(rows[-1], flush=True)
+    return rows
+
+
 def main():
     fa3 = _fa3()
     rows = []
@@ -61,6 +88,7 @@ def main():
                 except Exception as e:  # noqa: BLE001  (record, go on)
                     rows.append(dict(B=B, Sk=Sk, head_major=head_major, method=name, error=str(e)[:300]))
                 print(rows[-1], flush=True)
+    rows += row_width(fa3)
     os.makedirs(os.environ.get("OUT", "out"), exist_ok=True)
     json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows),
               open(os.path.join(os.environ.get("OUT", "out"), "decode_layout_ab.json"), "w"), indent=1)
