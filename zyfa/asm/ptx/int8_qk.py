@@ -1,4 +1,4 @@
-"""The INT8 Q.K^T mode in the serial kernel (Layout.int8_qk): S = Q K^T by the int8 tensor
+"""The INT8 Q.K^T mode in the generated kernels (Layout.int8_qk): S = Q K^T by the int8 tensor
 cores into int32, and each block's factors, a row's factor times the key block's descale (the
 spec's per-token factor when k's descales are constant over a block of 128 keys, as
 quantize_int8_qk makes them), with two low bits cleared (spec.int8_grid). The rest of the
