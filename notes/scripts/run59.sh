@@ -8,6 +8,7 @@ mkdir -p $OUT
 T0=$SECONDS
 SAN=/usr/local/cuda/bin/compute-sanitizer
 timeout 60 python3 notes/scripts/decode_layout_ab.py > $OUT/decode_layout_ab.txt 2>&1; echo "layout rc $?"; grep "^|" $OUT/decode_layout_ab.txt
+timeout 70 python3 notes/scripts/decode_two_heads_ab.py > $OUT/decode_two_heads_ab.txt 2>&1; echo "two heads rc $?"; grep -E "^check|^\|" $OUT/decode_two_heads_ab.txt
 timeout 200 python3 -m pytest -q -n 16 -p no:cacheprovider --tb=short -rf tests/api/test_decode_gluon.py \
   tests/api/test_decode.py tests/api/test_decode_fp8.py tests/api/test_mixed_batch.py > $OUT/tests_decode.txt 2>&1
 echo "tests rc $? ($((SECONDS - T0)) s)"; tail -4 $OUT/tests_decode.txt
