@@ -203,15 +203,13 @@ def fp8_attention_spec(q, k, v, q_descale=None, k_descale=None, v_descale=None,
         k0, k1 = j * block_n, min((j + 1) * block_n, Sk)
         acc = torch.einsum("bhid,bhjd->bhij", qv, kv[:, :, k0:k1]).float()
         fac = grid_factor(factor(k0, k1)) if int8 else factor(k0, k1)
-        t = acc * fac
         keys = torch.arange(k0, k1, device=q8.device)
         valid = (keys[None, :] >= first[:, None]) & (keys[None, :] <= last[:, None])
-        t = t.masked_fill(~valid, float("-inf"))
         if int8:                                          # the exact max on M |c|'s grid (int8_grid)
             offset = grid_offset(fac)
             X, m = grid_max((acc.double() * fac.double()).masked_fill(~valid, float("-inf")).amax(-1), offset)
-        else:
-            m = torch.clamp(t.amax(-1), min=NEG_FLOOR)    # all-masked rows keep the floor
+        else:                                             # t = S c; all-masked rows keep the floor
+            m = torch.clamp((acc * fac).masked_fill(~valid, float("-inf")).amax(-1), min=NEG_FLOOR)
         if ref_rule == "running":
             A_new = torch.maximum(A, m)
             r = A_new
