@@ -393,6 +393,35 @@ def test_decode_kernel_compiles_for_sm90(spec, no_spills):
     assert spills == 0 or not no_spills, (spec, registers, spills)
 
 
+# the Triton decode kernel is the portable path: every FP8 / 16-bit form, dense and paged, for MI355X
+GFX950_SPECS = [(dict(), "bf16"), (dict(page=64), "bf16"), (dict(kv="fp8", kd_mode=1, vd_mode=1), "bf16"),
+                (dict(kv="fp8", kd_mode=2, vd_mode=2, page=16), "bf16"),
+                (dict(sq=4, group=8, head_dim=256, block_n=32), "bf16"),
+                (dict(kv="fp8", kd_mode=1, vd_mode=1, fp8_dot=True, hw_round=False, block_n=128), "f8f6f4"),
+                (dict(kv="fp8", kd_mode=1, vd_mode=1, fp8_dot=True, hw_round=False, q_fp8=True, page=64), "f8f6f4")]
+
+
+@pytest.mark.parametrize("spec, mfma", GFX950_SPECS)
+@pytest.mark.slow
+def test_decode_kernel_compiles_for_gfx950(spec, mfma):
+    """For MI355X on the CPU: the dots on the matrix cores (the FP8 dots on its FP8 MFMA, the
+    rounding by arithmetic: the GPU conversion's inline PTX is CUDA's only) and no scratch."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json, re, sys; from zyfa.verify.triton_compile import compile_decode; "
+            "a = compile_decode('gfx950', **json.loads(sys.argv[1])).asm['amdgcn']; "
+            "print(json.dumps([sorted(set(re.findall(r'v_mfma\\w+', a))), "
+            "[int(n) for n in re.findall(r'\\.private_segment_fixed_size:\\s+(\\d+)', a)]]))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    mfmas, scratch = json.loads(r.stdout.strip().splitlines()[-1])
+    assert any(mfma in m for m in mfmas), (spec, mfmas)
+    assert scratch and not any(scratch), (spec, scratch)
+
+
 @pytest.mark.parametrize("head_dim, page, fills", [(128, 0, False), (128, 0, True), (128, 64, False),
                                                    (128, 64, True), (128, 16, False), (128, 16, True), (64, 0, False),
                                                    (64, 16, False)])

@@ -92,6 +92,27 @@ def test_cuda_graph_capture_replays_eager():
     assert torch.equal(out8, zyfa.flash_attn_func(causal=True, **x.kwargs()))
 
 
+@gpu
+@pytest.mark.parametrize("quantize", ["quantize_int8_qk", "quantize_fp8"])
+def test_cuda_graph_capture_of_the_quantizer_and_its_call(quantize):
+    """The FP8 modes with their quantizer inside the graph (16-bit q, k, v in, output out): a
+    serving loop captures the whole step, so no launch may read host memory or synchronize."""
+    static = [t.clone() for t in make("realistic", 2, 1000, 8, 2, 128, seed=8, device=DEVICE)]
+
+    def step():
+        return zyfa.flash_attn_func(causal=True, **getattr(zyfa, quantize)(*static).kwargs())
+    step()                                                                      # compile outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    for s, t in zip(static, make("realistic", 2, 1000, 8, 2, 128, seed=9, device=DEVICE)):
+        s.copy_(t)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, step())
+
+
 def _eager_then_captured(B, S, Hq, Hkv, D, seed):
     """Static inputs, flash_attn_func's eager output on them, and a CUDA graph of the same call
     with its output tensor."""

@@ -79,16 +79,21 @@ def normalize_descales(q, k, v, q_descale=None, k_descale=None, v_descale=None):
     qd = one if q_descale is None else q_descale.to(dev, torch.float32)
     kd = one if k_descale is None else k_descale.to(dev, torch.float32)
     vd = one if v_descale is None else v_descale.to(dev, torch.float32)
-    group = Hq // Hkv
-    if qd.dim() == 3:
-        qs = qd
-    else:
-        qs = coarse_view(qd, B, Hkv, "q_descale").repeat_interleave(group, dim=1)[..., None].expand(B, Hq, Sq)
+    qs = q_row_descales(qd, B, Hq, Hkv, Sq)
     if kd.dim() != 3:
         ks = coarse_view(kd, B, Hkv, "k_descale")[..., None].expand(B, Hkv, Sk)
     else:
         ks = kd.repeat_interleave(KEY_BLOCK, -1)[..., :Sk] if is_per_key_block(kd, Sk) else kd
-    return qs.contiguous(), ks.contiguous(), per_channel_v_descale(vd, B, Hkv, Dv)
+    return qs, ks.contiguous(), per_channel_v_descale(vd, B, Hkv, Dv)
+
+
+def q_row_descales(qd: torch.Tensor, B: int, Hq: int, Hkv: int, Sq: int) -> torch.Tensor:
+    """q's descales (float32 on q's device, any validated form) as (B, Hq, Sq) contiguous:
+    normalize_descales' q alone, for kernels that take a row's factor and nothing else of it."""
+    if qd.dim() == 3:
+        return qd.contiguous()
+    group = Hq // Hkv
+    return coarse_view(qd, B, Hkv, "q_descale").repeat_interleave(group, dim=1)[..., None].expand(B, Hq, Sq).contiguous()
 
 
 def head_factor(q_descale: torch.Tensor, k_descale: torch.Tensor, B: int, Hkv: int, softmax_scale: float,

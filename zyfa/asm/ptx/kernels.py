@@ -12,7 +12,7 @@ from ...spec.rules import DEFAULT_P_RULE
 from ...spec.shapes import Packed
 from ...spec.key_order import HOPPER_GROUP, slot_order_rows
 from ...spec.descales import (coarse_descale, head_factor, is_per_key_block, is_per_token, key_blocks,
-                              normalize_descales, per_channel_v_descale, row_factor)
+                              per_channel_v_descale, q_row_descales, row_factor)
 from ...hopper_vt import hopper_inputs, hopper_vt
 from ...tma import tma_ready
 from ...device import device_index, host_table, sm_count, to_device
@@ -341,7 +341,7 @@ def attention_int8qk(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
     dev = q.device
     blocks = key_blocks(Sk)
     if is_per_token(q_descale) or is_per_token(k_descale):     # c = row factor x k's block descale
-        fac = row_factor(normalize_descales(q, k, v, q_descale, None, None)[0], scale).contiguous()
+        fac = row_factor(q_row_descales(q_descale.to(dev, torch.float32), B, Hq, Hkv, Sq), scale).contiguous()
         kd = k_descale if k_descale.dim() == 3 else coarse_descale(k_descale.to(dev), B, Hkv, "k_descale")[..., None]
     else:                                                       # c = the head's factor, as the spec forms it
         head = head_factor(q_descale, k_descale, B, Hkv, scale, dev).repeat_interleave(Hq // Hkv, dim=1)
