@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .device import to_device
+from .launch_sizes import cdiv, next_power_of_2
 from .spec.constants import LOG2E
 from .spec.descales import coarse_view, head_factor, per_channel_v_descale
 from .spec.key_order import HOPPER_GROUP
@@ -99,12 +100,12 @@ _NO_FACTOR_SIZES = (0,) * 7 + (1.0,)     # the strides and scale of a launch tha
 
 def _launch(u, out, seqlen_k, padded, Hkv, Dv, batch_heads, tables, packed, key_order, page=0, factors=None,
             copy=True):
-    grid = (batch_heads, triton.cdiv(padded, BLOCK_K), triton.cdiv(Dv, BLOCK_D)) if copy else (batch_heads, 1, 1)
+    grid = (batch_heads, cdiv(padded, BLOCK_K), cdiv(Dv, BLOCK_D)) if copy else (batch_heads, 1, 1)
     if grid[1] and (copy or factors):
         _vt_kernel[grid](u, out, seqlen_k, padded, Hkv, Dv, *u.stride(), *tables,
                          *(factors or (u,) * 5 + _NO_FACTOR_SIZES), PACKED=packed, KEY_ORDER=key_order,
                          PAGE=page, BLOCK_D=BLOCK_D, BLOCK_K=BLOCK_K, FACTORS=factors is not None,
-                         BLOCK_V=triton.next_power_of_2(Dv), COPY=copy)
+                         BLOCK_V=next_power_of_2(Dv), COPY=copy)
 
 
 def hopper_vt(v: torch.Tensor, factors: tuple | None = None, key_order: bool = True) -> torch.Tensor:

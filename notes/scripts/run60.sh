@@ -6,12 +6,13 @@
 source notes/scripts/gpu_setup.sh
 mkdir -p $OUT
 T0=$SECONDS
-left() { echo $((585 - SECONDS + T0)); }
+left() { echo $((${LIMIT:-585} - SECONDS + T0)); }
 SAN=/usr/local/cuda/bin/compute-sanitizer
-timeout 300 python3 -m pytest -q -n 16 -p no:cacheprovider --timeout 250 -rf --tb=short tests/api tests/integrations \
-  > $OUT/suite_b.txt 2>&1; echo "suite b rc $? ($((SECONDS - T0)) s)"; tail -12 $OUT/suite_b.txt
+timeout 40 python3 notes/ab/rotation_error/rotation_speed.py > $OUT/rotation_speed.txt 2>&1; echo "rotation rc $?"; grep "^|" $OUT/rotation_speed.txt
 timeout 60 python3 notes/scripts/decode_repeat.py --repeats 1000 > $OUT/repeat.txt 2>&1
 echo "repeat rc $? ($((SECONDS - T0)) s)"; tail -2 $OUT/repeat.txt
+timeout 300 python3 -m pytest -q -n 16 -p no:cacheprovider --timeout 250 -rf --tb=short tests/api tests/integrations \
+  > $OUT/suite_b.txt 2>&1; echo "suite b rc $? ($((SECONDS - T0)) s)"; tail -12 $OUT/suite_b.txt
 timeout 70 $SAN --tool memcheck python3 notes/scripts/decode_gluon_race.py > $OUT/memcheck.txt 2>&1
 echo "memcheck rc $? ($((SECONDS - T0)) s)"; grep -E "ERROR SUMMARY|WRONG|passed|FAILED" $OUT/memcheck.txt
 timeout 70 $SAN --tool racecheck python3 notes/scripts/decode_gluon_race.py > $OUT/racecheck.txt 2>&1

@@ -5,9 +5,9 @@ import dataclasses
 import math
 
 import torch
-import triton
 
 from ..device import hardware_rounding, interpreter_active, sm_count
+from ..launch_sizes import next_power_of_2
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token
 from ..spec.shapes import out_dtype
@@ -190,7 +190,7 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
         k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), dr, dh,
         out.stride(0), out.stride(1), out.stride(2), table.stride(0) if block_table is not None else 0,
         splits, Hq, Hkv, scale * LOG2E,
-        SQ=Sq, GROUP=group, D=D, DV=Dv, BLOCK_M=max(tile.block_m, triton.next_power_of_2(rows)), BLOCK_N=tile.block_n,
+        SQ=Sq, GROUP=group, D=D, DV=Dv, BLOCK_M=max(tile.block_m, next_power_of_2(rows)), BLOCK_N=tile.block_n,
         PAGE=page, PAGES_A_TILE=pages_a_tile(page, tile), Q_FP8=q_descale is not None,
         KD_MODE=kd_mode, VD_MODE=vd_mode, CAUSAL=causal, SPLIT=splits > 1, UPCAST_DOT=interp,
         HAS_LEFTPAD=cache_leftpad is not None, FP8_DOT=fp8_dot, HW_ROUND=fp8_dot and hardware_rounding(dev),
@@ -198,7 +198,7 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
     if splits > 1:
         merge_kernel[(B * Hkv * rows,)](o_part, lse_part, out, lse, splits, Hq, Hkv, out.stride(0), out.stride(1),
                                         out.stride(2), SQ=Sq, GROUP=group, DV=Dv,
-                                        SPLITS=triton.next_power_of_2(splits), num_warps=1)
+                                        SPLITS=next_power_of_2(splits), num_warps=1)
     if given is not None:
         return (given.copy_(out) if interp else given), lse
     return out.to(final), lse

@@ -8,6 +8,7 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..device import device_arch, hardware_rounding, interpreter_active
+from ..launch_sizes import cdiv
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token, normalize_descales, per_channel_v_descale
 from ..hopper_vt import hopper_vt
@@ -115,7 +116,7 @@ def triton_attention(q, k, v, softmax_scale=None, causal=True, q_descale=None, k
         k_tail = TensorDescriptor.from_tensor(k, [1, bn, 1, d_tail]) if d_tail else k_desc
         v_desc = TensorDescriptor.from_tensor(v, [1, 1, Dv, bn] if is_fp8 else [1, bn, 1, Dv])
         o_desc = TensorDescriptor.from_tensor(out, [1, bm, 1, Dv])
-        grid = (triton.cdiv(Sq, bm), B * Hq)
+        grid = (cdiv(Sq, bm), B * Hq)
         cu_q, k_start, v_start, k_len = ((packed.cu_q, packed.k_start, packed.v_start, packed.k_len) if packed
                                          else (lse, lse, lse, lse))
         paged = packed is not None and packed.page_size > 0

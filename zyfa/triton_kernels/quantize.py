@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from ..device import interpreter_active
+from ..launch_sizes import cdiv, next_power_of_2
 from ..quantize_common import FP8Inputs, check_inputs, hadamard_matrix, hadamard_parts
 from ..spec.constants import AMAX_FLOOR, E4M3_MAX, MAGIC, MAGIC_BITS
 
@@ -278,20 +279,20 @@ def channel_sums(k, v=None, smooth: bool = True):
     """_sums_pass's launch: (sums (B * Hkv, 2, BD) float64, v's amax bits (B * Hkv,) int32 or
     None), one zeroed buffer. The sums' chunks are as many tiles as leave ~SUM_PROGRAMS programs."""
     B, S, H, D = k.shape
-    bd = triton.next_power_of_2(D)
+    bd = next_power_of_2(D)
     rows = sum_rows(bd)
-    tiles = triton.cdiv(S, rows)
-    per = max(1, min(tiles, triton.next_power_of_2(triton.cdiv(tiles * B * H, SUM_PROGRAMS))))
-    nchunk = triton.cdiv(tiles, per) if smooth else 0
+    tiles = cdiv(S, rows)
+    per = max(1, min(tiles, next_power_of_2(cdiv(tiles * B * H, SUM_PROGRAMS))))
+    nchunk = cdiv(tiles, per) if smooth else 0
     n = B * H * 2 * bd
     ws = torch.zeros(n + (B * H + 1) // 2, dtype=torch.float64, device=k.device)
     v_amax = ws[n:].view(torch.int32)[:B * H] if v is not None else None
     vv = v if v is not None else k
-    ntv = triton.cdiv(S, BLOCK_S) if v is not None else 0
+    ntv = cdiv(S, BLOCK_S) if v is not None else 0
     _sums_pass[(B * H, max(nchunk, ntv, 1), 2)](
         k, vv, ws, v_amax if v is not None else ws, dummy_pointer(k.device), S, D, vv.shape[-1], *k.stride(), *vv.stride(), H,
         nchunk, per, ntv, SMOOTH=smooth, V_AMAX=v is not None, BS=rows, BD=bd, BS_V=BLOCK_S,
-        BD_V=triton.next_power_of_2(vv.shape[-1]), FMA_DIV=not interpreter_active())
+        BD_V=next_power_of_2(vv.shape[-1]), FMA_DIV=not interpreter_active())
     return ws[:n].view(B * H, 2, bd), v_amax
 
 
@@ -300,7 +301,7 @@ def rotation_parts(n, seed, device):
     """(row signs padded to a power of two, [scale], block) on the device, made once: a tensor
     copied from the host a call would wait for the GPU's queue (pageable copies synchronize)."""
     signs, block, scale = hadamard_parts(n, seed)
-    padded = torch.zeros(triton.next_power_of_2(n), dtype=torch.float32)
+    padded = torch.zeros(next_power_of_2(n), dtype=torch.float32)
     padded[:n] = signs.float()
     return padded.to(device), torch.tensor([scale], dtype=torch.float32).to(device), block
 
@@ -328,9 +329,9 @@ def _qkv_passes(q, k, v, group, granularity, dummy, had_qk=None, had_v=None, sum
     q8 = torch.empty(B, Sq, Hq, D, dtype=torch.uint8, device=q.device)
     k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.uint8, device=q.device)
     vt = torch.empty(B, Hkv, Dv, Sk + (-Sk) % 16, dtype=torch.uint8, device=q.device)
-    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
+    bd, bd_v = next_power_of_2(D), next_power_of_2(Dv)
     rows = tile_rows(max(bd, bd_v)) if had_qk is not None else BLOCK_S
-    ntq, ntk, ntv = (triton.cdiv(n, rows) for n in (Sq, Sk, vt.shape[-1]))
+    ntq, ntk, ntv = (cdiv(n, rows) for n in (Sq, Sk, vt.shape[-1]))
     signs_qk, scale_qk, block_qk = had_qk if had_qk is not None else (dummy, dummy, 1)
     signs_v, scale_v, block_v = had_v if had_v is not None else (dummy, dummy, 1)
     for mode in (1, 2):

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from ..device import interpreter_active
+from ..launch_sizes import cdiv, next_power_of_2
 from ..quantize_common import FP8Inputs
 from ..spec.constants import AMAX_FLOOR, INT8_MAX, KEY_BLOCK, MAGIC, MAGIC_BITS
 from .quantize import (BLOCK_S, butterflies, channel_mean, channel_sums, dummy_pointer, quantize_tile, quotient,
@@ -160,10 +161,10 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
     q8 = torch.empty(B, Sq, Hq, D, dtype=torch.int8, device=dev)
     k8 = torch.empty(B, Sk, Hkv, D, dtype=torch.int8, device=dev)
     qd = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    bd, bd_v = triton.next_power_of_2(D), triton.next_power_of_2(Dv)
+    bd, bd_v = next_power_of_2(D), next_power_of_2(Dv)
     rows = tile_rows(bd)
     s_out = Sk + (-Sk) % 16
-    ntq, ntk, ntv = triton.cdiv(Sq, rows), triton.cdiv(Sk, key_block), triton.cdiv(s_out, BLOCK_S)
+    ntq, ntk, ntv = cdiv(Sq, rows), cdiv(Sk, key_block), cdiv(s_out, BLOCK_S)
     block_ds = key_block == KEY_BLOCK          # the generated kernel's form, written by the kernel
     kd = torch.empty(B, Hkv, ntk if block_ds else Sk, dtype=torch.float32, device=dev)
     vd = torch.empty(B * Hkv, dtype=torch.float32, device=dev)
@@ -172,7 +173,7 @@ def quantize_int8_qk_fused(q, k, v, smooth_k: bool = True, hadamard: bool = True
         q, k, v, q8, k8, vt, qd, kd, sums, signs, scale, v_amax, vd, dummy, Sq, Sk, s_out, D, Dv,
         *q.stride(), *k.stride(), *v.stride(), Hkv, ntq, ntk, ntv, key_block,
         GROUP=Hq // Hkv, SMOOTH=smooth_k, HAD=hadamard, HBLOCK=block, HSTAGES=block.bit_length() - 1,
-        NSUB_K=triton.cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v,
+        NSUB_K=cdiv(key_block, rows), K_BLOCK_DS=block_ds, BS=rows, BD=bd, BS_V=BLOCK_S, BD_V=bd_v,
         FMA_DIV=not interpreter_active())
     v8 = vt.view(torch.float8_e4m3fn)[..., :Sk].permute(0, 3, 1, 2)
     return FP8Inputs(q8, k8, v8, qd, kd, vd.reshape(B, Hkv))
