@@ -366,21 +366,24 @@ DECODE_SPECS = [
     (dict(leftpad=True), False), (dict(kv="fp8", kd_mode=2, vd_mode=2, leftpad=True), False)]
 
 
-def _compiled_for_sm90(spec: dict) -> tuple[int, int, int]:
-    """(registers, spill bytes, shared bytes) of the decode kernel ``spec`` compiled for sm_90a
-    on the CPU, in a process without TRITON_INTERPRET (the interpreter's kernels cannot be)."""
+def _compiled(code: str, spec: dict):
+    """What ``code`` prints (JSON) about the decode kernel ``spec`` (its sys.argv[1], JSON),
+    compiled on the CPU in a process without TRITON_INTERPRET (the interpreter's kernels cannot be)."""
     import json
     import subprocess
     import sys
-    code = ("import json, sys; from zyfa.verify.triton_compile import compile_decode; "
-            "from zyfa.verify.triton_compile import assemble_compiled; "
-            "k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble_compiled(k); "
-            "print(json.dumps([a.registers, a.spill_bytes, k.metadata.shared]))")
+    code = "import json, re, sys; from zyfa.verify.triton_compile import assemble_compiled, compile_decode; " + code
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    return tuple(json.loads(r.stdout.strip().splitlines()[-1]))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _compiled_for_sm90(spec: dict) -> tuple[int, int, int]:
+    """(registers, spill bytes, shared bytes) of the decode kernel ``spec`` compiled for sm_90a."""
+    return tuple(_compiled("k = compile_decode('sm90', **json.loads(sys.argv[1])); a = assemble_compiled(k); "
+                           "print(json.dumps([a.registers, a.spill_bytes, k.metadata.shared]))", spec))
 
 
 @pytest.mark.parametrize("spec, no_spills", DECODE_SPECS)
@@ -406,18 +409,10 @@ GFX950_SPECS = [(dict(), "bf16"), (dict(page=64), "bf16"), (dict(kv="fp8", kd_mo
 def test_decode_kernel_compiles_for_gfx950(spec, mfma):
     """For MI355X on the CPU: the dots on the matrix cores (the FP8 dots on its FP8 MFMA, the
     rounding by arithmetic: the GPU conversion's inline PTX is CUDA's only) and no scratch."""
-    import json
-    import subprocess
-    import sys
-    code = ("import json, re, sys; from zyfa.verify.triton_compile import compile_decode; "
-            "a = compile_decode('gfx950', **json.loads(sys.argv[1])).asm['amdgcn']; "
-            "print(json.dumps([sorted(set(re.findall(r'v_mfma\\w+', a))), "
-            "[int(n) for n in re.findall(r'\\.private_segment_fixed_size:\\s+(\\d+)', a)]]))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    mfmas, scratch = json.loads(r.stdout.strip().splitlines()[-1])
+    mfmas, scratch = _compiled("a = compile_decode('gfx950', **json.loads(sys.argv[1])).asm['amdgcn']; "
+                               "print(json.dumps([sorted(set(re.findall(r'v_mfma\\w+', a))), "
+                               "[int(n) for n in re.findall(r'\\.private_segment_fixed_size:\\s+(\\d+)', a)]]))",
+                               spec)
     assert any(mfma in m for m in mfmas), (spec, mfmas)
     assert scratch and not any(scratch), (spec, scratch)
 
