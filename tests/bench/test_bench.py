@@ -344,3 +344,19 @@ def test_frontier_cases_and_plot(tmp_path):
     written = plots({"records": recs}, str(tmp_path / "gpu"))
     assert written == [str(tmp_path / "gpu-frontier.png")]
     assert (tmp_path / "gpu-frontier.png").stat().st_size > 1000
+
+
+def test_a_run_past_midnight_reports_the_day_it_recorded(tmp_path, monkeypatch):
+    # `zyfa bench` records under the day it started and its report must read that entry, even
+    # when the clock passes midnight during the cases (a KeyError at the report before)
+    import zyfa.bench.report as report
+    import zyfa.bench.run as bench_run
+    days = iter(f"2026-12-0{d}-g.json" for d in range(7, 10))
+    monkeypatch.setattr(bench_run, "run_key", lambda: next(days))
+    monkeypatch.setattr(bench_run.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench_run, "results_file", lambda out: str(tmp_path / "g.json"))
+    seen = {}
+    monkeypatch.setattr(bench_run, "run", lambda *a, key=None, **k: seen.update(recorded=key) or {"records": []})
+    monkeypatch.setattr(report, "write_report", lambda path, out, key=None: seen.update(reported=key))
+    assert bench_run.main(["--cases", "quick", "--out", str(tmp_path)]) == 0
+    assert seen == {"recorded": "2026-12-07-g.json", "reported": "2026-12-07-g.json"}

@@ -263,9 +263,10 @@ def main(argv=None) -> int:
     if power.nvml is None:
         print(f"energy not measured: {power.reason}")
     path = results_file(a.out)
-    doc = run(cases, methods, path, captured=captured, power=power, fresh=a.fresh, rounds=a.rounds)
+    key = run_key()               # once: a run that goes past midnight keeps the day it started in
+    doc = run(cases, methods, path, key=key, captured=captured, power=power, fresh=a.fresh, rounds=a.rounds)
     for line in not_measured_lines(doc):
         print(line)
-    write_report(path, a.out, run_key())
-    print(f"wrote {path} ({run_key()}) and {os.path.join(a.out, 'RESULTS.md')}")
+    write_report(path, a.out, key)
+    print(f"wrote {path} ({key}) and {os.path.join(a.out, 'RESULTS.md')}")
     return 0
