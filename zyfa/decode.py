@@ -1,7 +1,8 @@
 """Decode: a few new queries a sequence over a KV cache, FlashAttention-3's flash_attn_with_kvcache.
 
-The backends are the Triton decode kernel (zyfa.triton_kernels.decode) and float64 attention in
-torch (the reference); ``explain_kvcache`` says which one runs and why. A varlen call whose
+The backends are Hopper's E4M3 decode kernel in Gluon (zyfa.gluon_kernels.decode_fp8), the
+Triton decode kernel (zyfa.triton_kernels.decode) and float64 attention in torch (the
+reference); ``explain_kvcache`` says which one runs and why. A varlen call whose
 sequences all have a few queries is not routed here yet: it runs the prefill kernel.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from . import dispatch
 from .batch_lengths import PAGE_SIZES
 from .device import device_arch, to_device
+from .gluon_kernels import backend as _gluon
 from .spec import backend as _reference
 from .spec.kv_cache import check_cache_descale
 from .triton_kernels import backend as _triton
@@ -20,7 +22,8 @@ from .validation import FP8_DTYPE, HALF_DTYPES, check_index_tensor, check_pages_
 
 MAX_QUERIES = 16        # queries a sequence the decode kernel packs into its tile (speculative decoding)
 
-BACKENDS = [dispatch.Backend("triton", _triton.supports_decode, _triton.run_decode),
+BACKENDS = [dispatch.Backend("gluon", _gluon.supports_decode, _gluon.run_decode),
+            dispatch.Backend("triton", _triton.supports_decode, _triton.run_decode),
             dispatch.Backend("reference", _reference.supports_decode, _reference.run_decode)]
 
 # FlashAttention-3 arguments zyfa takes but cannot honour, with the value that means "unused"
@@ -93,7 +96,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     _check_fp8_dots(fp8_dots, k_cache, k_descale, v_descale)
     leftpad = _check_leftpad(cache_leftpad, cache_seqlens, k_cache, table, q.shape[1] if causal else 1, q.shape[0],
                              q.device)
-    chosen = dispatch.select(_problem(q, k_cache, v_cache, table), backend, BACKENDS)
+    problem = _problem(q, k_cache, v_cache, table, k_descale, v_descale, fp8_dots)
+    chosen = dispatch.select(problem, backend, BACKENDS)
     out, lse = chosen.run(q, k_cache, v_cache, lens, table, softmax_scale=_scale(softmax_scale), causal=causal,
                           q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
                           sm_margin=sm_margin, fp8_dots=fp8_dots,
@@ -115,11 +119,12 @@ def explain_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, q_
                     v_descale=None, softmax_scale=None, causal=False, num_splits=0, sm_margin=0, *,
                     block_table=None, backend="auto", fp8_dots=None) -> str:
     """Which backend flash_attn_with_kvcache would use for these inputs and why each other would
-    not; for the Triton kernel also its key splits and tile."""
+    not; for the Gluon and Triton kernels also their key splits and tile."""
     table = _one_table(page_table, block_table)
     _, table = _check(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_descale,
                       softmax_scale, causal, num_splits, sm_margin)
-    problem = _problem(q, k_cache, v_cache, table)
+    _check_fp8_dots(fp8_dots, k_cache, k_descale, v_descale)
+    problem = _problem(q, k_cache, v_cache, table, k_descale, v_descale, fp8_dots)
     lines = []
     try:
         chosen = dispatch.select(problem, backend, BACKENDS).name
@@ -129,8 +134,9 @@ def explain_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, q_
         lines.append(f"selected: none ({e})")
     for name, ok, why in dispatch.assess(problem, BACKENDS):
         lines.append(f"  {name:10s} {'can run' if ok else 'cannot'}: {why}")
+    if chosen == "gluon":
+        lines.append("  gluon: " + _gluon.decode_plan(q, k_cache, table, num_splits, sm_margin))
     if chosen == "triton":
-        _check_fp8_dots(fp8_dots, k_cache, k_descale, v_descale)
         lines.append("  triton: " + decode_plan(q, k_cache, table, k_descale, v_descale, num_splits, sm_margin,
                                                  fp8_dots))
     return "\n".join(lines)
@@ -178,10 +184,17 @@ def _scale(softmax_scale):
     return None if softmax_scale is None else float(softmax_scale)
 
 
-def _problem(q, k_cache, v_cache, table) -> dispatch.DecodeProblem:
+def _problem(q, k_cache, v_cache, table, k_descale=None, v_descale=None, fp8_dots=None) -> dispatch.DecodeProblem:
+    from .triton_kernels.decode_launch import uses_fp8_dots
     return dispatch.DecodeProblem(device=q.device, arch=device_arch(q.device), is_fp8=k_cache.dtype == FP8_DTYPE,
                                   head_dims=(q.shape[-1], v_cache.shape[-1]), seqlen_q=q.shape[1],
-                                  paged=table is not None)
+                                  paged=table is not None, rows=q.shape[2] // k_cache.shape[2] * q.shape[1],
+                                  fp8_dots=uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots),
+                                  cache_aligned=all(_aligned16(x) for x in (k_cache, v_cache)))
+
+
+def _aligned16(x) -> bool:
+    return x.data_ptr() % 16 == 0 and all(s * x.element_size() % 16 == 0 for s in x.stride()[:-1])
 
 
 def _check_4d(name, x):

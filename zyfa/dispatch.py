@@ -85,6 +85,9 @@ class DecodeProblem:
     head_dims: tuple
     seqlen_q: int
     paged: bool
+    rows: int = 1                         # a program's query rows: the GQA group times seqlen_q
+    fp8_dots: bool = False                # an E4M3 cache whose dots run in FP8 (descales per sequence, kv head)
+    cache_aligned: bool = True            # K's and V's base and strides multiples of 16 bytes (cp.async's copies)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +105,10 @@ class Backend:
 
 _BACKENDS: list[Backend] = []
 _LOGGED: set = set()
+
+
+# decode backends no prefill call has (zyfa.decode's list), for ZYFA_BACKEND's reading in select
+DECODE_ONLY = frozenset({"gluon"})
 
 
 def register(backend: Backend) -> None:
@@ -130,8 +137,10 @@ def select(problem, requested: str = "auto", among: list[Backend] | None = None)
     among = _BACKENDS if among is None else among
     if requested == "auto":
         env = os.environ.get("ZYFA_BACKEND", "auto")
-        # a decode call stays "auto" where the variable names a prefill-only backend
-        requested = env if among is _BACKENDS or any(b.name == env for b in among) else "auto"
+        # a call stays "auto" where the variable names a backend of the other list only (prefill's
+        # ptx for a decode call, decode's gluon for a prefill call); an unknown name still raises
+        ours = any(b.name == env for b in among)
+        requested = env if ours or among is _BACKENDS and env not in DECODE_ONLY else "auto"
     if requested != "auto":
         b = by_name(requested, among)
         ok, why = b.can_implement(problem)

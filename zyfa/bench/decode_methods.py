@@ -1,6 +1,6 @@
-"""What `zyfa bench --cases decode` times: zyfa's decode kernel on dense and paged caches, BF16
-and E4M3, FlashAttention-3's flash_attn_with_kvcache (BF16, FP8) and a device copy of the cache
-(the bandwidth ceiling). A case's cache is its k, v; the E4M3 cache, q and descales are
+"""What `zyfa bench --cases decode` times: zyfa's decode kernels (Triton's, BF16 and E4M3; the
+Gluon E4M3 kernel on Hopper) on dense and paged caches, FlashAttention-3's
+flash_attn_with_kvcache (BF16, FP8) and a device copy of the cache (the bandwidth ceiling). A case's cache is its k, v; the E4M3 cache, q and descales are
 quantize_fp8's per-head ones, which zyfa and FA3 both read. And a mixed batch (decodes beside
 prefill chunks) as separate calls, the anchor of zyfa's one varlen call there."""
 from __future__ import annotations
@@ -47,12 +47,26 @@ def _cache_args(inp: Inputs, dtype: str, page: int | None) -> dict:
     return a
 
 
-def _zyfa_decode(dtype: str, page: int | None):
+def _zyfa_decode(dtype: str, page: int | None, backend: str):
     def build(inp: Inputs):
         a = _cache_args(inp, dtype, page)
         return lambda: zyfa.flash_attn_with_kvcache(**a, softmax_scale=inp.scale, causal=inp.case.causal,
-                                                    return_softmax_lse=True)
+                                                    return_softmax_lse=True, backend=backend)
     return build
+
+
+def _gluon_unsupported(page: int | None):
+    """Why the Gluon E4M3 decode kernel cannot take a case here (its backend's own reasons)."""
+    def unsupported(case) -> str | None:
+        from ..device import device_arch
+        from ..dispatch import DecodeProblem
+        from ..gluon_kernels.backend import supports_decode
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        ok, why = supports_decode(DecodeProblem(device=dev, arch=device_arch(dev), is_fp8=True,
+                                                head_dims=(case.D, case.Dv), seqlen_q=case.Sq, paged=bool(page),
+                                                rows=case.Hq // case.Hkv * case.Sq, fp8_dots=True))
+        return None if ok else why
+    return unsupported
 
 
 def _fa3_kvcache():
@@ -144,8 +158,10 @@ def _zyfa_separate(dtype: str):
 
 def decode_methods() -> list[Method]:
     zm = zyfa_missing("triton")
-    out = [Method("zyfa", "triton", dtype, "head" if dtype == "fp8" else None, _zyfa_decode(dtype, page), zm,
-                  decode=True, page_size=page) for page in (None, PAGE) for dtype in ("bf16", "fp8")]
+    out = [Method("zyfa", "triton", dtype, "head" if dtype == "fp8" else None, _zyfa_decode(dtype, page, "triton"),
+                  zm, decode=True, page_size=page) for page in (None, PAGE) for dtype in ("bf16", "fp8")]
+    out += [Method("zyfa", "gluon", "fp8", "head", _zyfa_decode("fp8", page, "gluon"), zm,
+                   unsupported=_gluon_unsupported(page), decode=True, page_size=page) for page in (None, PAGE)]
     out += [Method("fa3", "fa3", dtype, "head" if dtype == "fp8" else None, _fa3_decode(dtype, page),
                    _fa3_kvcache_missing, decode=True, page_size=page) for page in (None, PAGE) for dtype in ("bf16", "fp8")]
     out.append(Method("copy", "torch", "bf16", None, _copy, gpu_missing, decode=True))

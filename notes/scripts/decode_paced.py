@@ -1,0 +1,44 @@
+"""Run 66 (session r): are run 65's slow E4M3 decode rounds (8 x 32K, 32 x 8K) host-paced? Each
+zyfa E4M3 decode call eagerly (do_bench), as a CUDA graph, and its host time a call (no sync),
+FA3 FP8 beside; GQA 32/8 d128, one query, E4M3 q and cache, per-(sequence, kv head) descales."""
+import time
+
+import torch
+from triton.testing import do_bench
+
+import zyfa
+
+try:
+    from fa3_fwd_interface import flash_attn_with_kvcache as fa3
+except ImportError:
+    from flash_attn_interface import flash_attn_with_kvcache as fa3
+
+torch.manual_seed(0)
+for B, S in ((8, 32768), (32, 8192)):
+    q = torch.randn(B, 1, 32, 128, device="cuda").to(torch.float8_e4m3fn)
+    k = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
+    v = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
+    ds = {n: torch.full((B, 8), 0.02, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
+    lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    gb = 2 * k.numel() / 1e9
+    calls = {b: (lambda b=b: zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, **ds, return_softmax_lse=True,
+                                                         backend=b)) for b in ("gluon", "triton")}
+    calls["fa3"] = lambda: fa3(q, k, v, cache_seqlens=lens, **ds)
+    for name, fn in calls.items():
+        fn(); torch.cuda.synchronize()
+        eager = [do_bench(fn, warmup=25, rep=100) for _ in range(3)]
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            fn()
+            with torch.cuda.graph(g, stream=s):
+                fn()
+        torch.cuda.synchronize()
+        graph = [do_bench(g.replay, warmup=25, rep=100) for _ in range(3)]
+        t0 = time.perf_counter()
+        for _ in range(200):
+            fn()
+        host = (time.perf_counter() - t0) / 200 * 1e6
+        torch.cuda.synchronize()
+        print(f"{B} x {S // 1024}K {name:7s} eager ms {' '.join(f'{x:.4f}' for x in eager)} | graph "
+              f"{' '.join(f'{x:.4f}' for x in graph)} ({gb / min(graph) * 1e3:.0f} GB/s) | host {host:.0f} us a call")
