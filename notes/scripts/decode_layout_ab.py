@@ -18,6 +18,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ab", "decode_swap"))
 import zyfa  # noqa: E402
+# the lab kernel these runs timed left notes when the package took its grown form (zyfa.gluon_kernels,
+# 2154e47); to rerun: git show 2154e47:notes/ab/decode_swap/gluon_decode.py > notes/ab/decode_swap/gluon_decode.py
 from gluon_decode import gluon_decode  # noqa: E402
 from decode_fp8_gpu import _e4m3_head, _fa3  # noqa: E402
 
