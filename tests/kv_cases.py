@@ -77,3 +77,20 @@ def fill_pages(pools, sources, table, order, lens, page):
             for pool, rows_of in zip(pools, sources):
                 _bytes(pool)[p, :rows] = rows_of(b, j * page, j * page + rows)
 
+
+
+def fp8_case(B, Sq, Hq, Hkv, D, lens, page, q_e4m3, seed):
+    """An E4M3 cache (dense, or paged when ``page``) with per-(sequence, kv head) k and v descales,
+    and q: BF16, or E4M3 with its own descales (``q_e4m3``). Returns (q, k, v, table, descales)."""
+    gen = torch.Generator().manual_seed(seed)
+    kc, vc = _cache(B, max(lens) + 3, Hkv, D, lens, E4M3, gen)
+    kd, vd = (torch.rand(B, Hkv, generator=gen).to(DEVICE) * 0.1 + 0.01 for _ in range(2))
+    q = _randn(B, Sq, Hq, D, gen=gen) * 3
+    kw = {"k_descale": kd, "v_descale": vd}
+    if q_e4m3:
+        q = _e4m3(q, gen)
+        kw["q_descale"] = torch.rand(B, Hkv, generator=gen).to(DEVICE) * 0.1 + 0.01
+    table = None
+    if page:
+        kc, vc, table = _paged(kc, vc, lens, page, gen)
+    return q, kc, vc, table, kw

@@ -11,24 +11,9 @@ from zyfa.spec.e4m3 import e4m3_decode
 from zyfa.triton_kernels.decode_launch import decode_splits, even_splits
 
 from conftest import DEVICE, HAS_GPU, assert_rel, describe_mismatch, rel_err, rounding_error
-from kv_cases import E4M3, _cache, _e4m3, _paged, _randn, _t
+from kv_cases import E4M3, _t, fp8_case
 
 BLOCK_N = 16 if not HAS_GPU else 128     # the interpreter's tile (decode_launch.default_tile); d64 on a GPU
-
-
-def _fp8_case(B, Sq, Hq, Hkv, D, lens, page, q_e4m3, seed):
-    gen = torch.Generator().manual_seed(seed)
-    kc, vc = _cache(B, max(lens) + 3, Hkv, D, lens, E4M3, gen)
-    kd, vd = (torch.rand(B, Hkv, generator=gen).to(DEVICE) * 0.1 + 0.01 for _ in range(2))
-    q = _randn(B, Sq, Hq, D, gen=gen) * 3
-    kw = {"k_descale": kd, "v_descale": vd}
-    if q_e4m3:
-        q = _e4m3(q, gen)
-        kw["q_descale"] = torch.rand(B, Hkv, generator=gen).to(DEVICE) * 0.1 + 0.01
-    table = None
-    if page:
-        kc, vc, table = _paged(kc, vc, lens, page, gen)
-    return q, kc, vc, table, kw
 
 
 def _check_vs_spec(out, lse, spec, lse_spec, what):
@@ -60,7 +45,7 @@ def test_fp8_dots_vs_spec_and_fp64(case):
     """One split: the kernel is the spec (same tile); against float64 within the prefill FP8
     bound, 1.1x the spec's error plus the output's rounding."""
     B, Sq, Hq, Hkv, D, lens, page, q_e4m3, causal = case
-    q, kc, vc, table, kw = _fp8_case(B, Sq, Hq, Hkv, D, lens, page, q_e4m3, seed=sum(lens) + page)
+    q, kc, vc, table, kw = fp8_case(B, Sq, Hq, Hkv, D, lens, page, q_e4m3, seed=sum(lens) + page)
     out, lse = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=_t(lens), page_table=table, causal=causal,
                                             num_splits=1, return_softmax_lse=True, backend="triton", **kw)
     spec, lse_spec = decode_fp8_spec(q, kc, vc, lens, table, causal=causal, block_n=BLOCK_N, fused_fma=HAS_GPU, **kw)
@@ -72,7 +57,7 @@ def test_fp8_dots_vs_spec_and_fp64(case):
 def test_fp8_dots_splits_and_repeats():
     """Any split count: float64's answer to the one split's error (each split rounds P against
     its own running max; 1.25x as the 16-bit splits are held), and a call repeats bit for bit."""
-    q, kc, vc, table, kw = _fp8_case(3, 2, 4, 2, 64, [2, 49, 70], 0, False, seed=5)
+    q, kc, vc, table, kw = fp8_case(3, 2, 4, 2, 64, [2, 49, 70], 0, False, seed=5)
     lens = [2, 49, 70]
     ref, _ = decode_attention_fp64(q, kc, vc, lens, causal=True, **kw)
     one = zyfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=_t(lens), causal=True, num_splits=1, **kw)
@@ -108,7 +93,7 @@ def test_query_quantizer():
 def test_fp8_dots_choice_and_errors():
     """Per-head descales take the FP8 dots, per-token ones (or fp8_dots=False) the widened dots;
     explain says which; fp8_dots=True refuses per-token descales and 16-bit caches."""
-    q, kc, vc, table, kw = _fp8_case(2, 1, 8, 2, 64, [5, 20], 0, False, seed=3)
+    q, kc, vc, table, kw = fp8_case(2, 1, 8, 2, 64, [5, 20], 0, False, seed=3)
     lens = _t([5, 20])
     assert "FP8 dots (q E4M3, quantized a row)" in zyfa.explain_kvcache(q, kc, vc, cache_seqlens=lens, **kw)
     assert "widened to BF16 dots (fp8_dots=False)" in zyfa.explain_kvcache(q, kc, vc, cache_seqlens=lens,

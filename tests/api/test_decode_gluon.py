@@ -14,7 +14,7 @@ from zyfa.gluon_kernels import backend as gluon_backend
 from zyfa.spec.kv_cache import decode_attention_fp64, decode_fp8_spec
 
 from conftest import DEVICE, assert_rel, hopper, rel_err, rounding_error
-from kv_cases import E4M3, _bytes, _cache, _e4m3, _paged, _randn, _t
+from kv_cases import E4M3, _bytes, _t, fp8_case
 
 def _compile(**consts):
     """The kernel as Triton's launcher specializes it, for sm_90a: (PTX, SASS)."""
@@ -116,20 +116,6 @@ def test_zyfa_backend_naming_the_decode_kernel_leaves_prefill_on_auto(monkeypatc
     assert torch.isfinite(want).all()
 
 
-def _case(B, Sq, Hq, Hkv, lens, page, q_e4m3, seed, D=128):
-    gen = torch.Generator().manual_seed(seed)
-    kc, vc = _cache(B, max(lens) + 3, Hkv, D, lens, E4M3, gen)
-    kw = {n: torch.rand(B, Hkv, generator=gen).to(DEVICE) * 0.1 + 0.01 for n in ("k_descale", "v_descale")}
-    q = _randn(B, Sq, Hq, D, gen=gen) * 3
-    if q_e4m3:
-        q = _e4m3(q, gen)
-        kw["q_descale"] = torch.rand(B, Hkv, generator=gen).to(DEVICE) * 0.1 + 0.01
-    table = None
-    if page:
-        kc, vc, table = _paged(kc, vc, lens, page, gen)
-    return q, kc, vc, table, kw
-
-
 GPU_CASES = [  # B, Sq, Hq, Hkv, lens, page, q E4M3, causal
     (4, 1, 32, 8, [1, 17, 1000, 4099], 0, True, True),       # GQA 4, one query, a tile's edge and several tiles
     (3, 2, 8, 2, [2, 37, 300], 0, False, True),               # two causal queries, BF16 q quantized a row
@@ -156,7 +142,7 @@ def test_gluon_vs_spec_triton_and_fp64(case):
     far below). Not tighter: on an H100 two cases with BF16 q came 6.2e-3 and 7.5e-3 from the
     spec, one 1.3e-3 from the Triton kernel. explain names the kernel."""
     B, Sq, Hq, Hkv, lens, page, q_e4m3, causal = case
-    q, kc, vc, table, kw = _case(B, Sq, Hq, Hkv, lens, page, q_e4m3, seed=sum(lens) + page)
+    q, kc, vc, table, kw = fp8_case(B, Sq, Hq, Hkv, 128, lens, page, q_e4m3, seed=sum(lens) + page)
     args = dict(cache_seqlens=_t(lens), page_table=table, causal=causal, **kw)
     assert "selected: gluon" in zyfa.explain_kvcache(q, kc, vc, **args)
     out, lse = zyfa.flash_attn_with_kvcache(q, kc, vc, num_splits=1, return_softmax_lse=True, backend="gluon", **args)
@@ -179,7 +165,7 @@ def test_gluon_splits_leftpad_and_repeats(sq, q_e4m3):
     one split's error, a call repeating bit for bit; left padding: the same keys after NaN rows,
     bit for bit the unpadded call (the same tiles from the first real key)."""
     lens = [3, 3000, 9000]
-    q, kc, vc, _, kw = _case(3, sq, 32, 8, lens, 0, q_e4m3, seed=11 + sq)
+    q, kc, vc, _, kw = fp8_case(3, sq, 32, 8, 128, lens, 0, q_e4m3, seed=11 + sq)
     args = dict(cache_seqlens=_t(lens), causal=True, backend="gluon", **kw)
     ref, _ = decode_attention_fp64(q, kc, vc, lens, causal=True, **kw)
     one = zyfa.flash_attn_with_kvcache(q, kc, vc, num_splits=1, **args)
@@ -204,7 +190,7 @@ def test_unaligned_cache_takes_the_triton_kernel():
     """A cache view whose strides are not multiples of 16 bytes: the dispatcher says why and runs
     the Triton kernel (cp.async would not compile for it)."""
     lens = [50, 70]
-    q, kc, vc, _, kw = _case(2, 1, 8, 2, lens, 0, True, seed=3)
+    q, kc, vc, _, kw = fp8_case(2, 1, 8, 2, 128, lens, 0, True, seed=3)
     wide = torch.zeros(2, kc.shape[1], 2, 130, dtype=E4M3, device=DEVICE)
     wide[..., :128] = kc
     k_view = wide[..., :128]                 # head stride 130 bytes, token stride 260: not multiples of 16
