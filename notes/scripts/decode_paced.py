@@ -42,3 +42,24 @@ for B, S in ((8, 32768), (32, 8192)):
         torch.cuda.synchronize()
         print(f"{B} x {S // 1024}K {name:7s} eager ms {' '.join(f'{x:.4f}' for x in eager)} | graph "
               f"{' '.join(f'{x:.4f}' for x in graph)} ({gb / min(graph) * 1e3:.0f} GB/s) | host {host:.0f} us a call")
+
+# where the GPU time of one 8 x 32K call goes, kernel by kernel (the decode kernel, the merge)
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+B, S = 8, 32768
+q = torch.randn(B, 1, 32, 128, device="cuda").to(torch.float8_e4m3fn)
+k = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
+v = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
+ds = {n: torch.full((B, 8), 0.02, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
+lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+for b in ("gluon", "triton"):
+    print(zyfa.explain_kvcache(q, k, v, cache_seqlens=lens, **ds, backend=b).splitlines()[-1])
+    fn = lambda b=b: zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, **ds, backend=b)  # noqa: E731
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=6))
