@@ -28,7 +28,8 @@ import triton
 import zyfa
 from zyfa.bench.decode_methods import paged
 from zyfa.spec.kv_cache import decode_attention_fp64, sequence_keys
-from zyfa.triton_kernels.decode_launch import DecodeTile, decode_splits, default_tile, triton_decode
+from zyfa.decode_splits import decode_splits
+from zyfa.triton_kernels.decode_launch import DecodeTile, default_tile, triton_decode
 
 DEV = "cuda"
 TIMED = ((32, 8192), (128, 2048), (8, 32768))        # (batch, keys), GQA 32/8, d128, one query

@@ -51,6 +51,7 @@ def _under(module: str, package: str) -> bool:
     ("zyfa.triton_kernels", ("zyfa.asm", "zyfa.api", "zyfa.ops", "zyfa.dispatch", "zyfa.backends", "zyfa.verify")),
     ("zyfa.asm.ptx", ("zyfa.asm.gfx950", "zyfa.triton_kernels", "zyfa.api", "zyfa.ops", "zyfa.verify")),
     ("zyfa.asm.gfx950", ("zyfa.asm.ptx", "zyfa.triton_kernels", "zyfa.api", "zyfa.ops", "zyfa.verify")),
+    ("zyfa.gluon_kernels", ("zyfa.asm", "zyfa.triton_kernels", "zyfa.api", "zyfa.ops", "zyfa.verify")),
 ])
 def test_package_imports(package, forbidden):
     bad = []
@@ -64,7 +65,7 @@ def test_package_imports(package, forbidden):
     assert not bad, "\n".join(sorted(bad))
 
 
-KERNEL_PACKAGES = ("zyfa.asm", "zyfa.triton_kernels")
+KERNEL_PACKAGES = ("zyfa.asm", "zyfa.triton_kernels", "zyfa.gluon_kernels")
 BACKEND_NAMES = {"ptx", "gfx950", "triton", "reference"}
 
 

@@ -253,9 +253,11 @@ def test_fp8_tile_follows_whether_the_batch_fills_the_gpu(monkeypatch):
     twice without splits takes the 128-key tile and one split; a smaller one the 64-key tile
     (three programs an SM) and splits; neither depends on the pages. 16-bit caches gather pages
     shorter than the tile a key at a time."""
+    from zyfa import decode_splits
     from zyfa.triton_kernels import decode_launch
-    monkeypatch.setattr(decode_launch, "interpreter_active", lambda: False)
-    monkeypatch.setattr(decode_launch, "sm_count", lambda device: 132)
+    for module in (decode_launch, decode_splits):       # the tile's choice and the split count's
+        monkeypatch.setattr(module, "interpreter_active", lambda: False)
+        monkeypatch.setattr(module, "sm_count", lambda device: 132)
     cuda = torch.device("cuda")
     for page in (0, 16, 64):
         big, one = decode_launch.tile_and_splits(128, page, True, 128, 8, 2048, cuda)

@@ -8,7 +8,7 @@ import torch
 import zyfa
 from zyfa.spec.kv_cache import decode_attention_fp64, decode_fp8_spec, decode_query_e4m3
 from zyfa.spec.e4m3 import e4m3_decode
-from zyfa.triton_kernels.decode_launch import decode_splits, even_splits
+from zyfa.decode_splits import decode_splits, even_splits
 
 from conftest import DEVICE, HAS_GPU, assert_rel, describe_mismatch, rel_err, rounding_error
 from kv_cases import E4M3, _t, fp8_case

@@ -5,6 +5,7 @@ import math
 
 import torch
 
+from ..decode_splits import decode_splits, merge_kernel
 from ..device import interpreter_active, is_rocm
 from ..launch_sizes import next_power_of_2
 from ..spec.constants import LOG2E
@@ -35,8 +36,7 @@ def supports_decode(p) -> tuple[bool, str]:
 
 def splits(batch: int, kv_heads: int, max_keys: int, device: torch.device, sm_margin: int = 0,
            num_splits: int = 0) -> int:
-    """Key splits a (sequence, kv head): the Triton kernel's rule over two programs an SM."""
-    from ..triton_kernels.decode_launch import decode_splits
+    """Key splits a (sequence, kv head): decode_splits' rule over two programs an SM."""
     return num_splits or decode_splits(batch, kv_heads, max_keys, device, sm_margin, per_sm=2)
 
 
@@ -54,7 +54,6 @@ def run_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_sca
     """The Triton decode launch's contract (zyfa.triton_kernels.decode_launch.triton_decode) for
     what supports_decode accepts: (out (B, Sq, Hq, Dv), lse (B, Hq, Sq) float32)."""
     del fp8_dots                                  # supports_decode took only calls that run FP8 dots
-    from ..triton_kernels.decode import merge_kernel
     from .decode_fp8 import BLOCK_N, NUM_WARPS, ROWS, STAGES, decode_fp8_kernel
     B, Sq, Hq, D = q.shape
     Hkv, Dv = k_cache.shape[2], v_cache.shape[-1]

@@ -5,7 +5,8 @@ heads of the kv head's GQA group times the sequence's queries (row r = g * SQ + 
 g of the group, query i), so each K/V tile is read once for the whole group; the rows are
 padded to BLOCK_M >= 16 for tl.dot. Keys are split over programs (per sequence: its key tiles
 divided evenly over the splits) when the batch alone cannot fill the GPU; each split writes its
-normalized partial output and natural-log LSE in float32, and ``merge_kernel`` combines them
+normalized partial output and natural-log LSE in float32, and zyfa.decode_splits.merge_kernel
+combines them
 in split order (no atomics: the same bits every run).
 
 Pieces, named as in attention.py:
@@ -362,32 +363,3 @@ def decode_kernel(Q, K, V, QD, KD, VD, O, LSE, O_PART, LSE_PART, SEQLENS, TABLE,
         o_ptrs = O + b * stride_ob + qi[:, None] * stride_os + h[:, None] * stride_oh + offs_dv[None, :]
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
         tl.store(LSE + (b * Hq + kvh * GROUP) * SQ + rows_m, lse, mask=row_ok)
-
-
-@triton.jit
-def merge_kernel(O_PART, LSE_PART, O, LSE, n_splits, Hq, Hkv, stride_ob, stride_os, stride_oh,
-                 SQ: tl.constexpr, GROUP: tl.constexpr, DV: tl.constexpr, SPLITS: tl.constexpr):
-    """Grid (batch * kv_heads * GROUP * SQ,): one output row from its n_splits partials
-    (SPLITS: n_splits rounded up to a power of two), weighted by exp(lse_s - lse):
-    lse = max + ln(sum exp(lse_s - max)), out = sum exp(lse_s - lse) * out_s, in float32,
-    summed in one fixed order."""
-    pid = tl.program_id(0)
-    rows = GROUP * SQ
-    bk = pid // rows
-    r = pid % rows
-    s = tl.arange(0, SPLITS)
-    parts = bk * n_splits + s
-    ok = s < n_splits
-    lse_s = tl.load(LSE_PART + parts * rows + r, mask=ok, other=float("-inf"))
-    top = tl.max(lse_s, 0)
-    top = tl.where(top == float("-inf"), 0.0, top)
-    w = tl.exp(lse_s - top)
-    total = tl.sum(w, 0)
-    offs_dv = tl.arange(0, DV)
-    o_s = tl.load(O_PART + (parts * rows + r)[:, None] * DV + offs_dv[None, :], mask=ok[:, None], other=0.0)
-    out = tl.sum(o_s * w[:, None], 0) / total
-    b = bk // Hkv
-    h = (bk % Hkv) * GROUP + r // SQ
-    qi = r % SQ
-    tl.store(O + b * stride_ob + qi * stride_os + h * stride_oh + offs_dv, out.to(O.dtype.element_ty))
-    tl.store(LSE + (b * Hq + h) * SQ + qi, top + tl.log(total))

@@ -11,21 +11,11 @@ from ..launch_sizes import next_power_of_2
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token
 from ..spec.shapes import out_dtype
-from .decode import NO_DESCALE, PER_HEAD, PER_TOKEN, decode_kernel, merge_kernel
+from ..decode_splits import WAVES, decode_splits, merge_kernel
+from .decode import NO_DESCALE, PER_HEAD, PER_TOKEN, decode_kernel
 
-# Programs the split aims for, in multiples of the SM count: more than one a SM, so that each
-# SM has loads of several programs in flight while another waits on memory.
-WAVES = 2
-# Fewest keys a split: a shorter one spends as much on its prologue, epilogue and merge row as
-# on its loads.
-MIN_SPLIT_KEYS = 512
-MAX_SPLITS = 64                  # the merge kernel holds all of a row's partials in registers
 # Most page lookups a tile (one a page); a tile of more pages looks its keys up one by one.
 MAX_PAGE_LOOKUPS = 8
-# Under the interpreter (no SM count): splits enough that short test sequences leave some empty.
-INTERPRETER_SPLITS = 3
-
-
 @dataclasses.dataclass(frozen=True)
 class DecodeTile:
     block_n: int                 # keys a tile
@@ -63,26 +53,6 @@ def default_tile(head_dim: int, fp8_dot: bool = False, fills_gpu: bool = False) 
     return DecodeTile(32 if head_dim > 128 else 64, 4, 2, page_lookups=False)
 
 
-def decode_splits(batch: int, kv_heads: int, max_keys: int, device: torch.device, sm_margin: int = 0,
-                  sms: int | None = None, per_sm: int = 1) -> int:
-    """Key splits a (sequence, kv head): one where batch * kv_heads programs fill WAVES x the
-    SMs, else enough to, at least MIN_SPLIT_KEYS keys each (of the longest sequence the cache
-    can hold), at most MAX_SPLITS, then evened out over rounds of ``per_sm`` programs an SM
-    (even_splits). ``sms``: the SM count (else the device's; the interpreter takes
-    INTERPRETER_SPLITS)."""
-    if sms is None:
-        if interpreter_active() or device.type != "cuda":
-            return INTERPRETER_SPLITS
-        sms = sm_count(device)
-    sms = max(sms - sm_margin, 1)
-    programs = batch * kv_heads
-    want = -(-WAVES * sms // programs)
-    most = min(-(-max_keys // MIN_SPLIT_KEYS), MAX_SPLITS)
-    if want <= 1 or most <= 1:
-        return 1
-    return even_splits(programs, min(want, most), most, sms * per_sm)
-
-
 def tile_and_splits(head_dim: int, page: int, fp8_dot: bool, batch: int, kv_heads: int, max_keys: int,
                     device: torch.device, sm_margin: int = 0, num_splits: int = 0,
                     tile: DecodeTile | None = None) -> tuple[DecodeTile, int]:
@@ -104,22 +74,6 @@ def pages_a_tile(page: int, tile: DecodeTile) -> int:
         return 1
     n = tile.block_n // page
     return n if tile.page_lookups and tile.block_n % page == 0 and n <= MAX_PAGE_LOOKUPS else 0
-
-
-def even_splits(programs: int, least: int, most: int, sms: int) -> int:
-    """The split count in [least, min(2 least, most)] whose programs come closest to a whole
-    number of rounds over ``sms`` slots (SMs times the programs each holds at once): a
-    memory-bound SM takes as long as its programs' keys, so the call lasts as long as the SM
-    given the most programs. 8 x 8 programs on 132 one-program slots: 5 splits leave 320
-    programs, 3 on some SMs and 2 on the rest (81% of the SMs' time used), 6 leave 384 (97%).
-    The fewest splits among equals (fewer partials to merge)."""
-    best, best_use = least, 0.0
-    for s in range(least, max(least, min(2 * least, most)) + 1):
-        n = programs * s
-        use = n / (-(-n // sms) * sms)
-        if use > best_use + 1e-9:
-            best, best_use = s, use
-    return best
 
 
 def _descale_mode(d, batch: int, kv_heads: int, device):

@@ -115,7 +115,8 @@ def compile_decode(target: str = "sm90", kv: str = "bf16", page: int = 0,
     compile a byte or two at a time). ``page_lookups``: as DecodeTile's (None: as default_tile
     sets it for the cache, a lookup a page with the FP8 dots, a key otherwise)."""
     import inspect as _inspect
-    from ..triton_kernels.decode import decode_kernel, merge_kernel
+    from ..decode_splits import merge_kernel
+    from ..triton_kernels.decode import decode_kernel
     from ..triton_kernels.decode_launch import DecodeTile, pages_a_tile
     el = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[kv]
     ptrs = dict(Q="*fp8e4nv" if q_fp8 else el if kv != "fp8" else "*bf16", K=el, V=el, QD="*fp32", KD="*fp32",
