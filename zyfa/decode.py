@@ -16,7 +16,7 @@ from .batch_lengths import PAGE_SIZES
 from .device import device_arch, to_device
 from .gluon_kernels import backend as _gluon
 from .spec import backend as _reference
-from .spec.kv_cache import check_cache_descale
+from .spec.kv_cache import check_cache_descale, uses_fp8_dots
 from .triton_kernels import backend as _triton
 from .validation import FP8_DTYPE, HALF_DTYPES, check_index_tensor, check_pages_in_pool
 
@@ -111,7 +111,6 @@ def _check_fp8_dots(fp8_dots, k_cache, k_descale, v_descale):
     if fp8_dots and k_cache.dtype != FP8_DTYPE:
         raise ValueError(f"fp8_dots=True takes an E4M3 cache, got {k_cache.dtype}")
     if fp8_dots:
-        from .triton_kernels.decode_launch import uses_fp8_dots
         uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots)        # raises for per-token descales
 
 
@@ -144,7 +143,7 @@ def explain_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, q_
 
 def decode_plan(q, k_cache, table, k_descale=None, v_descale=None, num_splits=0, sm_margin=0, fp8_dots=None) -> str:
     """The Triton decode kernel's plan in words: key splits, rows a tile, the tile, its dots."""
-    from .triton_kernels.decode_launch import tile_and_splits, uses_fp8_dots
+    from .triton_kernels.decode_launch import tile_and_splits
     page = k_cache.shape[1] if table is not None else 0
     capacity = table.shape[1] * page if page else k_cache.shape[1]
     fp8_dot = uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots)
@@ -185,7 +184,6 @@ def _scale(softmax_scale):
 
 
 def _problem(q, k_cache, v_cache, table, k_descale=None, v_descale=None, fp8_dots=None) -> dispatch.DecodeProblem:
-    from .triton_kernels.decode_launch import uses_fp8_dots
     return dispatch.DecodeProblem(device=q.device, arch=device_arch(q.device), is_fp8=k_cache.dtype == FP8_DTYPE,
                                   head_dims=(q.shape[-1], v_cache.shape[-1]), seqlen_q=q.shape[1],
                                   paged=table is not None, rows=q.shape[2] // k_cache.shape[2] * q.shape[1],

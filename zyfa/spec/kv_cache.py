@@ -25,6 +25,19 @@ from .e4m3 import e4m3_decode, e4m3_encode_nonneg
 from .reference import attention_fp64, fp8_attention_spec
 
 
+def uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots=None) -> bool:
+    """Whether an E4M3 cache runs the FP8 dots: where both descales are per (sequence, kv head)
+    (fp8_dots None or True), not with per-token descales, nor with fp8_dots=False (the widened
+    BF16 dots). fp8_dots=True with per-token descales is refused."""
+    if k_cache.dtype != torch.float8_e4m3fn or fp8_dots is False:
+        return False
+    coarse = not is_per_token(k_descale) and not is_per_token(v_descale)
+    if fp8_dots and not coarse:
+        raise NotImplementedError("fp8_dots=True takes k_descale and v_descale per (sequence, kv head); per-token "
+                                  "descales run the widened BF16 dots (fp8_dots=None or False)")
+    return coarse
+
+
 def check_cache_descale(name: str, d, batch: int, cache: torch.Tensor) -> None:
     """Raise TypeError/ValueError unless ``d`` is a descale of ``cache``'s shapes (above)."""
     rows, tokens, hkv = cache.shape[:3]

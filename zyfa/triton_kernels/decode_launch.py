@@ -10,6 +10,7 @@ from ..device import hardware_rounding, interpreter_active, sm_count
 from ..launch_sizes import next_power_of_2
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token
+from ..spec.kv_cache import uses_fp8_dots
 from ..spec.shapes import out_dtype
 from ..decode_splits import WAVES, decode_splits, merge_kernel
 from .decode import NO_DESCALE, PER_HEAD, PER_TOKEN, decode_kernel
@@ -85,19 +86,6 @@ def _descale_mode(d, batch: int, kv_heads: int, device):
         d = d.contiguous()
         return d, PER_TOKEN, d.stride(0), d.stride(1)
     return coarse_descale(d, batch, kv_heads, "descale"), PER_HEAD, 0, 0
-
-
-def uses_fp8_dots(k_cache, k_descale, v_descale, fp8_dots=None) -> bool:
-    """Whether an E4M3 cache runs the FP8 dots: where both descales are per (sequence, kv head)
-    (fp8_dots None or True), not with per-token descales, nor with fp8_dots=False (the widened
-    BF16 dots). fp8_dots=True with per-token descales is refused."""
-    if k_cache.dtype != torch.float8_e4m3fn or fp8_dots is False:
-        return False
-    coarse = not is_per_token(k_descale) and not is_per_token(v_descale)
-    if fp8_dots and not coarse:
-        raise NotImplementedError("fp8_dots=True takes k_descale and v_descale per (sequence, kv head); per-token "
-                                  "descales run the widened BF16 dots (fp8_dots=None or False)")
-    return coarse
 
 
 def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=None, softmax_scale=None,
