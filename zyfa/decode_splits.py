@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from .device import interpreter_active, sm_count
+from .launch_sizes import next_power_of_2
 
 # Programs the split aims for, in multiples of the SM count: more than one a SM, so that each
 # SM has loads of several programs in flight while another waits on memory.
@@ -84,3 +85,20 @@ def merge_kernel(O_PART, LSE_PART, O, LSE, n_splits, Hq, Hkv, stride_ob, stride_
     qi = r % SQ
     tl.store(O + b * stride_ob + qi * stride_os + h * stride_oh + offs_dv, out.to(O.dtype.element_ty))
     tl.store(LSE + (b * Hq + h) * SQ + qi, top + tl.log(total))
+
+
+def split_parts(B: int, Hkv: int, splits: int, rows: int, Dv: int, lse: torch.Tensor):
+    """(partial outputs (B * Hkv, splits, rows, Dv), their LSEs (B * Hkv, splits, rows)), float32,
+    where a call splits its keys; else ``lse`` twice (a pointer the kernel never writes through)."""
+    if splits == 1:
+        return lse, lse
+    return (torch.empty(B * Hkv, splits, rows, Dv, dtype=torch.float32, device=lse.device),
+            torch.empty(B * Hkv, splits, rows, dtype=torch.float32, device=lse.device))
+
+
+def merge_splits(o_part, lse_part, out, lse, splits: int, Hq: int, Hkv: int, Sq: int) -> None:
+    """merge_kernel's launch: ``out`` (B, Sq, Hq, Dv) and ``lse`` (B, Hq, Sq) from the partials."""
+    group = Hq // Hkv
+    merge_kernel[(o_part.shape[0] * group * Sq,)](
+        o_part, lse_part, out, lse, splits, Hq, Hkv, out.stride(0), out.stride(1), out.stride(2),
+        SQ=Sq, GROUP=group, DV=out.shape[-1], SPLITS=next_power_of_2(splits), num_warps=1)

@@ -5,9 +5,8 @@ import math
 
 import torch
 
-from ..decode_splits import decode_splits, merge_kernel
+from ..decode_splits import decode_splits, merge_splits, split_parts
 from ..device import interpreter_active, is_rocm
-from ..launch_sizes import next_power_of_2
 from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale
 from ..spec.shapes import out_dtype
@@ -72,8 +71,7 @@ def run_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_sca
               ((k_descale, "k_descale"), (v_descale, "v_descale")))
     qd = coarse_descale(q_descale.to(dev, torch.float32), B, Hkv, "q_descale") if q_descale is not None else kd
     rows = group * Sq
-    o_part = torch.empty(B * Hkv, n, rows, Dv, dtype=torch.float32, device=dev) if n > 1 else lse
-    lse_part = torch.empty(B * Hkv, n, rows, dtype=torch.float32, device=dev) if n > 1 else lse
+    o_part, lse_part = split_parts(B, Hkv, n, rows, Dv, lse)
     table = block_table if block_table is not None else cache_seqlens
     decode_fp8_kernel[(n, B * Hkv)](
         q, k_cache, v_cache, qd, kd, vd, out, lse, o_part, lse_part, cache_seqlens, table,
@@ -85,7 +83,5 @@ def run_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_sca
         Q_FP8=q_descale is not None, CAUSAL=causal, SPLIT=n > 1, HAS_LEFTPAD=cache_leftpad is not None,
         num_warps=NUM_WARPS.value)
     if n > 1:
-        merge_kernel[(B * Hkv * rows,)](o_part, lse_part, out, lse, n, Hq, Hkv, out.stride(0), out.stride(1),
-                                        out.stride(2), SQ=Sq, GROUP=group, DV=Dv,
-                                        SPLITS=next_power_of_2(n), num_warps=1)
+        merge_splits(o_part, lse_part, out, lse, n, Hq, Hkv, Sq)
     return out, lse

@@ -12,7 +12,7 @@ from ..spec.constants import LOG2E
 from ..spec.descales import coarse_descale, is_per_token
 from ..spec.kv_cache import uses_fp8_dots
 from ..spec.shapes import out_dtype
-from ..decode_splits import WAVES, decode_splits, merge_kernel
+from ..decode_splits import WAVES, decode_splits, merge_splits, split_parts
 from .decode import NO_DESCALE, PER_HEAD, PER_TOKEN, decode_kernel
 
 # Most page lookups a tile (one a page); a tile of more pages looks its keys up one by one.
@@ -120,11 +120,7 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
     dr, dh = (dr, dh) if kd_mode == PER_TOKEN else (vdr, vdh)
     qd = coarse_descale(q_descale.to(dev, torch.float32), B, Hkv, "q_descale") if q_descale is not None else lse
     rows = group * Sq
-    if splits > 1:
-        o_part = torch.empty(B * Hkv, splits, rows, Dv, dtype=torch.float32, device=dev)
-        lse_part = torch.empty(B * Hkv, splits, rows, dtype=torch.float32, device=dev)
-    else:
-        o_part = lse_part = lse
+    o_part, lse_part = split_parts(B, Hkv, splits, rows, Dv, lse)
     table = block_table if block_table is not None else cache_seqlens
     decode_kernel[(splits, B * Hkv)](
         q, k_cache, v_cache, qd, lse if kd is None else kd, lse if vd is None else vd, out, lse, o_part, lse_part,
@@ -138,9 +134,7 @@ def triton_decode(q, k_cache, v_cache, cache_seqlens: torch.Tensor, block_table=
         HAS_LEFTPAD=cache_leftpad is not None, FP8_DOT=fp8_dot, HW_ROUND=fp8_dot and hardware_rounding(dev),
         num_warps=tile.num_warps, num_stages=tile.num_stages)
     if splits > 1:
-        merge_kernel[(B * Hkv * rows,)](o_part, lse_part, out, lse, splits, Hq, Hkv, out.stride(0), out.stride(1),
-                                        out.stride(2), SQ=Sq, GROUP=group, DV=Dv,
-                                        SPLITS=next_power_of_2(splits), num_warps=1)
+        merge_splits(o_part, lse_part, out, lse, splits, Hq, Hkv, Sq)
     if given is not None:
         return (given.copy_(out) if interp else given), lse
     return out.to(final), lse
