@@ -84,9 +84,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     del rotary_interleaved                   # applies only with rotary_cos/rotary_sin, refused below
     given = locals()
     for name, unused in _UNSUPPORTED:
-        if not _is_unused(given[name], unused):
+        x = given[name]
+        if x is not unused and not _is_unused(x, unused):        # `is`: the common case, cheaply
             raise NotImplementedError(f"flash_attn_with_kvcache: zyfa does not support {name} "
-                                      f"(got {_describe(given[name])}; pass {unused!r})")
+                                      f"(got {_describe(x)}; pass {unused!r})")
     if pack_gqa is False:
         raise NotImplementedError("flash_attn_with_kvcache: pack_gqa=False is not supported; zyfa always packs "
                                   "a GQA group's query heads into one tile (pass None or True)")
@@ -192,7 +193,10 @@ def _problem(q, k_cache, v_cache, table, k_descale=None, v_descale=None, fp8_dot
 
 
 def _aligned16(x) -> bool:
-    return x.data_ptr() % 16 == 0 and all(s * x.element_size() % 16 == 0 for s in x.stride()[:-1])
+    bits, e = x.data_ptr(), x.element_size()
+    for s in x.stride()[:-1]:
+        bits |= s * e                  # 16-byte aligned together: no low four bits set in any
+    return bits % 16 == 0
 
 
 def _check_4d(name, x):

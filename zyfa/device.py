@@ -42,7 +42,7 @@ def to_device(values, device: torch.device, dtype: torch.dtype = torch.int32) ->
     and .to(cuda) from pageable memory wait for every queued kernel, which exposed the host's
     whole share of a varlen call.) A tensor already on ``device`` is returned."""
     if isinstance(values, torch.Tensor) and values.device == device:
-        return values.to(dtype)
+        return values if values.dtype == dtype else values.to(dtype)
     host = torch.as_tensor(values, dtype=dtype, device="cpu")
     if device.type != "cuda":
         return host.to(device)

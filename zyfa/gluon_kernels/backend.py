@@ -67,9 +67,9 @@ def run_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_sca
         raise ValueError(f"out must have shape {(B, Sq, Hq, Dv)} and dtype {final}, got {tuple(out.shape)} {out.dtype}")
     out = torch.empty(B, Sq, Hq, Dv, dtype=final, device=dev) if out is None else out
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=dev)
-    kd, vd = (coarse_descale(d.to(dev, torch.float32), B, Hkv, name) for d, name in
-              ((k_descale, "k_descale"), (v_descale, "v_descale")))
-    qd = coarse_descale(q_descale.to(dev, torch.float32), B, Hkv, "q_descale") if q_descale is not None else kd
+    # the descales are float32 on q's device (flash_attn_with_kvcache checked them)
+    kd, vd = coarse_descale(k_descale, B, Hkv, "k_descale"), coarse_descale(v_descale, B, Hkv, "v_descale")
+    qd = coarse_descale(q_descale, B, Hkv, "q_descale") if q_descale is not None else kd
     rows = group * Sq
     o_part, lse_part = split_parts(B, Hkv, n, rows, Dv, lse)
     table = block_table if block_table is not None else cache_seqlens
