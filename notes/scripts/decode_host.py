@@ -1,4 +1,4 @@
-"""Run 67 (session s): where a zyfa E4M3 decode call's host time goes (run 66: gluon 235 us,
+"""Run 68 (written in session s, whose device lent no machine after run 66): where a zyfa E4M3 decode call's host time goes (run 66: gluon 235 us,
 triton 274 us a call against FA3's 146 us at 8 x 32K, with GPU time ~0.2 ms each: host-paced).
 8 x 1K keys so the GPU keeps up; cProfile's top functions by own time for each backend."""
 import sys
