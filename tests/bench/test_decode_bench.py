@@ -46,6 +46,29 @@ def test_report_takes_decode_records(tmp_path):
     assert "tiny decode" in markdown(run([TINY], methods, path, timer=lambda fn: 1.0, rounds=1), path)
 
 
+@pytest.mark.skipif(HAS_GPU, reason="the CPU's records")
+def test_decode_calls_are_also_timed_as_graphs(tmp_path):
+    """Decode records carry the fastest graph round beside the eager one (GB/s from each); a
+    call that cannot be captured keeps its eager figures and says why; the report shows both."""
+    from zyfa.bench.report import markdown
+    methods = [m for m in all_methods() if m.label == "zyfa-decode-bf16"]
+    rounds = iter([0.5, 0.25])
+    path = str(tmp_path / "r.json")
+    doc = run([TINY], methods, path, timer=lambda fn: 1.0, graph_timer=lambda fn: next(rounds), rounds=2)
+    (rec,) = doc["records"]
+    assert rec["graph_rounds"] == [0.5, 0.25] and rec["graph_ms"] == 0.25 and rec["ms"] == 1.0
+    assert rec["graph_gbps"] == pytest.approx(4 * rec["gbps"]) and rec["graph_tflops"] == pytest.approx(4 * rec["tflops"])
+    text = markdown(doc, path)
+    assert "GB/s as a CUDA graph" in text and f"{rec['graph_gbps']:.0f}" in text
+
+    def uncapturable(fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    (rec,) = run([TINY], methods, str(tmp_path / "s.json"), timer=lambda fn: 1.0, graph_timer=uncapturable,
+                 rounds=2)["records"]
+    assert rec["status"] == "ok" and rec["ms"] == 1.0 and "not permitted" in rec["graph_reason"]
+    assert "graph_ms" not in rec and "graph_gbps" not in rec
+
+
 def test_mixed_case_is_the_issue_batch():
     (case,) = cases_for("mixed")
     assert case.query_lengths == (1,) * 16 + (4096, 4096) and case.lengths == (8192,) * 16 + (4096, 4096)

@@ -29,6 +29,21 @@ def host_ms(fn, calls: int = 20) -> float:
     return out
 
 
+def graph_ms(fn, timer=median_ms) -> float:
+    """``fn`` captured once as a CUDA graph and its replays timed: the device's time for the
+    call's kernels without the host's work between them, as a serving engine replays its decode
+    steps. (Eager timings of a call whose host work outlasts its kernels time the host.)"""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()                                   # warmed on a side stream, as capture asks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return timer(graph.replay)
+
+
 def kernel_ms(fn, calls: int = 1) -> dict[str, float]:
     """Device time a call per GPU activity (kernel or copy) name, by torch.profiler."""
     from torch.autograd import DeviceType

@@ -5,7 +5,10 @@ import os
 
 from .store import bench_run_keys, load
 
-METRICS = (("tflops", "TFLOP/s", "{:.0f}"), ("err_kernel", "kernel-only error vs float64", "{:.2e}"),
+METRICS = (("tflops", "TFLOP/s", "{:.0f}"),
+           ("graph_tflops", "TFLOP/s as a CUDA graph (the kernels without the host's work between calls)", "{:.0f}"),
+           ("gbps", "GB/s (K and V bytes read a second)", "{:.0f}"),
+           ("graph_gbps", "GB/s as a CUDA graph", "{:.0f}"), ("err_kernel", "kernel-only error vs float64", "{:.2e}"),
            ("err_e2e", "end-to-end error vs float64", "{:.2e}"), ("tflop_per_j", "TFLOP/J", "{:.2f}"),
            ("sm_clock_mhz", "SM clock during the energy run (MHz)", "{:.0f}"),
            ("host_us", "host time a call (us; where it exceeds the GPU's, the TFLOP/s reading timed the host)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import zlib
@@ -18,7 +19,7 @@ from importlib import metadata
 import torch
 
 from .cases import Case, cases_for
-from .measure import Power, host_ms, median_ms, rel_err
+from .measure import Power, graph_ms, host_ms, median_ms, rel_err
 from .decode_methods import decode_methods
 from .methods import Inputs, Method, prefill_methods
 from .store import gpu_name, load, results_file, run_key, save_entry
@@ -71,12 +72,13 @@ def _record(inp: Inputs, m: Method) -> dict:
                 flops=c.flops, **({"window_size": list(c.window)} if c.window != (-1, -1) else {}))
 
 
-def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None) -> tuple[dict, object]:
+def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None, graph_timer=None) -> tuple[dict, object]:
     """A method's record with its speed on one case, and its (call, finish) pair for
     check_one; None where it cannot run the case or fails. The method must be available here
     (missing() None) and take the case's kind (applies). ``host_timer``: the host's own time a
     call (host_us; where it exceeds the timed ms, the GPU waited for the host and the reading
-    times the host, not the kernels)."""
+    times the host, not the kernels). ``graph_timer``: the call as a CUDA graph (graph_ms), for
+    the GRAPH_GROUPS' cases."""
     c = inp.case
     rec = _record(inp, m)
     reason = m.unsupported(c)
@@ -88,6 +90,9 @@ def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None) -> tuple[
         fn()                                       # compiles, loads, allocates: outside the timing
         ms = timer(fn)
         rec.update(ms=ms, ms_rounds=[ms], tflops=c.flops / ms / 1e9, status="ok")
+        if graph_timer is not None and c.group in GRAPH_GROUPS:
+            rec["graph_rounds"] = []
+            _time_graph(rec, fn, graph_timer)
         _bandwidth(rec, m, c)
         if host_timer is not None:
             rec["host_us"] = host_timer(fn) * 1e3
@@ -96,15 +101,36 @@ def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None) -> tuple[
         return dict(rec, status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}"), None
 
 
+# Groups whose calls are also timed as CUDA graphs: decode steps, which serving engines replay as
+# graphs, and whose host work a call can outlast their kernels' (eager timings then time the host).
+GRAPH_GROUPS = ("decode", "mixed")
+
+
+def _time_graph(rec: dict, fn, graph_timer) -> None:
+    """A round of the call as a CUDA graph into rec (graph_ms: the fastest round); a call that
+    cannot be captured keeps its eager timings and says why (graph_reason)."""
+    if "graph_reason" in rec:
+        return
+    try:
+        rec["graph_rounds"].append(graph_timer(fn))
+    except Exception as e:  # noqa: BLE001
+        rec["graph_reason"] = f"{type(e).__name__}: {str(e)[:300]}"
+        return
+    rec["graph_ms"] = min(rec["graph_rounds"])
+    rec["graph_tflops"] = rec["flops"] / rec["graph_ms"] / 1e9
+
+
 def _bandwidth(rec: dict, m: Method, c: Case) -> None:
-    """A decode record's GB/s: the K and V bytes the call reads over its time (a copy's: the
-    bytes it reads and writes)."""
+    """A decode record's GB/s: the K and V bytes the call reads over its time, eager and as a
+    graph (a copy's: the bytes it reads and writes)."""
     if c.decode:
         rec["bytes"] = c.kv_bytes(1 if m.dtype == "fp8" else 2) * (2 if m.method == "copy" else 1)
         rec["gbps"] = rec["bytes"] / rec["ms"] / 1e6
+        if "graph_ms" in rec:
+            rec["graph_gbps"] = rec["bytes"] / rec["graph_ms"] / 1e6
 
 
-def time_again(inp: Inputs, rec: dict, fn, timer=median_ms) -> None:
+def time_again(inp: Inputs, rec: dict, fn, timer=median_ms, graph_timer=None) -> None:
     """A further round of a timed method: its record keeps the fastest round."""
     try:
         rec["ms_rounds"].append(timer(fn))
@@ -112,8 +138,12 @@ def time_again(inp: Inputs, rec: dict, fn, timer=median_ms) -> None:
         rec.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
         return
     rec.update(ms=min(rec["ms_rounds"]), tflops=inp.case.flops / min(rec["ms_rounds"]) / 1e9)
+    if graph_timer is not None and "graph_rounds" in rec:
+        _time_graph(rec, fn, graph_timer)
     if "bytes" in rec:
         rec["gbps"] = rec["bytes"] / rec["ms"] / 1e6
+        if "graph_ms" in rec:
+            rec["graph_gbps"] = rec["bytes"] / rec["graph_ms"] / 1e6
 
 
 def check_one(inp: Inputs, m: Method, rec: dict, call) -> None:
@@ -161,11 +191,16 @@ ROUNDS = 2
 
 
 def run(cases: list[Case], methods: list[Method], path: str, key: str | None = None, captured=None,
-        timer=median_ms, power: Power | None = None, fresh: bool = False, rounds: int = ROUNDS) -> dict:
+        timer=median_ms, power: Power | None = None, fresh: bool = False, rounds: int = ROUNDS,
+        graph_timer=None) -> dict:
     """Measure every method on every case (``rounds`` timings each, the methods taking turns);
     the records go to entry ``key`` (default: today's run) of the results file ``path``, saved
-    after each case."""
+    after each case. On a GPU the host's time a call is taken too, and the GRAPH_GROUPS' calls
+    are also timed as CUDA graphs (``graph_timer``, default graph_ms over ``timer``)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    host_timer = host_ms if device == "cuda" else None
+    if graph_timer is None and device == "cuda":
+        graph_timer = functools.partial(graph_ms, timer=timer)
     key = key or run_key()
     doc = {"versions": versions(power), "records": []}
     run_id = datetime.datetime.now().isoformat(timespec="seconds")     # which process measured a record
@@ -186,12 +221,11 @@ def run(cases: list[Case], methods: list[Method], path: str, key: str | None = N
         # every method is timed before any float64 reference is computed: a reference (float64 over
         # every row of a short case, the case's heaviest work) run just before one method's timing
         # would skew that one. Methods of another kind of case (varlen, decode) are not asked.
-        timed = [(m, *time_one(inp, m, timer, host_ms if device == "cuda" else None)) for m in methods
-                 if m.applies(case)]
+        timed = [(m, *time_one(inp, m, timer, host_timer, graph_timer)) for m in methods if m.applies(case)]
         for _ in range(rounds - 1):
             for m, rec, call in timed:
                 if call is not None and rec["status"] == "ok":
-                    time_again(inp, rec, call[0], timer)
+                    time_again(inp, rec, call[0], timer, graph_timer)
         for m, rec, call in timed:
             if call is not None and rec["status"] == "ok":
                 check_one(inp, m, rec, call)
@@ -200,6 +234,8 @@ def run(cases: list[Case], methods: list[Method], path: str, key: str | None = N
             doc["records"].append(rec)
             if rec["status"] == "ok":
                 speed = f"{rec['gbps']:.0f} GB/s" if "gbps" in rec else f"{rec['tflops']:.0f} TFLOP/s"
+                if "graph_ms" in rec:
+                    speed += f" ({rec['graph_ms']:.3f} ms as a graph)"
                 shown = f"{speed}, err {rec.get('err_kernel', float('nan')):.2e}"
             else:
                 shown = f"{rec['status']}: {rec['reason'][:100]}"
