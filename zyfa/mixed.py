@@ -27,11 +27,10 @@ import torch
 from . import dispatch
 from .batch_lengths import key_lengths, lengths
 from .decode import BACKENDS as DECODE_BACKENDS
+from .decode_checks import MAX_QUERIES as MAX_DECODE_QUERIES
 from .device import device_arch, host_table, to_device
 from .spec.shapes import cu_seqlens, page_rows
 from .validation import check_window, fp8_rules
-
-MAX_DECODE_QUERIES = 16      # zyfa.decode.MAX_QUERIES: queries a sequence the decode kernel takes
 
 
 @dataclasses.dataclass(frozen=True)

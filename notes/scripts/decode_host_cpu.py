@@ -1,4 +1,4 @@
-"""Lab (session s): a zyfa E4M3 decode call's Python time on this CPU, the kernel launches
+"""Lab (session s): a zyfa E4M3 decode call's Python time (``--plan``: a plan_kvcache run's) on this CPU, the kernel launches
 stubbed out (no GPU here): flash_attn_with_kvcache's checks, problem, selection, the Gluon
 backend's buffers and descales. The launches themselves are measured on the GPU (decode_host.py)."""
 import sys
@@ -31,8 +31,12 @@ k = torch.randn(B, S, 8, 128).to(torch.float8_e4m3fn)
 v = torch.randn(B, S, 8, 128).to(torch.float8_e4m3fn)
 ds = {n: torch.full((B, 8), 0.02) for n in ("q_descale", "k_descale", "v_descale")}
 lens = torch.full((B,), S, dtype=torch.int32)
-fn = lambda: zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, **ds, return_softmax_lse=True,  # noqa: E731
-                                          backend="gluon")
+if "--plan" in sys.argv:            # a plan's run (zyfa.plan_kvcache), as a decoding step's layers take it
+    plan = zyfa.plan_kvcache(q, k, v, cache_seqlens=lens, **ds, backend="gluon")
+    fn = lambda: plan.run(q, k, v, **ds, return_softmax_lse=True)  # noqa: E731
+else:
+    fn = lambda: zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, **ds, return_softmax_lse=True,  # noqa: E731
+                                              backend="gluon")
 for _ in range(200):
     fn()
 best = []

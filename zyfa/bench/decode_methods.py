@@ -108,7 +108,7 @@ def _zyfa_separate(dtype: str):
     cache of their keys, the rest in one flash_attn_varlen_func call. The cache and the
     prefill tokens are gathered outside the timing; ``finish`` (untimed) writes the parts into
     the packed layout the error is taken on."""
-    from ..decode import MAX_QUERIES
+    from ..decode_checks import MAX_QUERIES
 
     def build(inp: Inputs):
         a = inp.varlen_args(dtype == "fp8")

@@ -39,7 +39,7 @@ import torch
 
 import zyfa
 
-from ..decode import MAX_QUERIES
+from ..decode_checks import MAX_QUERIES
 from ..quantize import quantize_fp8, quantize_int8_qk
 from ..validation import FP8_DTYPE
 from ..spec.shapes import HEAD_DIMS
