@@ -2,7 +2,7 @@
 machine (no spill, both dots as wgmmas, the cache by cp.async); the dispatcher's choice and
 reasons; on a Hopper GPU against decode_fp8_spec and float64 as the Triton kernel's FP8 dots
 are held, over dense and paged caches, GQA to MQA, causal queries, left padding, splits."""
-import inspect
+import os
 import re
 
 import pytest
@@ -16,14 +16,15 @@ from zyfa.spec.kv_cache import decode_attention_fp64, decode_fp8_spec
 from conftest import DEVICE, assert_rel, hopper, rel_err, rounding_error
 from kv_cases import E4M3, _bytes, _t, fp8_case
 
-def _compile(**consts):
-    """The kernel as Triton's launcher specializes it, for sm_90a: (PTX, SASS)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+_COMPILE = """
+import inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from zyfa.asm.ptx.assemble import sass
+from zyfa.gluon_kernels import decode_fp8 as g
 
-    from zyfa.asm.ptx.assemble import sass
-    from zyfa.gluon_kernels import decode_fp8 as g
+def compile_one(consts):
     names = list(inspect.signature(g.decode_fp8_kernel.fn).parameters)
     ptrs = dict.fromkeys(("K", "V"), "*fp8e4nv") | dict.fromkeys(("QD", "KD", "VD", "LSE", "O_PART", "LSE_PART"),
                                                                   "*fp32")
@@ -34,7 +35,28 @@ def _compile(**consts):
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n in ptrs or n.startswith("stride")}
     k = triton.compile(GluonASTSource(g.decode_fp8_kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": g.NUM_WARPS.value})
-    return k.asm["ptx"], sass(k.asm["cubin"])
+    return [k.asm["ptx"], sass(k.asm["cubin"])]
+
+with open(sys.argv[2], "w") as f:
+    json.dump([compile_one(c) for c in json.loads(sys.argv[1])], f)
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """SPECIALIZATIONS compiled for sm_90a as Triton's launcher specializes the kernel: [(PTX,
+    SASS)], in one process without TRITON_INTERPRET (an interpreter run earlier in the same
+    process can leave Triton's language patched, which a Gluon compile then trips on)."""
+    import json
+    import subprocess
+    import sys
+    names = ("SQ", "GROUP", "PAGE", "Q_FP8", "CAUSAL", "SPLIT", "HAS_LEFTPAD")
+    path = tmp_path_factory.mktemp("gluon") / "compiled.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps([dict(zip(names, s)) for s in SPECIALIZATIONS]),
+                        str(path)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return dict(zip(SPECIALIZATIONS, json.loads(path.read_text())))
 
 
 SPECIALIZATIONS = [  # SQ, GROUP, PAGE, Q_FP8, CAUSAL, SPLIT, HAS_LEFTPAD
@@ -48,13 +70,12 @@ def _spec_id(s):
 
 
 @pytest.mark.parametrize("spec", SPECIALIZATIONS, ids=_spec_id)
-def test_kernel_compiles_for_sm90a(spec):
+def test_kernel_compiles_for_sm90a(spec, compiled):
     """ptxas: within two programs an SM's registers (65,536 / 256 threads), no spill, the two
     dots as E4M3 (QGMMA) and FP16 (HGMMA) wgmmas, K and V by cp.async (LDGSTS), no byte-wise
     shared-memory traffic (V is widened 16 bytes a thread)."""
     from zyfa.asm.ptx.assemble import assemble
-    names = ("SQ", "GROUP", "PAGE", "Q_FP8", "CAUSAL", "SPLIT", "HAS_LEFTPAD")
-    ptx, code = _compile(**dict(zip(names, spec)))
+    ptx, code = compiled[spec]
     a = assemble(ptx)
     assert a.spill_bytes == 0 and a.registers <= 256, a.report
     ops = re.findall(r"\*/\s+(?:@!?P\d )?([A-Z][A-Z0-9]*)(\.[A-Z0-9.]*)?", code)
