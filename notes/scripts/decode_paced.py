@@ -1,6 +1,6 @@
 """Run 66 (session r): are run 65's slow E4M3 decode rounds (8 x 32K, 32 x 8K) host-paced? Each
 zyfa E4M3 decode call eagerly (do_bench), as a CUDA graph, and its host time a call (no sync),
-FA3 FP8 beside; GQA 32/8 d128, one query, E4M3 q and cache, per-(sequence, kv head) descales."""
+FA3 FP8 beside; since session s also a plan_kvcache run of the Gluon backend; GQA 32/8 d128, one query, E4M3 q and cache, per-(sequence, kv head) descales."""
 import time
 
 import torch
@@ -23,6 +23,8 @@ for B, S in ((8, 32768), (32, 8192)):
     gb = 2 * k.numel() / 1e9
     calls = {b: (lambda b=b: zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, **ds, return_softmax_lse=True,
                                                          backend=b)) for b in ("gluon", "triton")}
+    plan = zyfa.plan_kvcache(q, k, v, cache_seqlens=lens, **ds, backend="gluon")     # session s's plan/run
+    calls["plan"] = lambda plan=plan: plan.run(q, k, v, **ds, return_softmax_lse=True)
     calls["fa3"] = lambda: fa3(q, k, v, cache_seqlens=lens, **ds)
     for name, fn in calls.items():
         fn(); torch.cuda.synchronize()
