@@ -137,11 +137,11 @@ def _checked(q, k_cache, v_cache, cache_seqlens, cache_leftpad, page_table, bloc
 class KVCachePlan:
     """A checked flash_attn_with_kvcache call without its tensors' data (plan_kvcache)."""
     backend: str
-    _run: object                  # the chosen backend's run
-    _layouts: tuple               # q, k_cache, v_cache, q_descale, k_descale, v_descale as _layouts gives them
-    _lens: torch.Tensor           # cache_seqlens, int32 on q's device
-    _table: torch.Tensor | None   # the page table, int32 on q's device (None: a dense cache)
-    _kwargs: dict                 # the rest of the backend's arguments
+    _run: object = dataclasses.field(repr=False)                  # the chosen backend's run
+    _layouts: tuple = dataclasses.field(repr=False)               # q, k_cache, v_cache, q_descale, k_descale, v_descale
+    _lens: torch.Tensor = dataclasses.field(repr=False)           # cache_seqlens, int32 on q's device
+    _table: torch.Tensor | None = dataclasses.field(repr=False)   # the page table, int32 on q's device (None: dense)
+    _kwargs: dict = dataclasses.field(repr=False)                 # the rest of the backend's arguments
 
     def run(self, q, k_cache, v_cache, q_descale=None, k_descale=None, v_descale=None, return_softmax_lse=False):
         """The planned call on these tensors: out, or (out, lse) with return_softmax_lse."""

@@ -3,7 +3,7 @@
 # FA3 146), the host profile (decode_host.py), then the GPU suite in two halves with -v, so a cut
 # half says which tests finished (run 66's one call was cut at 565 s past 99%). Say which GPU came;
 # issue 58 wants the suite on an H100 and an H200 on final main. `LIMIT` (s) bounds the call.
-source notes/scripts/gpu_setup.sh
+source notes/scripts/gpu_setup.sh          # .whl: bash notes/scripts/fetch_wheels.sh first (a new checkout)
 mkdir -p $OUT
 T0=$SECONDS
 [ -z "$SKIP_DECODE" ] && { timeout 120 python3 notes/scripts/decode_paced.py > $OUT/decode_paced.txt 2>&1; echo "paced rc $? ($((SECONDS - T0)) s)"
