@@ -98,8 +98,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     return (out, lse) if return_softmax_lse else out
 
 
-def plan_kvcache(q, k_cache, v_cache, cache_seqlens=None, cache_leftpad=None, page_table=None, q_descale=None,
-                 k_descale=None, v_descale=None, softmax_scale=None, causal=False, num_splits=0, sm_margin=0, *,
+def plan_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, cache_leftpad=None, page_table=None, q_descale=None,
+                 k_descale=None, v_descale=None, softmax_scale=None, causal=False, num_splits=0, sm_margin=0,
                  block_table=None, backend="auto", fp8_dots=None) -> KVCachePlan:
     """flash_attn_with_kvcache's checks and choices made once, for calls that differ only in
     the data of q, the cache and the descales: the layers of one decoding step. The plan's
@@ -109,7 +109,8 @@ def plan_kvcache(q, k_cache, v_cache, cache_seqlens=None, cache_leftpad=None, pa
     it skips the checks and the backend's choice, the host work a call spends before its
     launches. cache_seqlens, page_table and cache_leftpad are the plan's: run reads the tensors
     given here (their values on the GPU as they are at each launch, as a CUDA graph would).
-    The arguments are flash_attn_with_kvcache's; ``plan.backend`` names the backend chosen."""
+    The arguments are flash_attn_with_kvcache's, by keyword past v_cache; ``plan.backend``
+    names the backend chosen."""
     chosen, lens, table, kwargs = _checked(q, k_cache, v_cache, cache_seqlens, cache_leftpad, page_table, block_table,
                                            q_descale, k_descale, v_descale, softmax_scale, causal, num_splits,
                                            sm_margin, backend, fp8_dots)
@@ -160,12 +161,12 @@ def _layouts(*tensors) -> tuple:
     """Each tensor's (shape, strides, dtype, device, 16-byte aligned), None for None: what the
     checks and the backend's choice read of it."""
     return tuple(None if x is None else (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
-                 for x in tensors)
+                 if isinstance(x, torch.Tensor) else (type(x).__name__,) for x in tensors)
 
 
 def _describe_layout(layout) -> str:
-    if layout is None:
-        return "None"
+    if layout is None or len(layout) == 1:
+        return "None" if layout is None else f"a {layout[0]}, not a tensor"
     shape, stride, dtype, device, aligned = layout
     return f"{tuple(shape)} strides {stride} {dtype} on {device}{'' if aligned else ', not 16-byte aligned'}"
 

@@ -61,6 +61,8 @@ def test_a_tensor_laid_out_otherwise_is_refused_by_name():
     plan8 = zyfa.plan_kvcache(q8, k8, v8, cache_seqlens=_t([40, 19]), **ds)
     with pytest.raises(ValueError, match="k_descale None"):
         plan8.run(q8, k8, v8, v_descale=ds["v_descale"])
+    with pytest.raises(ValueError, match="v_descale a float, not a tensor"):
+        plan8.run(q8, k8, v8, k_descale=ds["k_descale"], v_descale=0.5)
     assert k8.dtype == E4M3
 
 
