@@ -136,3 +136,24 @@ def ms_rounds_in_turns(runs: dict, rounds: int = 5) -> dict:
 
 def fastest_and_median(t: list) -> str:
     return f"fastest {min(t):.3f} ms  median {sorted(t)[len(t) // 2]:.3f} ms"
+
+
+def e4m3_decode_inputs(B: int, S: int):
+    """A decode step's inputs on the GPU: E4M3 q (B, 1, 32, 128) and an E4M3 cache (B, S, 8, 128)
+    from randn, descales 0.02 per (sequence, kv head), every sequence S keys: (q, k, v, descales,
+    cache_seqlens)."""
+    import torch
+    q = torch.randn(B, 1, 32, 128, device="cuda").to(torch.float8_e4m3fn)
+    k = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
+    v = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
+    ds = {n: torch.full((B, 8), 0.02, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
+    return q, k, v, ds, torch.full((B,), S, dtype=torch.int32, device="cuda")
+
+
+def fa3_kvcache():
+    """FlashAttention-3's flash_attn_with_kvcache (fa3-fwd's, else flash_attn_interface's)."""
+    try:
+        from fa3_fwd_interface import flash_attn_with_kvcache
+    except ImportError:
+        from flash_attn_interface import flash_attn_with_kvcache
+    return flash_attn_with_kvcache

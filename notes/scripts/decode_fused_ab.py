@@ -14,14 +14,13 @@ from triton.testing import do_bench
 
 sys.path.insert(0, "notes/ab/gluon_decode")
 sys.path.insert(0, "tests")
+sys.path.insert(0, "notes/scripts")
+from ab_common import e4m3_decode_inputs, fa3_kvcache  # noqa: E402
 from fused_merge import run_fused  # noqa: E402
 from zyfa.gluon_kernels.backend import run_decode  # noqa: E402
 from zyfa.spec.kv_cache import decode_attention_fp64  # noqa: E402
 
-try:
-    from fa3_fwd_interface import flash_attn_with_kvcache as fa3
-except ImportError:
-    from flash_attn_interface import flash_attn_with_kvcache as fa3
+fa3 = fa3_kvcache()
 
 
 def rel(a, b):
@@ -48,11 +47,7 @@ for page in (0, 64):
 
 torch.manual_seed(0)
 for B, S in ((8, 32768), (32, 8192)):
-    q = torch.randn(B, 1, 32, 128, device="cuda").to(torch.float8_e4m3fn)
-    k = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
-    v = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
-    ds = {n: torch.full((B, 8), 0.02, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
-    seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    q, k, v, ds, seq = e4m3_decode_inputs(B, S)
     gb = 2 * k.numel() / 1e9
     calls = {"package": lambda: run_decode(q, k, v, seq, **ds), "fused": lambda: run_fused(q, k, v, seq, **ds),
              "fa3": lambda: fa3(q, k, v, cache_seqlens=seq, **ds)}

@@ -1,6 +1,7 @@
 """Run 66 (session r): are run 65's slow E4M3 decode rounds (8 x 32K, 32 x 8K) host-paced? Each
 zyfa E4M3 decode call eagerly (do_bench), as a CUDA graph, and its host time a call (no sync),
 FA3 FP8 beside; since session s also a plan_kvcache run of the Gluon backend; GQA 32/8 d128, one query, E4M3 q and cache, per-(sequence, kv head) descales."""
+import sys
 import time
 
 import torch
@@ -8,18 +9,14 @@ from triton.testing import do_bench
 
 import zyfa
 
-try:
-    from fa3_fwd_interface import flash_attn_with_kvcache as fa3
-except ImportError:
-    from flash_attn_interface import flash_attn_with_kvcache as fa3
+sys.path.insert(0, "notes/scripts")
+from ab_common import e4m3_decode_inputs, fa3_kvcache  # noqa: E402
+
+fa3 = fa3_kvcache()
 
 torch.manual_seed(0)
 for B, S in ((8, 32768), (32, 8192)):
-    q = torch.randn(B, 1, 32, 128, device="cuda").to(torch.float8_e4m3fn)
-    k = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
-    v = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
-    ds = {n: torch.full((B, 8), 0.02, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
-    lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    q, k, v, ds, lens = e4m3_decode_inputs(B, S)
     gb = 2 * k.numel() / 1e9
     calls = {b: (lambda b=b: zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, **ds, return_softmax_lse=True,
                                                          backend=b)) for b in ("gluon", "triton")}
@@ -49,11 +46,7 @@ for B, S in ((8, 32768), (32, 8192)):
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 B, S = 8, 32768
-q = torch.randn(B, 1, 32, 128, device="cuda").to(torch.float8_e4m3fn)
-k = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
-v = torch.randn(B, S, 8, 128, device="cuda").to(torch.float8_e4m3fn)
-ds = {n: torch.full((B, 8), 0.02, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
-lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+q, k, v, ds, lens = e4m3_decode_inputs(B, S)
 for b in ("gluon", "triton"):
     print(zyfa.explain_kvcache(q, k, v, cache_seqlens=lens, **ds, backend=b).splitlines()[-1])
     fn = lambda b=b: zyfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, **ds, backend=b)  # noqa: E731
