@@ -88,12 +88,13 @@ def time_one(inp: Inputs, m: Method, timer=median_ms, host_timer=None, graph_tim
         built = m.build(inp)
         fn, finish = built if isinstance(built, tuple) else (built, lambda res: res)
         fn()                                       # compiles, loads, allocates: outside the timing
-        ms = timer(fn)
-        rec.update(ms=ms, ms_rounds=[ms], tflops=c.flops / ms / 1e9, status="ok")
+        rec.update(ms_rounds=[timer(fn)], status="ok")
         if graph_timer is not None and c.group in GRAPH_GROUPS:
             rec["graph_rounds"] = []
             _time_graph(rec, fn, graph_timer)
-        _bandwidth(rec, m, c)
+        if c.decode:             # K and V bytes the call reads (a copy's: the bytes it reads and writes)
+            rec["bytes"] = c.kv_bytes(1 if m.dtype == "fp8" else 2) * (2 if m.method == "copy" else 1)
+        _speeds(rec)
         if host_timer is not None:
             rec["host_us"] = host_timer(fn) * 1e3
         return rec, (fn, finish)
@@ -107,27 +108,27 @@ GRAPH_GROUPS = ("decode", "mixed")
 
 
 def _time_graph(rec: dict, fn, graph_timer) -> None:
-    """A round of the call as a CUDA graph into rec (graph_ms: the fastest round); a call that
-    cannot be captured keeps its eager timings and says why (graph_reason)."""
+    """A round of the call as a CUDA graph into rec's graph_rounds; a call that cannot be
+    captured keeps its eager timings and says why (graph_reason)."""
     if "graph_reason" in rec:
         return
     try:
         rec["graph_rounds"].append(graph_timer(fn))
     except Exception as e:  # noqa: BLE001
         rec["graph_reason"] = f"{type(e).__name__}: {str(e)[:300]}"
-        return
-    rec["graph_ms"] = min(rec["graph_rounds"])
-    rec["graph_tflops"] = rec["flops"] / rec["graph_ms"] / 1e9
 
 
-def _bandwidth(rec: dict, m: Method, c: Case) -> None:
-    """A decode record's GB/s: the K and V bytes the call reads over its time, eager and as a
-    graph (a copy's: the bytes it reads and writes)."""
-    if c.decode:
-        rec["bytes"] = c.kv_bytes(1 if m.dtype == "fp8" else 2) * (2 if m.method == "copy" else 1)
-        rec["gbps"] = rec["bytes"] / rec["ms"] / 1e6
-        if "graph_ms" in rec:
-            rec["graph_gbps"] = rec["bytes"] / rec["graph_ms"] / 1e6
+def _speeds(rec: dict) -> None:
+    """A record's fastest round, eager (ms) and as a graph (graph_ms), and what each gives:
+    TFLOP/s, and for a decode record GB/s of the bytes it reads."""
+    timings = [("ms", "", rec["ms_rounds"])]
+    if rec.get("graph_rounds"):
+        timings.append(("graph_ms", "graph_", rec["graph_rounds"]))
+    for key, prefix, rounds in timings:
+        rec[key] = min(rounds)
+        rec[prefix + "tflops"] = rec["flops"] / rec[key] / 1e9
+        if "bytes" in rec:
+            rec[prefix + "gbps"] = rec["bytes"] / rec[key] / 1e6
 
 
 def time_again(inp: Inputs, rec: dict, fn, timer=median_ms, graph_timer=None) -> None:
@@ -137,13 +138,9 @@ def time_again(inp: Inputs, rec: dict, fn, timer=median_ms, graph_timer=None) ->
     except Exception as e:  # noqa: BLE001
         rec.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
         return
-    rec.update(ms=min(rec["ms_rounds"]), tflops=inp.case.flops / min(rec["ms_rounds"]) / 1e9)
     if graph_timer is not None and "graph_rounds" in rec:
         _time_graph(rec, fn, graph_timer)
-    if "bytes" in rec:
-        rec["gbps"] = rec["bytes"] / rec["ms"] / 1e6
-        if "graph_ms" in rec:
-            rec["graph_gbps"] = rec["bytes"] / rec["graph_ms"] / 1e6
+    _speeds(rec)
 
 
 def check_one(inp: Inputs, m: Method, rec: dict, call) -> None:
