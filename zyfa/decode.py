@@ -178,7 +178,7 @@ def explain_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, q_
     not; for the Gluon and Triton kernels also their key splits and tile."""
     table = one_table(page_table, block_table)
     _, table = check_call(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_descale,
-                      softmax_scale, causal, num_splits, sm_margin)
+                          softmax_scale, causal, num_splits, sm_margin)
     check_fp8_dots(fp8_dots, k_cache, k_descale, v_descale)
     problem = _problem(q, k_cache, v_cache, table, k_descale, v_descale, fp8_dots)
     lines = []

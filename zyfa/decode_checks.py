@@ -45,7 +45,7 @@ def _int_arg(name, x, low):
 
 
 def check_call(q, k_cache, v_cache, cache_seqlens, table, q_descale, k_descale, v_descale, softmax_scale, causal,
-           num_splits, sm_margin):
+               num_splits, sm_margin):
     """Validate every argument; returns (cache_seqlens, block table) as int32 tensors on q's device
     (the table None for a dense cache)."""
     for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
